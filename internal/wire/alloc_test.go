@@ -1,0 +1,57 @@
+package wire
+
+import (
+	"testing"
+)
+
+// TestZeroAllocs checks that the hot-path functions do not allocate, the
+// error paths included.
+func TestZeroAllocs(t *testing.T) {
+	pkt := buildIPv4Packet(t)
+	ip, udp, tr, err := SplitIPUDP(pkt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := tr[:len(tr)-ICRCLen]
+	v4 := IPv4(ip)
+	var p Packet
+	if err := p.Parse(tr, 1024); err != nil {
+		t.Fatal(err)
+	}
+	hdrs, payload := p.HeaderBytes(), p.Payload
+	h := p.Headers()
+	buf := make([]byte, 0, 128)
+	bad := append([]byte(nil), tr...)
+	BTH(bad).SetTVer(1)
+	var sink uint32
+	var ok bool
+
+	tests := []struct {
+		name string
+		f    func()
+	}{
+		{"Parse", func() { _ = p.Parse(tr, 1024) }},
+		{"Parse error", func() { _ = p.Parse(bad, 1024) }},
+		{"Parse truncated", func() { _ = p.Parse(tr[:20], 1024) }},
+		{"Headers", func() { h = p.Headers() }},
+		{"AppendHeaders", func() { buf = AppendHeaders(buf[:0], &h) }},
+		{"BTHFields.Append", func() { buf = h.BTH.Append(buf[:0]) }},
+		{"AppendPad+ICRC", func() { buf = AppendICRC(AppendPad(buf[:0], 3), 1) }},
+		{"ICRC", func() { sink = ICRC(ip, udp, body) }},
+		{"ICRCParts", func() { sink = ICRCParts(ip, udp, hdrs, payload, p.Pad) }},
+		{"CheckICRC", func() { ok = CheckICRC(ip, udp, tr) }},
+		{"ICRCv4", func() {
+			sink = ICRCv4(v4.Src(), v4.Dst(), v4.ID(), UDP(udp).SrcPort(), UDP(udp).DstPort(), hdrs, payload)
+		}},
+		{"ICRCv6", func() { sink = ICRCv6([16]byte{}, [16]byte{1}, 1, RoCEv2Port, hdrs, payload) }},
+		{"SplitIPUDP", func() { _, _, _, _ = SplitIPUDP(pkt) }},
+		{"Opcode.Info", func() { ok = RCRDMAWriteFirst.Info().IsFirst() }},
+		{"Opcode.String", func() { _ = RCAtomicAcknowledge.String() }},
+	}
+	for _, tt := range tests {
+		if n := testing.AllocsPerRun(100, tt.f); n != 0 {
+			t.Errorf("%s: %v allocations", tt.name, n)
+		}
+	}
+	_, _ = sink, ok
+}
