@@ -2,7 +2,4 @@ module github.com/goroce/goroce
 
 go 1.26.0
 
-require (
-	golang.org/x/net v0.62.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
-)
+require golang.org/x/sys v0.50.0

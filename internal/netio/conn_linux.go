@@ -1,0 +1,202 @@
+package netio
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// Defaults of Config.
+const (
+	// DefaultReadBuffer is the default receive socket buffer: room for
+	// about 2000 packets of 4 KiB, several full windows of a few QPs.
+	DefaultReadBuffer = 8 << 20
+	// DefaultWriteBuffer is the default send socket buffer of each
+	// socket.
+	DefaultWriteBuffer = 2 << 20
+	// DefaultBatchSize is the default number of datagrams one recvmmsg or
+	// sendmmsg call moves.
+	DefaultBatchSize = 64
+	// DefaultMaxDatagramSize is the default receive buffer per datagram:
+	// the largest RoCEv2 packet (a 4096-byte payload, the largest path
+	// MTU, plus at most 60 bytes of headers, 3 of pad and the ICRC) with
+	// room to spare.
+	DefaultMaxDatagramSize = 4096 + 256
+)
+
+// Config configures Open.
+type Config struct {
+	// Addr is the local IP address: an IPv4 address (or its IPv4-mapped
+	// IPv6 form, a RoCEv2 GID) or an IPv6 address. It must be a specific
+	// unicast address, because the ICRC covers the source address the
+	// kernel picks for each packet; link-local IPv6 addresses (with a
+	// zone) are not supported.
+	Addr netip.Addr
+	// Port is the UDP port packets are received on; 0 means 4791, the
+	// RoCEv2 port, which every other implementation sends to. A
+	// different port only works between goroce peers (tests run several
+	// devices on one host).
+	Port uint16
+	// ReadBuffer and WriteBuffer are the socket buffer sizes in bytes;
+	// 0 means DefaultReadBuffer and DefaultWriteBuffer, a negative value
+	// the system default.
+	ReadBuffer  int
+	WriteBuffer int
+	// BatchSize is the number of datagrams moved per system call; 0
+	// means DefaultBatchSize.
+	BatchSize int
+	// MaxDatagramSize is the largest UDP payload received; larger
+	// datagrams are dropped and counted as malformed. 0 means
+	// DefaultMaxDatagramSize.
+	MaxDatagramSize int
+	// StrictICRC accepts only packets whose ICRC matches with IPv4
+	// identification 0, as goroce peers send it: a full 32-bit check, but
+	// packets from Linux rxe (which counts identifications) are dropped.
+	// By default the identification is recovered from the ICRC, which
+	// leaves a 16-bit check for such packets (see icrc_recv.go).
+	StrictICRC bool
+}
+
+func (cfg Config) withDefaults() (Config, error) {
+	if !cfg.Addr.IsValid() {
+		return cfg, errors.New("netio: Config.Addr is not set")
+	}
+	cfg.Addr = cfg.Addr.Unmap()
+	switch a := cfg.Addr; {
+	case a.IsUnspecified():
+		return cfg, fmt.Errorf("netio: Config.Addr %v is unspecified: a RoCE device binds one address", a)
+	case a.IsMulticast():
+		return cfg, fmt.Errorf("netio: Config.Addr %v is a multicast address", a)
+	case a.Zone() != "":
+		return cfg, fmt.Errorf("netio: Config.Addr %v has a zone: link-local addresses are not supported", a)
+	}
+	if cfg.Port == 0 {
+		cfg.Port = wire.RoCEv2Port
+	}
+	if cfg.ReadBuffer == 0 {
+		cfg.ReadBuffer = DefaultReadBuffer
+	}
+	if cfg.WriteBuffer == 0 {
+		cfg.WriteBuffer = DefaultWriteBuffer
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = DefaultBatchSize
+	}
+	if cfg.MaxDatagramSize <= 0 {
+		cfg.MaxDatagramSize = DefaultMaxDatagramSize
+	}
+	if cfg.MaxDatagramSize < wire.BTHLen+icrcLen {
+		return cfg, fmt.Errorf("netio: Config.MaxDatagramSize %d is smaller than the smallest RoCEv2 packet", cfg.MaxDatagramSize)
+	}
+	return cfg, nil
+}
+
+// Errors of the send path.
+var (
+	// ErrNoICRCRoom means a packet passed to Send has fewer than 4 bytes
+	// of spare capacity, where the ICRC is appended.
+	ErrNoICRCRoom = errors.New("netio: packet has no spare capacity for the ICRC")
+	// ErrShortPacket means a packet passed to Send is shorter than a BTH
+	// and the pad its BTH announces.
+	ErrShortPacket = errors.New("netio: packet shorter than a BTH")
+	// ErrDestination means a destination is not a valid address of the
+	// local address's family, or has port 0.
+	ErrDestination = errors.New("netio: bad destination address")
+	// ErrServing means Serve was called while another Serve runs.
+	ErrServing = errors.New("netio: Serve is already running")
+)
+
+// Conn is a RoCEv2 endpoint on UDP: one socket receiving on the configured
+// address and port, and a pool of send sockets, one per source port in use
+// (see Sender). It is safe for concurrent use, except that one Serve runs
+// at a time.
+type Conn struct {
+	cfg   Config
+	local netip.AddrPort
+	v6    bool
+	uc    *net.UDPConn
+	rc    syscall.RawConn
+
+	counters Counters
+	tap      atomic.Pointer[captureTap]
+	closing  atomic.Bool
+
+	mu      sync.Mutex
+	closed  bool
+	serving bool
+	rx      *receiver          // made by the first Serve, reused
+	senders map[uint16]*Sender // by bound port
+	aliases map[uint16]uint16  // requested port → bound port, when the bind moved on
+}
+
+// Open opens the receive socket of a RoCEv2 endpoint bound to
+// cfg.Addr:cfg.Port. Run Serve to receive and Sender to send.
+func Open(cfg Config) (*Conn, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	local := netip.AddrPortFrom(cfg.Addr, cfg.Port)
+	uc, rc, err := listen(local, receiveSocket, &cfg)
+	if err != nil {
+		return nil, fmt.Errorf("netio: open %v: %w", local, err)
+	}
+	return &Conn{
+		cfg:     cfg,
+		local:   local,
+		v6:      cfg.Addr.Is6(),
+		uc:      uc,
+		rc:      rc,
+		senders: make(map[uint16]*Sender),
+		aliases: make(map[uint16]uint16),
+	}, nil
+}
+
+// LocalAddr returns the address and port the Conn receives on.
+func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
+
+// Counters returns the Conn's counters.
+func (c *Conn) Counters() *Counters { return &c.counters }
+
+// Close closes every socket of the Conn: a running Serve returns promptly
+// (after the Handler call in progress, if any), and later sends fail with
+// net.ErrClosed. Close does not wait for Serve to return, so it may be called
+// from a Handler.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return net.ErrClosed
+	}
+	c.closed = true
+	c.closing.Store(true)
+	senders := c.senders
+	c.senders, c.aliases = nil, nil
+	tap := c.tap.Swap(nil)
+	c.mu.Unlock()
+
+	err := c.uc.Close()
+	for _, s := range senders {
+		s.uc.Close()
+	}
+	if tap != nil {
+		tap.stop()
+	}
+	return err
+}
+
+// destination checks dst and returns it in the family of the local address
+// (an IPv4-mapped address becomes IPv4).
+func (c *Conn) destination(dst netip.AddrPort) (netip.AddrPort, error) {
+	a := dst.Addr().Unmap()
+	if !a.IsValid() || dst.Port() == 0 || a.Is6() != c.v6 || a.IsUnspecified() {
+		return netip.AddrPort{}, fmt.Errorf("%w: %v from %v", ErrDestination, dst, c.local.Addr())
+	}
+	return netip.AddrPortFrom(a, dst.Port()), nil
+}

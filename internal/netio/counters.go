@@ -1,0 +1,38 @@
+package netio
+
+import "sync/atomic"
+
+// Counters count what a Conn did, for diagnostics and tests. The fields are
+// updated atomically while the Conn runs and may be read at any time.
+type Counters struct {
+	// RxPackets and RxBytes count every datagram read from the socket and
+	// its UDP payload bytes, including the ones dropped below.
+	RxPackets atomic.Uint64
+	RxBytes   atomic.Uint64
+	// Malformed counts datagrams dropped before the ICRC check: not a
+	// well-formed RoCEv2 packet (wire.Packet.Parse failed), larger than the
+	// receive buffer (Config.MaxDatagramSize), or from an unexpected
+	// address family.
+	Malformed atomic.Uint64
+	// ICRCErrors counts packets dropped because no IPv4 identification
+	// explains their ICRC (or, over IPv6 or with StrictICRC, because it
+	// does not match).
+	ICRCErrors atomic.Uint64
+	// ICRCIDRecovered counts packets accepted after recovering a non-zero
+	// IPv4 identification from the ICRC (a 16-bit check; see
+	// Config.StrictICRC).
+	ICRCIDRecovered atomic.Uint64
+	// Delivered counts packets handed to the Handler.
+	Delivered atomic.Uint64
+
+	// TxPackets and TxBytes count packets sent and their UDP payload
+	// bytes, ICRC included.
+	TxPackets atomic.Uint64
+	TxBytes   atomic.Uint64
+	// SendErrors counts packets the kernel refused (EMSGSIZE above the
+	// path MTU, ENETUNREACH, ...) and packets the caller passed malformed.
+	SendErrors atomic.Uint64
+
+	// CaptureErrors counts packets the capture tap failed to write.
+	CaptureErrors atomic.Uint64
+}

@@ -1,0 +1,42 @@
+// Package netio moves RoCEv2 packets between goroce's transport and the
+// network through ordinary UDP sockets: no raw sockets, no kernel module,
+// no privileges (larger socket buffers are used when the process has
+// CAP_NET_ADMIN).
+//
+// A [Conn] owns one socket bound to the device's address and UDP port
+// (4791 by default) on which every packet for the device arrives, and a pool
+// of send sockets, one per UDP source port in use: RoCEv2 senders keep one
+// source port per QP in 0xC000-0xFFFF ([SourcePortForFlow],
+// [SourcePortForQPN]), and a socket sends from the port it is bound to.
+// [Conn.Sender] hands out those sockets, reference counted.
+//
+// Sending ([Sender.Send], [Sender.SendBatch] with sendmmsg) takes a packet
+// from the BTH through the pad and appends its ICRC, computed over the IP
+// and UDP headers the kernel will build. Receiving ([Conn.Serve]) reads
+// batches with recvmmsg into buffers allocated once, parses each datagram
+// with wire.Packet.Parse, checks its ICRC and calls the [Handler] inline on
+// the receive goroutine: no channel hop and no allocation per packet.
+//
+// # The IPv4 identification and the ICRC
+//
+// The ICRC covers the IPv4 identification field. On transmit, Linux sends
+// identification 0 from an unconnected socket with DF set (IP_PMTUDISC_DO),
+// so every goroce socket is unconnected and sets DF, and the ICRC is computed
+// for 0; a connect()ed socket would count identifications and rxe would drop
+// its packets. On receive, a UDP socket does not reveal the identification,
+// and rxe counts it per socket; netio recovers it from the ICRC itself by
+// solving a small linear system over GF(2) (icrc_recv.go). A packet sent
+// with identification 0 gets a full 32-bit check; one sent with another
+// identification a 16-bit check (Config.StrictICRC turns the recovery off).
+// DF is assumed set and IPv4 options absent, as every RoCEv2 sender does.
+// IPv6 has no identification: its header is rebuilt whole and checked on 32
+// bits.
+//
+// # Capture
+//
+// [Conn.SetCapture] writes every packet sent or accepted to a pcap file
+// with the IP and UDP headers rebuilt, for tshark and goroce-dump.
+//
+// The socket code is Linux-specific (recvmmsg, sendmmsg, IP_PKTINFO,
+// UDP_NO_CHECK6_RX, socket filters).
+package netio

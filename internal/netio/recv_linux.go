@@ -1,0 +1,218 @@
+package netio
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// Handler receives the packets a Conn accepts.
+type Handler interface {
+	// HandlePacket is called on the Serve goroutine for each packet that
+	// parsed and passed the ICRC check, in arrival order. p and the bytes
+	// it refers to are valid only until HandlePacket returns: the
+	// receive buffer is reused for the next batch. The path MTU is not
+	// checked (Parse ran with mtu 0): the QP checks it.
+	HandlePacket(p *wire.Packet, from netip.AddrPort, info RecvInfo)
+}
+
+// HandlerFunc adapts a function to the Handler interface.
+type HandlerFunc func(p *wire.Packet, from netip.AddrPort, info RecvInfo)
+
+// HandlePacket calls f.
+func (f HandlerFunc) HandlePacket(p *wire.Packet, from netip.AddrPort, info RecvInfo) {
+	f(p, from, info)
+}
+
+// RecvInfo describes how a packet arrived.
+type RecvInfo struct {
+	// Local is the address and port the packet was sent to.
+	Local netip.AddrPort
+	// IPID is the IPv4 identification the sender used, as recovered
+	// from the ICRC: 0 for goroce peers and over IPv6.
+	IPID uint16
+	// IDRecovered reports that the ICRC matched only for a recovered
+	// non-zero IPID, which makes it a 16-bit check (see
+	// Config.StrictICRC).
+	IDRecovered bool
+}
+
+// receiver holds everything the receive loop needs, allocated once: the
+// recvmmsg headers, one buffer per datagram, their control-message space, a
+// Packet to parse into and the identification recovery cache.
+type receiver struct {
+	batch *mmsgBatch
+	bufs  []byte // len(batch.hdrs) buffers of size bytes
+	oob   []byte // len(batch.hdrs) control areas of oobSize bytes
+	size  int
+	pkt   wire.Packet
+	ids   idRecoverer
+}
+
+func newReceiver(batchSize, size int) *receiver {
+	r := &receiver{
+		batch: newMmsgBatch(batchSize, true),
+		bufs:  make([]byte, batchSize*size),
+		oob:   make([]byte, batchSize*oobSize),
+		size:  size,
+	}
+	for i := range r.batch.hdrs {
+		r.batch.iovs[i].Base = &r.bufs[i*size]
+		r.batch.hdrs[i].Hdr.Control = &r.oob[i*oobSize]
+	}
+	return r
+}
+
+// reset prepares the headers for the next recvmmsg: the kernel overwrites
+// the lengths and flags of the ones it fills.
+func (r *receiver) reset() {
+	for i := range r.batch.hdrs {
+		h := &r.batch.hdrs[i]
+		h.Len = 0
+		h.Hdr.Namelen = uint32(len(sockaddr{}))
+		h.Hdr.SetControllen(oobSize)
+		h.Hdr.Flags = 0
+		r.batch.iovs[i].SetLen(r.size)
+	}
+}
+
+// aLongTimeAgo is a deadline in the past, to wake a blocked read.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// Serve runs the receive loop on the calling goroutine: it reads datagrams
+// in batches (recvmmsg), parses each as a RoCEv2 packet, checks its ICRC,
+// and calls h for each one that passes; the others are dropped and counted
+// (Counters). It returns nil when the Conn is closed, ctx.Err() when ctx is
+// done, and the error otherwise. Serve may be called again after it
+// returned for ctx; only one Serve runs at a time.
+//
+// The loop does not allocate per packet.
+func (c *Conn) Serve(ctx context.Context, h Handler) error {
+	rx, err := c.startServing()
+	if err != nil {
+		return err
+	}
+	defer c.stopServing()
+	if ctx.Done() != nil {
+		// Cancel by expiring the read deadline, which wakes a blocked
+		// read; undo it when leaving so a later Serve can read.
+		fired := make(chan struct{})
+		stop := context.AfterFunc(ctx, func() {
+			c.uc.SetReadDeadline(aLongTimeAgo)
+			close(fired)
+		})
+		defer func() {
+			if !stop() {
+				<-fired
+			}
+			c.uc.SetReadDeadline(time.Time{})
+		}()
+	}
+	for {
+		rx.reset()
+		err := c.rc.Read(rx.batch.fn)
+		switch {
+		case c.closing.Load():
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			return err
+		case rx.batch.errno != 0:
+			return os.NewSyscallError("recvmmsg", rx.batch.errno)
+		}
+		if !c.deliver(rx, h) {
+			return nil
+		}
+	}
+}
+
+func (c *Conn) startServing() (*receiver, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		return nil, net.ErrClosed
+	case c.serving:
+		return nil, ErrServing
+	}
+	c.serving = true
+	if c.rx == nil {
+		c.rx = newReceiver(c.cfg.BatchSize, c.cfg.MaxDatagramSize)
+	}
+	return c.rx, nil
+}
+
+func (c *Conn) stopServing() {
+	c.mu.Lock()
+	c.serving = false
+	c.mu.Unlock()
+}
+
+// deliver processes the datagrams of the last recvmmsg; false means the
+// Conn was closed meanwhile and the rest was dropped.
+func (c *Conn) deliver(rx *receiver, h Handler) bool {
+	var rxBytes, malformed, icrcErrors, recovered, delivered uint64
+	defer func() {
+		ctr := &c.counters
+		ctr.RxPackets.Add(uint64(rx.batch.n))
+		ctr.RxBytes.Add(rxBytes)
+		ctr.Malformed.Add(malformed)
+		ctr.ICRCErrors.Add(icrcErrors)
+		ctr.ICRCIDRecovered.Add(recovered)
+		ctr.Delivered.Add(delivered)
+	}()
+	var ids *idRecoverer
+	if !c.cfg.StrictICRC {
+		ids = &rx.ids
+	}
+	tap := c.tap.Load()
+	for i := range rx.batch.n {
+		if c.closing.Load() {
+			return false
+		}
+		m := &rx.batch.hdrs[i]
+		data := rx.bufs[i*rx.size : i*rx.size+min(int(m.Len), rx.size)]
+		rxBytes += uint64(len(data))
+		from, ok := rx.batch.names[i].decode(m.Hdr.Namelen)
+		if !ok || m.Hdr.Flags&unix.MSG_TRUNC != 0 {
+			malformed++
+			continue
+		}
+		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
+		info := RecvInfo{Local: c.local}
+		oob := rx.oob[i*oobSize : i*oobSize+min(int(m.Hdr.Controllen), oobSize)]
+		if a, ok := pktinfoDst(oob); ok {
+			info.Local = netip.AddrPortFrom(a.Unmap(), c.local.Port())
+		}
+		if from.Addr().Is6() != info.Local.Addr().Is6() {
+			malformed++
+			continue
+		}
+		if rx.pkt.Parse(data, 0) != nil {
+			malformed++
+			continue
+		}
+		res, id := checkICRC(ids, from, info.Local, data)
+		switch res {
+		case icrcBad:
+			icrcErrors++
+			continue
+		case icrcRecovered:
+			recovered++
+			info.IPID, info.IDRecovered = id, true
+		}
+		if tap != nil {
+			tap.record(&c.counters, from, info.Local, info.IPID, data, false)
+		}
+		delivered++
+		h.HandlePacket(&rx.pkt, from, info)
+	}
+	return true
+}

@@ -1,0 +1,269 @@
+package netio
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"syscall"
+
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// A socket's source port is the port it is bound to, so sending from the
+// per-QP source port a QP uses (see SourcePortForFlow) takes a socket bound
+// to that port. Senders are those sockets: created on demand, shared by the
+// QPs whose ports coincide, reference counted, and closed by the last
+// Release. They stay unconnected (see setSocketOptions) and only send;
+// replies come back to the Conn's receive port.
+
+// Sender sends RoCEv2 packets from one UDP source port of a Conn. It is
+// safe for concurrent use.
+type Sender struct {
+	c    *Conn
+	src  netip.AddrPort // local address and bound port
+	req  uint16         // the port asked for, if the bind moved on to src's
+	uc   *net.UDPConn
+	rc   syscall.RawConn
+	refs int // guarded by c.mu
+
+	mu    sync.Mutex // serialises SendBatch, which owns batch
+	batch *mmsgBatch // made by the first SendBatch
+}
+
+// maxPortProbes bounds the search for a free source port: the whole dynamic
+// range.
+const maxPortProbes = MaxSourcePort - MinSourcePort + 1
+
+// Sender returns a Sender for source port port, opening its socket if no
+// other user holds it; call Release when done. When the port is taken by
+// another program (an ephemeral port of some connection, say) and lies in
+// the dynamic range 0xC000-0xFFFF, the next free port of the range is used
+// instead, and later requests for port get the same socket while it is
+// held: a QP keeps one source port for its lifetime, the only property
+// that matters (receivers accept any source port). Sender.Port tells the
+// port used.
+func (c *Conn) Sender(port uint16) (*Sender, error) {
+	if port == 0 {
+		return nil, errors.New("netio: source port 0")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, net.ErrClosed
+	}
+	if s := c.senders[port]; s != nil {
+		s.refs++
+		return s, nil
+	}
+	if p, ok := c.aliases[port]; ok {
+		s := c.senders[p]
+		s.refs++
+		return s, nil
+	}
+	probes := 1
+	if port >= MinSourcePort {
+		probes = maxPortProbes
+	}
+	p := port
+	for range probes {
+		s, err := c.openSender(p)
+		if err == nil {
+			s.req = port
+			s.refs = 1
+			c.senders[p] = s
+			if p != port {
+				c.aliases[port] = p
+			}
+			return s, nil
+		}
+		if !isAddrInUse(err) {
+			return nil, fmt.Errorf("netio: open source port %d: %w", p, err)
+		}
+		// Only ports of the range are probed, wrapping around at the
+		// top; ports this Conn already holds fail the bind too.
+		if p == MaxSourcePort {
+			p = MinSourcePort
+		} else {
+			p++
+		}
+	}
+	return nil, fmt.Errorf("netio: no free source port from %d on %v", port, c.local.Addr())
+}
+
+func (c *Conn) openSender(port uint16) (*Sender, error) {
+	src := netip.AddrPortFrom(c.local.Addr(), port)
+	uc, rc, err := listen(src, sendSocket, &c.cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Sender{c: c, src: src, uc: uc, rc: rc}, nil
+}
+
+// Port returns the UDP source port the Sender sends from.
+func (s *Sender) Port() uint16 { return s.src.Port() }
+
+// Release drops the caller's hold on the Sender; the last Release closes its
+// socket. The Sender must not be used after its Release.
+func (s *Sender) Release() {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s.refs <= 0 {
+		return // released more often than acquired: already closed
+	}
+	s.refs--
+	if s.refs > 0 || c.closed {
+		return // Close closes the socket of a closed Conn
+	}
+	delete(c.senders, s.src.Port())
+	if s.req != s.src.Port() {
+		delete(c.aliases, s.req)
+	}
+	s.uc.Close()
+}
+
+// Send sends one RoCEv2 packet to dst. pkt holds the packet from the BTH
+// through the pad, and must have at least 4 bytes of spare capacity: Send
+// computes the ICRC (for IPv4 identification 0, which the kernel sends, see
+// setSocketOptions) and appends it there, overwriting
+// pkt[len(pkt):len(pkt)+4]. The packet is sent as one UDP datagram whose
+// destination port is dst's port: 4791 for everyone but goroce peers
+// configured otherwise.
+func (s *Sender) Send(dst netip.AddrPort, pkt []byte) error {
+	c := s.c
+	dst, err := c.destination(dst)
+	if err != nil {
+		c.counters.SendErrors.Add(1)
+		return err
+	}
+	b, err := appendICRC(s.src, dst, pkt)
+	if err != nil {
+		c.counters.SendErrors.Add(1)
+		return err
+	}
+	if _, err := s.uc.WriteToUDPAddrPort(b, dst); err != nil {
+		c.counters.SendErrors.Add(1)
+		return err
+	}
+	c.counters.TxPackets.Add(1)
+	c.counters.TxBytes.Add(uint64(len(b)))
+	if t := c.tap.Load(); t != nil {
+		t.record(&c.counters, s.src, dst, 0, b, true)
+	}
+	return nil
+}
+
+// Message is one packet of a SendBatch.
+type Message struct {
+	// Dst is the destination address and UDP port.
+	Dst netip.AddrPort
+	// Packet is the packet from the BTH through the pad, with 4 bytes of
+	// spare capacity for the ICRC, as for Send.
+	Packet []byte
+}
+
+// SendBatch sends the packets of msgs in order, with as few sendmmsg system
+// calls as Config.BatchSize allows, and returns how many were sent. It stops
+// at the first packet that cannot be sent, returning its error; the packets
+// before it were sent. Each Packet gets its ICRC appended as with Send.
+func (s *Sender) SendBatch(msgs []Message) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.batch == nil {
+		s.batch = newMmsgBatch(s.c.cfg.BatchSize, false)
+	}
+	sent := 0
+	for sent < len(msgs) {
+		n, err := s.sendChunk(msgs[sent:])
+		sent += n
+		if err != nil {
+			s.c.counters.SendErrors.Add(1)
+			return sent, err
+		}
+	}
+	return sent, nil
+}
+
+// sendChunk sends up to one batch of msgs and returns how many went out.
+func (s *Sender) sendChunk(msgs []Message) (int, error) {
+	c, b := s.c, s.batch
+	k := min(len(msgs), len(b.hdrs))
+	var prepErr error
+	for i := range k {
+		m := &msgs[i]
+		dst, err := c.destination(m.Dst)
+		var pkt []byte
+		if err == nil {
+			pkt, err = appendICRC(s.src, dst, m.Packet)
+		}
+		if err != nil {
+			// Send what is ready, then report this packet.
+			k, prepErr = i, err
+			break
+		}
+		b.dsts[i] = dst
+		b.iovs[i].Base = &pkt[0]
+		b.iovs[i].SetLen(len(pkt))
+		h := &b.hdrs[i].Hdr
+		h.Namelen = b.names[i].encode(dst, c.v6)
+		h.Control, h.Controllen, h.Flags = nil, 0, 0
+	}
+	done := 0
+	var err error
+	for done < k {
+		b.off, b.cnt = done, k-done
+		if werr := s.rc.Write(b.fn); werr != nil {
+			err = werr
+			break
+		}
+		if b.errno != 0 {
+			err = os.NewSyscallError("sendmmsg", b.errno)
+			break
+		}
+		if b.n == 0 {
+			err = io.ErrShortWrite // cannot happen on a blocking send; do not spin
+			break
+		}
+		done += b.n
+	}
+	for i := range k {
+		b.iovs[i].Base = nil // do not keep the caller's buffers reachable
+	}
+	t := c.tap.Load()
+	var bytes uint64
+	for i := range done {
+		pkt := msgs[i].Packet
+		pkt = pkt[:len(pkt)+icrcLen]
+		bytes += uint64(len(pkt))
+		if t != nil {
+			t.record(&c.counters, s.src, b.dsts[i], 0, pkt, true)
+		}
+	}
+	c.counters.TxPackets.Add(uint64(done))
+	c.counters.TxBytes.Add(bytes)
+	if err == nil {
+		err = prepErr
+	}
+	return done, err
+}
+
+// appendICRC appends the ICRC of pkt, sent from src to dst, in pkt's spare
+// capacity.
+func appendICRC(src, dst netip.AddrPort, pkt []byte) ([]byte, error) {
+	n := len(pkt)
+	if n < wire.BTHLen || n < wire.BTHLen+int(wire.BTH(pkt).PadCount()) {
+		return nil, ErrShortPacket
+	}
+	if cap(pkt)-n < icrcLen {
+		return nil, ErrNoICRCRoom
+	}
+	crc := sendICRC(src, dst, pkt)
+	pkt = pkt[:n+icrcLen]
+	binary.LittleEndian.PutUint32(pkt[n:], crc)
+	return pkt, nil
+}

@@ -1,0 +1,144 @@
+package netio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// socketKind says what a socket is for, which decides its options.
+type socketKind uint8
+
+const (
+	// receiveSocket is the Conn's socket on the configured port: it
+	// receives every RoCEv2 packet for the device.
+	receiveSocket socketKind = iota
+	// sendSocket is bound to a per-QP source port and only sends.
+	sendSocket
+)
+
+// listen opens a UDP socket bound to addr with the options of kind set
+// before the bind, and returns it with its raw connection for the
+// recvmmsg/sendmmsg system calls.
+func listen(addr netip.AddrPort, kind socketKind, cfg *Config) (*net.UDPConn, syscall.RawConn, error) {
+	network := "udp4"
+	if addr.Addr().Is6() {
+		network = "udp6" // sets IPV6_V6ONLY: the socket sees only IPv6
+	}
+	lc := net.ListenConfig{
+		Control: func(_, _ string, rc syscall.RawConn) error {
+			var err error
+			if cerr := rc.Control(func(fd uintptr) {
+				err = setSocketOptions(int(fd), addr.Addr().Is6(), kind, cfg)
+			}); cerr != nil {
+				return cerr
+			}
+			return err
+		},
+	}
+	pc, err := lc.ListenPacket(context.Background(), network, addr.String())
+	if err != nil {
+		return nil, nil, err
+	}
+	uc := pc.(*net.UDPConn)
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		uc.Close()
+		return nil, nil, err
+	}
+	return uc, rc, nil
+}
+
+// setSocketOptions sets the options every goroce socket needs.
+//
+//   - Path MTU discovery "do" (IP_PMTUDISC_DO): DF is set and the kernel
+//     never fragments; a packet larger than the path MTU fails with
+//     EMSGSIZE. With DF set on an unconnected socket Linux also sends IPv4
+//     identification 0, which the ICRC covers: sendICRC relies on it, and
+//     rxe drops packets whose ICRC was computed for another id. The sockets
+//     are therefore never connect()ed (a connected socket counts ids).
+//   - Large buffers: bursts of MTU-sized packets must not be dropped by the
+//     socket before the receive loop runs. SO_RCVBUFFORCE/SO_SNDBUFFORCE go
+//     past net.core.rmem_max/wmem_max when the process may (CAP_NET_ADMIN);
+//     otherwise the plain options give what the limits allow.
+//   - Receive socket: IP_PKTINFO / IPV6_RECVPKTINFO report the destination
+//     address of each datagram (covered by the ICRC); UDP_NO_CHECK6_RX makes
+//     IPv6 accept UDP checksum 0, which rxe sends (RFC 6936 allows it for
+//     tunnels; Linux drops such datagrams by default).
+//   - Send sockets: a socket filter that drops every datagram, so that
+//     anything sent to a source port (nothing should be) does not sit in a
+//     buffer nobody reads, and a minimal receive buffer.
+func setSocketOptions(fd int, v6 bool, kind socketKind, cfg *Config) error {
+	if v6 {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO); err != nil {
+			return os.NewSyscallError("setsockopt IPV6_MTU_DISCOVER", err)
+		}
+	} else {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO); err != nil {
+			return os.NewSyscallError("setsockopt IP_MTU_DISCOVER", err)
+		}
+	}
+	if err := setBuffer(fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, cfg.WriteBuffer); err != nil {
+		return err
+	}
+	switch kind {
+	case receiveSocket:
+		if err := setBuffer(fd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, cfg.ReadBuffer); err != nil {
+			return err
+		}
+		if v6 {
+			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1); err != nil {
+				return os.NewSyscallError("setsockopt IPV6_RECVPKTINFO", err)
+			}
+			if err := unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_RX, 1); err != nil {
+				return os.NewSyscallError("setsockopt UDP_NO_CHECK6_RX", err)
+			}
+		} else if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_PKTINFO, 1); err != nil {
+			return os.NewSyscallError("setsockopt IP_PKTINFO", err)
+		}
+	case sendSocket:
+		// The kernel raises 0 to its minimum (a few KiB).
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 0); err != nil {
+			return os.NewSyscallError("setsockopt SO_RCVBUF", err)
+		}
+		if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &dropAll); err != nil {
+			return os.NewSyscallError("setsockopt SO_ATTACH_FILTER", err)
+		}
+	}
+	return nil
+}
+
+// dropAll is a classic BPF program of one instruction, "ret #0": accept 0
+// bytes of every packet, that is drop it.
+var dropAll = unix.SockFprog{
+	Len:    1,
+	Filter: &[]unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: 0}}[0],
+}
+
+// setBuffer sets a socket buffer size, first with the privileged option that
+// ignores the system limit, then with the ordinary one. size 0 leaves the
+// system default.
+func setBuffer(fd, force, plain, size int) error {
+	if size <= 0 {
+		return nil
+	}
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, force, size) == nil {
+		return nil
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, plain, size); err != nil {
+		return os.NewSyscallError(fmt.Sprintf("setsockopt buffer option %d", plain), err)
+	}
+	return nil
+}
+
+// isAddrInUse reports whether err is a bind failing because the port is
+// taken.
+func isAddrInUse(err error) bool {
+	return errors.Is(err, unix.EADDRINUSE)
+}
