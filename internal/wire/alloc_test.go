@@ -40,6 +40,13 @@ func TestZeroAllocs(t *testing.T) {
 		{"ICRC", func() { sink = ICRC(ip, udp, body) }},
 		{"ICRCParts", func() { sink = ICRCParts(ip, udp, hdrs, payload, p.Pad) }},
 		{"CheckICRC", func() { ok = CheckICRC(ip, udp, tr) }},
+		{"ICRC with the IP header on the stack", func() {
+			// A receiver that rebuilds the IP header must not pay an
+			// allocation for it.
+			var stackIP [IPv4MaxHeaderLen]byte
+			n := copy(stackIP[:], ip)
+			sink = ICRC(stackIP[:n], udp, body)
+		}},
 		{"ICRCv4", func() {
 			sink = ICRCv4(v4.Src(), v4.Dst(), v4.ID(), UDP(udp).SrcPort(), UDP(udp).DstPort(), hdrs, payload)
 		}},

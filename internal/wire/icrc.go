@@ -94,9 +94,11 @@ func icrc(ip, udp, hdrs, payload, pad []byte) (crc uint32, ok bool) {
 	}
 	crc = icrcSeed
 	if len(opts) > 0 {
-		// IPv4 options are invariant: hash them in place.
+		// IPv4 options are invariant: hash them in place. updateSmall, not
+		// crc32.Update, so that ip does not escape and a caller may build
+		// the header on its stack without an allocation per packet.
 		crc = updateSmall(crc, buf[:n])
-		crc = crc32.Update(crc, crc32.IEEETable, opts)
+		crc = updateSmall(crc, opts)
 		n = 0
 	}
 	n += copy(buf[n:], udp)
