@@ -1,0 +1,594 @@
+package transport
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// psnOf returns the PSN of a delivered-log entry relative to base.
+func logPSN(entry string) string { return entry[strings.LastIndexByte(entry, '@')+1:] }
+
+// TestRetryExhaustion: with nothing getting through, the first packet is
+// sent 1 + retry_cnt times (7 means 7 retries, not infinite), then the
+// oldest WQE fails with RETRY_EXC_ERR and the rest flush.
+func TestRetryExhaustion(t *testing.T) {
+	for retry := uint8(0); retry <= 7; retry++ {
+		t.Run(fmt.Sprint(retry), func(t *testing.T) {
+			o := defaultOpts()
+			o.retryCnt = retry
+			o.timeout = 10 // 4.19 ms
+			a, b := newPair(t, o)
+			l := newLink(t, a, b)
+			sent := 0
+			l.drop = func(from *endpoint, p *wire.Packet) bool {
+				if from == a && p.BTH.PSN() == base {
+					sent++
+				}
+				return true
+			}
+			rkey := b.mem.register(pd, make([]byte, 8), 0, AccessRemoteWrite)
+			start := l.now
+			l.post(a, SendWQE{WRID: 1, Opcode: WRRDMAWrite, Flags: SendInline, Inline: []byte{1}, RKey: rkey})
+			l.post(a, SendWQE{WRID: 2, Opcode: WRSend})
+			l.post(a, SendWQE{WRID: 3, Opcode: WRRDMARead, RKey: rkey})
+			l.run(time.Hour)
+			if sent != int(retry)+1 {
+				t.Errorf("first packet sent %d times, want %d", sent, retry+1)
+			}
+			wantCompletions(t, a.scq.take(),
+				Completion{WRID: 1, Status: StatusRetryExcErr, Opcode: WCRDMAWrite, QPN: qpnA},
+				Completion{WRID: 2, Status: StatusWRFlushErr, Opcode: WCSend, QPN: qpnA},
+				Completion{WRID: 3, Status: StatusWRFlushErr, Opcode: WCRDMARead, QPN: qpnA})
+			if a.qp.State() != StateErr {
+				t.Errorf("state %v", a.qp.State())
+			}
+			c := a.qp.Counters()
+			if c.RetryExceeded != 1 || c.Timeouts != uint64(retry)+1 || c.CompleterRetry != uint64(retry) {
+				t.Errorf("counters %+v", c)
+			}
+			timeout := a.qp.timeoutDuration()
+			if got, want := l.now.Sub(start), time.Duration(retry+1)*timeout; got != want {
+				t.Errorf("gave up after %v, want %v", got, want)
+			}
+			if _, armed := a.qp.Deadline(); armed {
+				t.Error("a timer is still armed in ERR")
+			}
+		})
+	}
+}
+
+// TestTimeoutGoBackN: the ACK of a multi-packet WRITE is lost; the timer
+// fires and the requester resends the whole unacknowledged message.
+func TestTimeoutGoBackN(t *testing.T) {
+	o := defaultOpts()
+	o.mtu = 256
+	a, b := newPair(t, o)
+	l := newLink(t, a, b)
+	acks := 0
+	l.drop = func(from *endpoint, p *wire.Packet) bool {
+		if from == b {
+			acks++
+			return acks == 1
+		}
+		return false
+	}
+	n := 4*256 + 1
+	src := pattern(n, 2)
+	dst := make([]byte, n)
+	rkey := b.mem.register(pd, dst, 0, AccessRemoteWrite)
+	l.post(a, SendWQE{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{{0, uint32(n), a.mem.register(pd, src, 0, 0)}}, RKey: rkey})
+	start := l.now
+	l.run(time.Second)
+	wantBytes(t, "target", dst, src)
+	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: WCRDMAWrite, ByteLen: uint32(n), QPN: qpnA})
+	if got := countOps(l.log, "a", "WRITE"); got != 10 {
+		t.Errorf("%d WRITE packets, want 10 (5 + 5 again): %v", got, l.log)
+	}
+	if c := a.qp.Counters(); c.Timeouts != 1 || c.CompleterRetry != 1 {
+		t.Errorf("counters %+v", c)
+	}
+	if c := b.qp.Counters(); c.DuplicateRequest != 5 {
+		t.Errorf("responder counted %d duplicates", c.DuplicateRequest)
+	}
+	if got := l.now.Sub(start); got != a.qp.timeoutDuration() {
+		t.Errorf("recovered after %v", got)
+	}
+	checkIdle(t, a, b)
+}
+
+// TestSequenceNakResumes: a lost middle packet draws one sequence NAK; the
+// requester resumes from the NAKed PSN at once (no timeout), resending only
+// what was not acknowledged.
+func TestSequenceNakResumes(t *testing.T) {
+	o := defaultOpts()
+	o.mtu = 256
+	a, b := newPair(t, o)
+	must(t, a.qp.SetAckEvery(2))
+	l := newLink(t, a, b)
+	dropped := false
+	l.drop = func(from *endpoint, p *wire.Packet) bool {
+		if from == a && p.BTH.PSN() == base.Add(4) && !dropped {
+			dropped = true
+			return true
+		}
+		return false
+	}
+	n := 6 * 256
+	src := pattern(n, 4)
+	dst := make([]byte, n)
+	rkey := b.mem.register(pd, dst, 0, AccessRemoteWrite)
+	l.post(a, SendWQE{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{{0, uint32(n), a.mem.register(pd, src, 0, 0)}}, RKey: rkey})
+	start := l.now
+	l.run(time.Second)
+	wantBytes(t, "target", dst, src)
+	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: WCRDMAWrite, ByteLen: uint32(n), QPN: qpnA})
+	var psns []string
+	for _, e := range l.log {
+		if strings.HasPrefix(e, "a>") {
+			psns = append(psns, logPSN(e))
+		}
+	}
+	want := []string{}
+	for _, i := range []uint32{0, 1, 2, 3, 5, 4, 5} {
+		want = append(want, base.Add(i).String())
+	}
+	eq(t, "PSNs sent", psns, want...)
+	if l.now != start {
+		t.Errorf("recovery waited %v", l.now.Sub(start))
+	}
+	if c := a.qp.Counters(); c.RcvdSeqErr != 1 || c.CompleterRetry != 1 || c.Timeouts != 0 {
+		t.Errorf("counters %+v", c)
+	}
+	checkIdle(t, a, b)
+}
+
+// TestReadResumesPartially: a lost READ response makes the requester
+// re-request only the missing bytes, at the PSN of the first missing
+// response, with an adjusted RETH.
+func TestReadResumesPartially(t *testing.T) {
+	o := defaultOpts()
+	o.mtu = 256
+	a, b := newPair(t, o)
+	l := newLink(t, a, b)
+	n := 5*256 - 3
+	src := pattern(n, 8)
+	rkey := b.mem.register(pd, src, 0x4000, AccessRemoteRead)
+	dst := make([]byte, n)
+	var reads []wire.RETHFields
+	dropped := false
+	l.drop = func(from *endpoint, p *wire.Packet) bool {
+		if from == a && p.BTH.Opcode() == wire.RCRDMAReadRequest {
+			reads = append(reads, p.RETH.Fields())
+			if p.BTH.PSN() != base.Add(uint32(len(reads)-1)*2) {
+				t.Errorf("READ request %d at PSN %v", len(reads), p.BTH.PSN())
+			}
+		}
+		if from == b && p.BTH.PSN() == base.Add(2) && !dropped {
+			dropped = true
+			return true
+		}
+		return false
+	}
+	l.post(a, SendWQE{WRID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGL: splitSGL(a.mem, dst, 0, AccessLocalWrite), RemoteAddr: 0x4000, RKey: rkey})
+	l.run(time.Second)
+	wantBytes(t, "read", dst, src)
+	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: WCRDMARead, ByteLen: uint32(n), QPN: qpnA})
+	if len(reads) != 2 || reads[0] != (wire.RETHFields{VA: 0x4000, RKey: rkey, DMALength: uint32(n)}) ||
+		reads[1] != (wire.RETHFields{VA: 0x4000 + 512, RKey: rkey, DMALength: uint32(n - 512)}) {
+		t.Errorf("READ requests %+v", reads)
+	}
+	if got := countOps(l.log, "b", "READ_RESPONSE"); got != 4+3 {
+		t.Errorf("%d responses delivered: %v", got, l.log)
+	}
+	checkIdle(t, a, b)
+}
+
+// TestRNRRetry: the requester waits the responder's RNR time and retries;
+// rnr_retry n gives up after n retries with RNR_RETRY_EXC_ERR, 7 never.
+func TestRNRRetry(t *testing.T) {
+	for retry := uint8(0); retry <= 7; retry++ {
+		t.Run(fmt.Sprint(retry), func(t *testing.T) {
+			o := defaultOpts()
+			o.rnrRetry = retry
+			o.minRNR = 1 // 10 µs
+			a, b := newPair(t, o)
+			l := newLink(t, a, b)
+			start := l.now
+			l.post(a, SendWQE{WRID: 1, Opcode: WRSendWithImm, Flags: SendSignaled, Imm: 3})
+			l.post(a, SendWQE{WRID: 2, Opcode: WRSend, Flags: SendSignaled})
+			l.run(time.Millisecond)
+			naks := int(b.qp.Counters().RNRNakSent)
+			if retry < 7 {
+				if naks != int(retry)+1 {
+					t.Errorf("%d RNR NAKs, want %d", naks, retry+1)
+				}
+				wantCompletions(t, a.scq.take(),
+					Completion{WRID: 1, Status: StatusRNRRetryExcErr, Opcode: WCSend, QPN: qpnA},
+					Completion{WRID: 2, Status: StatusWRFlushErr, Opcode: WCSend, QPN: qpnA})
+				if got, want := l.now.Sub(start), time.Duration(retry)*10*time.Microsecond; got != want {
+					t.Errorf("gave up after %v, want %v", got, want)
+				}
+				return
+			}
+			if naks < 50 {
+				t.Fatalf("only %d RNR NAKs in 1 ms with rnr_retry 7", naks)
+			}
+			l.recv(b, 10)
+			l.recv(b, 11)
+			l.run(time.Millisecond)
+			wantCompletions(t, a.scq.take(),
+				Completion{WRID: 1, Opcode: WCSend, QPN: qpnA, Flags: WCWithImm},
+				Completion{WRID: 2, Opcode: WCSend, QPN: qpnA})
+			wantCompletions(t, b.rcq.take(),
+				Completion{WRID: 10, Opcode: WCRecv, QPN: qpnB, SrcQP: qpnA, Imm: 3, Flags: WCWithImm},
+				Completion{WRID: 11, Opcode: WCRecv, QPN: qpnB, SrcQP: qpnA})
+			checkIdle(t, a, b)
+		})
+	}
+}
+
+// TestRNRThenSequenceNak: packets sent after an RNR-NAKed one draw a
+// sequence NAK, which must not cut the RNR wait short nor spend retry_cnt.
+func TestRNRThenSequenceNak(t *testing.T) {
+	o := defaultOpts()
+	o.minRNR = 14 // 1.28 ms
+	a, b := newPair(t, o)
+	l := newLink(t, a, b)
+	for i := range 3 {
+		l.post(a, SendWQE{WRID: uint64(i), Opcode: WRSend, Flags: SendSignaled})
+	}
+	start := l.now
+	l.step() // three SENDs out
+	l.step() // RNR NAK and sequence NAK back
+	if s := a.qp.Snapshot(); !s.RNRWait || s.RetryLeft != 7 || s.RNRRetryLeft != 7 {
+		t.Fatalf("after RNR + sequence NAK: %+v", s)
+	}
+	for i := range 3 {
+		l.recv(b, uint64(10+i))
+	}
+	l.run(time.Second)
+	if got := l.now.Sub(start); got != wire.RNRDelay(14) {
+		t.Errorf("resumed after %v", got)
+	}
+	if len(a.scq.take()) != 3 || len(b.rcq.take()) != 3 {
+		t.Fatal("missing completions")
+	}
+	checkIdle(t, a, b)
+}
+
+// TestStaleResponses: duplicate ACKs, ACKs ahead of anything sent and READ
+// responses out of order change nothing.
+func TestStaleResponses(t *testing.T) {
+	a, b := newPair(t, defaultOpts())
+	l := newLink(t, a, b)
+	rkey := b.mem.register(pd, make([]byte, 4096), 0, AccessRemoteWrite|AccessRemoteRead)
+	l.post(a, SendWQE{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, RKey: rkey})
+	ack := func(p uint32, op wire.Opcode) []byte {
+		h := wire.Headers{BTH: wire.BTHFields{Opcode: op, PKey: 0xFFFF, DestQP: qpnA, PSN: base.Add(p)},
+			AETH: wire.AETHFields{Syndrome: wire.SyndromeAckUnlimited}}
+		return wire.AppendHeaders(nil, &h)
+	}
+	a.out.Reset()
+	eq(t, "ahead", l.inject(b, a, ack(1, wire.RCAcknowledge)))
+	if a.qp.Snapshot().SQDepth != 1 {
+		t.Fatal("an ACK ahead of anything sent completed a WQE")
+	}
+	eq(t, "ack", l.inject(b, a, ack(0, wire.RCAcknowledge)))
+	eq(t, "duplicate", l.inject(b, a, ack(0, wire.RCAcknowledge)))
+	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: WCRDMAWrite, QPN: qpnA})
+	// A READ response at a PSN after the expected one is dropped.
+	dst := make([]byte, 2048)
+	l.post(a, SendWQE{WRID: 2, Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{{0, 2048, a.mem.register(pd, dst, 0, AccessLocalWrite)}}, RKey: rkey})
+	a.out.Reset()
+	last := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCRDMAReadResponseLast, PKey: 0xFFFF, DestQP: qpnA, PSN: base.Add(2)},
+		AETH: wire.AETHFields{Syndrome: wire.SyndromeAckUnlimited}}
+	eq(t, "out of order", l.inject(b, a, append(wire.AppendHeaders(nil, &last), make([]byte, 1024)...)))
+	if c := a.qp.Counters(); c.StaleResponses != 3 || a.qp.Snapshot().SQDepth != 1 {
+		t.Fatalf("counters %+v", c)
+	}
+}
+
+// TestBadResponse: a READ response of the wrong length is a protocol error.
+func TestBadResponse(t *testing.T) {
+	a, b := newPair(t, defaultOpts())
+	l := newLink(t, a, b)
+	dst := make([]byte, 100)
+	l.post(a, SendWQE{WRID: 2, Opcode: WRRDMARead, SGL: []SGE{{0, 100, a.mem.register(pd, dst, 0, AccessLocalWrite)}}, RKey: 1})
+	a.out.Reset()
+	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCRDMAReadResponseOnly, PKey: 0xFFFF, DestQP: qpnA, PSN: base},
+		AETH: wire.AETHFields{Syndrome: wire.SyndromeAckUnlimited}}
+	l.inject(b, a, append(wire.AppendHeaders(nil, &h), make([]byte, 96)...))
+	wantCompletions(t, a.scq.take(), Completion{WRID: 2, Status: StatusBadRespErr, Opcode: WCRDMARead, QPN: qpnA})
+}
+
+// TestLocalProtectionError: a WQE whose lkey is bad fails with LOC_PROT_ERR
+// after the WQEs before it complete, sends nothing, and the QP errors.
+func TestLocalProtectionError(t *testing.T) {
+	for _, op := range []WROpcode{WRSend, WRRDMAWrite, WRRDMARead} {
+		t.Run(fmt.Sprint(op), func(t *testing.T) {
+			a, b := newPair(t, defaultOpts())
+			l := newLink(t, a, b)
+			rkey := b.mem.register(pd, make([]byte, 64), 0, AccessRemoteWrite|AccessRemoteRead)
+			l.recv(b, 1)
+			src := a.mem.register(pd, make([]byte, 64), 0, 0) // no LOCAL_WRITE
+			l.post(a, SendWQE{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, RKey: rkey, SGL: []SGE{{0, 8, src}}})
+			bad := SendWQE{WRID: 2, Opcode: op, RKey: rkey, SGL: []SGE{{0, 8, src}, {0, 8, src + 0x100}}}
+			if op == WRRDMARead {
+				bad.SGL = []SGE{{0, 8, src}} // lacks LOCAL_WRITE
+			}
+			l.post(a, bad)
+			l.post(a, SendWQE{WRID: 3, Opcode: WRSend})
+			l.run(time.Second)
+			wantCompletions(t, a.scq.take(),
+				Completion{WRID: 1, Opcode: WCRDMAWrite, ByteLen: 8, QPN: qpnA},
+				Completion{WRID: 2, Status: StatusLocProtErr, Opcode: op.wcOpcode(), QPN: qpnA},
+				Completion{WRID: 3, Status: StatusWRFlushErr, Opcode: WCSend, QPN: qpnA})
+			if got := countOps(l.log, "a", ""); got != 1 {
+				t.Errorf("%d packets sent, want 1", got)
+			}
+		})
+	}
+}
+
+// TestResponderLocalErrors: a SEND the responder cannot place fails on both
+// sides: LOC_PROT_ERR on the receive, REM_OP_ERR on the send; a SEND longer
+// than the receive buffer gives LOC_LEN_ERR and REM_INV_REQ_ERR.
+func TestResponderLocalErrors(t *testing.T) {
+	tests := []struct {
+		name             string
+		recvLen          uint32
+		recvKeyOK        bool
+		sendSt, recvStat Status
+	}{
+		{"bad receive lkey", 64, false, StatusRemOpErr, StatusLocProtErr},
+		{"receive too short", 7, true, StatusRemInvReqErr, StatusLocLenErr},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := newPair(t, defaultOpts())
+			l := newLink(t, a, b)
+			key := b.mem.register(pd, make([]byte, 64), 0, AccessLocalWrite)
+			if !tc.recvKeyOK {
+				key += 0x100
+			}
+			l.recv(b, 1, SGE{0, tc.recvLen, key})
+			l.recv(b, 2, SGE{0, 64, key})
+			l.post(a, SendWQE{WRID: 7, Opcode: WRSend, Flags: SendInline, Inline: make([]byte, 8)})
+			l.run(time.Second)
+			wantCompletions(t, a.scq.take(), Completion{WRID: 7, Status: tc.sendSt, Opcode: WCSend, QPN: qpnA})
+			wantCompletions(t, b.rcq.take(),
+				Completion{WRID: 1, Status: tc.recvStat, Opcode: WCRecv, QPN: qpnB},
+				Completion{WRID: 2, Status: StatusWRFlushErr, Opcode: WCRecv, QPN: qpnB})
+		})
+	}
+}
+
+// TestFenceAndRdAtomicLimit: max_rd_atomic bounds outstanding READs; a
+// fenced WQE waits for earlier READs to complete.
+func TestFenceAndRdAtomicLimit(t *testing.T) {
+	o := defaultOpts()
+	o.rdAtomic = 2
+	a, b := newPair(t, o)
+	l := newLink(t, a, b)
+	mem := make([]byte, 64)
+	rkey := b.mem.register(pd, mem, 0, AccessRemoteWrite|AccessRemoteRead)
+	lk := a.mem.register(pd, make([]byte, 64), 0, AccessLocalWrite)
+	for i := range 3 {
+		l.post(a, SendWQE{WRID: uint64(i), Opcode: WRRDMARead, SGL: []SGE{{0, 8, lk}}, RKey: rkey})
+	}
+	l.post(a, SendWQE{WRID: 3, Opcode: WRRDMAWrite, Flags: SendFence | SendInline, Inline: []byte{1}, RKey: rkey})
+	var ops []string
+	for _, p := range a.out.Packets() {
+		ops = append(ops, l.parse(a, p.Bytes).BTH.Opcode().String())
+	}
+	eq(t, "first burst", ops, "RC RDMA_READ_REQUEST", "RC RDMA_READ_REQUEST")
+	if s := a.qp.Snapshot(); s.RdAtomicOut != 2 {
+		t.Fatalf("%d outstanding", s.RdAtomicOut)
+	}
+	l.step() // requests to b, responses back: the third READ goes, the WRITE waits
+	ops = nil
+	for _, p := range a.out.Packets() {
+		ops = append(ops, l.parse(a, p.Bytes).BTH.Opcode().String())
+	}
+	eq(t, "second burst", ops, "RC RDMA_READ_REQUEST")
+	l.run(time.Second)
+	if mem[0] != 1 || a.qp.Snapshot().SQDepth != 0 {
+		t.Fatal("fenced WRITE not done")
+	}
+}
+
+// TestWindow: at most 128 PSNs are unacknowledged.
+func TestWindow(t *testing.T) {
+	o := defaultOpts()
+	o.mtu = 256
+	a, b := newPair(t, o)
+	l := newLink(t, a, b)
+	n := 300 * 256
+	dst := make([]byte, n)
+	rkey := b.mem.register(pd, dst, 0, AccessRemoteWrite)
+	src := pattern(n, 1)
+	l.post(a, SendWQE{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{{0, uint32(n), a.mem.register(pd, src, 0, 0)}}, RKey: rkey})
+	if got := a.out.Len(); got != DefaultMaxUnackedPSNs {
+		t.Fatalf("first burst of %d packets", got)
+	}
+	l.run(time.Second)
+	wantBytes(t, "target", dst, src)
+	checkIdle(t, a, b)
+}
+
+func TestPostErrors(t *testing.T) {
+	e := newEndpoint("a", qpnA, defaultOpts(), nil)
+	qp := e.qp
+	var out Output
+	now := time.Unix(0, 0)
+	w := &SendWQE{Opcode: WRSend}
+	for _, s := range []State{StateReset, StateInit, StateRTR} {
+		qp.SetState(s)
+		if err := qp.PostSend(w, now, &out); err != ErrQPState {
+			t.Errorf("PostSend in %v: %v", s, err)
+		}
+	}
+	qp.SetState(StateReset)
+	if err := qp.PostRecv(&RecvWQE{}); err != ErrQPState {
+		t.Errorf("PostRecv in RESET: %v", err)
+	}
+	qp.SetState(StateInit)
+	for i := range 64 {
+		must(t, qp.PostRecv(&RecvWQE{WRID: uint64(i)}))
+	}
+	if err := qp.PostRecv(&RecvWQE{}); err != ErrRecvQueueFull {
+		t.Errorf("full RQ: %v", err)
+	}
+	if err := qp.PostRecv(&RecvWQE{SGL: make([]SGE, 5)}); err != ErrTooManySGE {
+		t.Errorf("5 SGEs: %v", err)
+	}
+	qp.SetState(StateRTR)
+	qp.SetState(StateRTS)
+	cases := []struct {
+		w   SendWQE
+		err error
+	}{
+		{SendWQE{Opcode: 7}, ErrBadOpcode},
+		{SendWQE{Opcode: WRSend, SGL: make([]SGE, 5)}, ErrTooManySGE},
+		{SendWQE{Opcode: WRRDMARead, Flags: SendInline}, ErrBadOpcode},
+		{SendWQE{Opcode: WRAtomicFetchAdd, SGL: []SGE{{Length: 4}}}, ErrBadAtomicSGL},
+		{SendWQE{Opcode: WRSend, SGL: []SGE{{Length: 1 << 31}, {Length: 1}}}, ErrTooLong},
+	}
+	for _, c := range cases {
+		if err := qp.PostSend(&c.w, now, &out); err != c.err {
+			t.Errorf("%+v: %v, want %v", c.w, err, c.err)
+		}
+	}
+	must(t, qp.SetMaxRdAtomic(0))
+	if err := qp.PostSend(&SendWQE{Opcode: WRRDMARead}, now, &out); err != ErrNoRdAtomic {
+		t.Errorf("READ with max_rd_atomic 0: %v", err)
+	}
+	for i := range 64 {
+		must(t, qp.PostSend(&SendWQE{WRID: uint64(i), Opcode: WRSend}, now, &out))
+	}
+	if err := qp.PostSend(w, now, &out); err != ErrSendQueueFull {
+		t.Errorf("full SQ: %v", err)
+	}
+	for _, bad := range []error{qp.SetPathMTU(1000), qp.SetTimeout(32), qp.SetRetryCnt(8), qp.SetRNRRetry(8), qp.SetMinRNRTimer(32), qp.SetMaxUnackedPSNs(0), qp.SetAckEvery(0)} {
+		if bad != ErrBadAttr {
+			t.Errorf("bad attribute accepted: %v", bad)
+		}
+	}
+	srq := NewSRQ(2, 1)
+	must(t, srq.PostRecv(&RecvWQE{}))
+	must(t, srq.PostRecv(&RecvWQE{}))
+	if err := srq.PostRecv(&RecvWQE{}); err != ErrSRQFull {
+		t.Errorf("full SRQ: %v", err)
+	}
+	if err := srq.PostRecv(&RecvWQE{SGL: make([]SGE, 2)}); err != ErrTooManySGE {
+		t.Errorf("SRQ SGEs: %v", err)
+	}
+}
+
+// TestFlushExactlyOnce: moving to ERR completes every outstanding send and
+// receive WQE once, in order, whatever its progress; later posts flush at
+// once.
+func TestFlushExactlyOnce(t *testing.T) {
+	a, b := newPair(t, defaultOpts())
+	l := newLink(t, a, b)
+	rkey := b.mem.register(pd, make([]byte, 64), 0, AccessRemoteWrite)
+	for i := range 4 {
+		l.post(a, SendWQE{WRID: uint64(i), Opcode: WRRDMAWrite, RKey: rkey})
+	}
+	l.drop = func(from *endpoint, _ *wire.Packet) bool { return from == b }
+	l.step() // b got them; its ACK is lost
+	for i := range 3 {
+		l.recv(a, uint64(100+i))
+	}
+	a.qp.SetState(StateErr)
+	a.qp.Flush()
+	var want []Completion
+	for i := range 4 {
+		want = append(want, Completion{WRID: uint64(i), Status: StatusWRFlushErr, Opcode: WCRDMAWrite, QPN: qpnA})
+	}
+	wantCompletions(t, a.scq.take(), want...)
+	want = nil
+	for i := range 3 {
+		want = append(want, Completion{WRID: uint64(100 + i), Status: StatusWRFlushErr, Opcode: WCRecv, QPN: qpnA})
+	}
+	wantCompletions(t, a.rcq.take(), want...)
+	must(t, a.qp.PostSend(&SendWQE{WRID: 9, Opcode: WRRDMARead}, l.now, &a.out))
+	must(t, a.qp.PostRecv(&RecvWQE{WRID: 10}))
+	wantCompletions(t, a.scq.take(), Completion{WRID: 9, Status: StatusWRFlushErr, Opcode: WCRDMARead, QPN: qpnA})
+	wantCompletions(t, a.rcq.take(), Completion{WRID: 10, Status: StatusWRFlushErr, Opcode: WCRecv, QPN: qpnA})
+	if a.out.Len() != 0 {
+		t.Fatal("an errored QP sent packets")
+	}
+	// RESET forgets everything without completions; the QP can be reused.
+	a.qp.SetState(StateReset)
+	if s := a.qp.Snapshot(); s.SQDepth != 0 || s.RQDepth != 0 {
+		t.Fatalf("after RESET: %+v", s)
+	}
+}
+
+// TestSRQHeldWQEFlushed: a multi-packet SEND holding an SRQ WQE when the QP
+// errors completes it with WR_FLUSH_ERR; the others stay in the SRQ.
+func TestSRQHeldWQEFlushed(t *testing.T) {
+	o := defaultOpts()
+	o.mtu = 256
+	o.srq = true
+	a, b := newPair(t, o)
+	l := newLink(t, a, b)
+	must(t, b.qp.srq.PostRecv(&RecvWQE{WRID: 1}))
+	must(t, b.qp.srq.PostRecv(&RecvWQE{WRID: 2}))
+	l.inject(a, b, req(wire.RCSendFirst, base, false, make([]byte, 256), nil))
+	// The empty receive buffer is too short: LOC_LEN_ERR.
+	wantCompletions(t, b.rcq.take(), Completion{WRID: 1, Status: StatusLocLenErr, Opcode: WCRecv, QPN: qpnB})
+	if b.qp.srq.Len() != 1 {
+		t.Fatalf("SRQ holds %d", b.qp.srq.Len())
+	}
+	o.srq = true
+	c, d := newPair(t, o)
+	l = newLink(t, c, d)
+	buf := d.mem.register(pd, make([]byte, 1024), 0, AccessLocalWrite)
+	must(t, d.qp.srq.PostRecv(&RecvWQE{WRID: 1, SGL: []SGE{{0, 1024, buf}}}))
+	must(t, d.qp.srq.PostRecv(&RecvWQE{WRID: 2, SGL: []SGE{{0, 1024, buf}}}))
+	l.inject(c, d, req(wire.RCSendFirst, base, false, make([]byte, 256), nil))
+	d.qp.SetState(StateErr)
+	wantCompletions(t, d.rcq.take(), Completion{WRID: 1, Status: StatusWRFlushErr, Opcode: WCRecv, QPN: qpnB})
+	if d.qp.srq.Len() != 1 {
+		t.Fatalf("SRQ holds %d", d.qp.srq.Len())
+	}
+}
+
+// TestCQOverflow: a full CQ moves the QP to ERR.
+func TestCQOverflow(t *testing.T) {
+	a, b := newPair(t, defaultOpts())
+	l := newLink(t, a, b)
+	b.rcq.limit = 1
+	for i := range 3 {
+		l.recv(b, uint64(i))
+		l.post(a, SendWQE{WRID: uint64(i), Opcode: WRSend})
+	}
+	l.run(time.Second)
+	if b.qp.State() != StateErr || b.qp.Counters().CQOverflow == 0 {
+		t.Fatalf("state %v counters %+v", b.qp.State(), b.qp.Counters())
+	}
+}
+
+// TestSQD: in SQD the requester finishes nothing new; back in RTS it goes on.
+func TestSQD(t *testing.T) {
+	a, b := newPair(t, defaultOpts())
+	l := newLink(t, a, b)
+	a.qp.SetState(StateSQD)
+	l.recv(b, 1)
+	l.post(a, SendWQE{WRID: 1, Opcode: WRSend, Flags: SendSignaled})
+	if a.out.Len() != 0 {
+		t.Fatal("SQD started a WQE")
+	}
+	a.qp.SetState(StateRTS)
+	if d, ok := a.qp.Deadline(); !ok || d.After(l.now) {
+		t.Fatalf("back in RTS with work queued: Deadline %v %v", d, ok)
+	}
+	l.run(time.Second)
+	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: WCSend, QPN: qpnA})
+}

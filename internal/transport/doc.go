@@ -1,0 +1,101 @@
+// Package transport implements the reliable connected (RC) transport of a
+// queue pair: the requester, the completer and the responder of IBTA
+// chapter 9, split as in Linux rxe (rxe_req.c, rxe_comp.c, rxe_resp.c).
+//
+// The package is sans I/O: it owns no sockets, starts no goroutines and
+// never reads the clock. Every entry point of a QP takes the current time
+// and appends the packets to send to a caller-provided Output; Deadline says
+// when OnTimer is due. The caller (the verbs device with netio, or a
+// simulated network in tests) parses and ICRC-checks incoming packets,
+// hands them to HandlePacket, appends the ICRC to outgoing ones and sends
+// them to the destination given to SetDest.
+//
+// # Boundaries
+//
+// Memory resolves keys to bytes (verbs implements it over its MR table), so
+// that this package does not import verbs. Work requests (SendWQE, RecvWQE)
+// are copied into fixed slots of bounded rings at post time; completions
+// (Completion) go to a CompletionQueue. A steady state allocates nothing:
+// packet buffers are reused by Output, payload is copied once between
+// registered memory and the packet.
+//
+// # Requester and completer
+//
+// The requester segments each work request by the path MTU and assigns its
+// PSNs: SEND and WRITE as FIRST/MIDDLE/LAST or ONLY (RETH on the first,
+// ImmDt or IETH on the last), a READ as one request consuming one PSN per
+// response packet, an atomic as one request. It asks for an ACK on the last
+// packet of every message and at least every 64 packets (SetAckEvery),
+// keeps at most 128 PSNs unacknowledged (SetMaxUnackedPSNs), at most
+// max_rd_atomic READs and atomics outstanding, and holds a fenced work
+// request until every earlier READ and atomic has completed.
+//
+// The completer retires work requests in posting order. A coalesced ACK
+// completes every SEND and WRITE up to its PSN; a READ response or atomic
+// ACK completes its READ or atomic and implicitly acknowledges what was
+// sent before; an acknowledgement of a later request while a READ or atomic
+// is unanswered means its response was lost and starts a retry, as rxe does.
+// Retransmission is go-back-N from the oldest unacknowledged PSN: a partly
+// acknowledged SEND or WRITE resumes at its first unacknowledged packet, a
+// partly answered READ asks again for the missing bytes only, with an
+// adjusted RETH, at the PSN of its first missing response.
+//
+// # Responder
+//
+// HandlePacket runs the responder's checks in the order of rxe's state
+// table: PSN (expected, duplicate, or ahead: one sequence NAK, then silence
+// until the expected PSN arrives), opcode sequence, operation enabled by the
+// QP's access flags, resources (a receive WQE for SEND and WRITE with
+// immediate, else an RNR NAK with min_rnr_timer), length (C9-92/C9-94, and
+// against the RETH length and the receive buffer), rkey (Memory.Remote,
+// before a byte moves; a zero-length READ or WRITE names no memory,
+// C9-88), execute, acknowledge. Duplicate SENDs and WRITEs are
+// re-acknowledged, duplicate READs answered again from memory, duplicate
+// atomics from the responder resources ring (max_dest_rd_atomic entries),
+// never executed twice. Atomics serialise on an AtomicLocks shared by the
+// device. READ replies go out in bursts of 64 packets, so that no call
+// produces more than that whatever the READ length; Deadline asks for an
+// immediate OnTimer to send the next burst.
+//
+// # Behaviour chosen where rxe and IBTA leave room
+//
+//   - retry_cnt 7 means 7 retries (IBTA); only rnr_retry 7 is infinite.
+//     A timeout and a PSN sequence NAK both spend one retry, as in rxe; a
+//     NAK-started retry is not restarted by further NAKs until progress
+//     (rxe's started_retry), and a sequence NAK during an RNR wait is left
+//     to the retransmission that ends the wait. Any progress refills both
+//     budgets.
+//   - The first packet resent after a rewind asks for an ACK, so that a
+//     retry round that gets through is acknowledged even if the rest of it
+//     is lost again (IBTA allows AckReq on any packet).
+//   - A READ response gap is not a NAK: responses are taken in PSN order
+//     only and the retransmit timer re-requests the rest.
+//   - A replayed READ starting inside the original range is answered with
+//     FIRST (or ONLY) at the requested PSN, as a new request for that
+//     range; the completer accepts both that and rxe's MIDDLE/LAST
+//     continuation.
+//   - A duplicate SEND or WRITE is re-acknowledged only when it asks for an
+//     ACK (rxe acknowledges every one); retransmitted messages always end
+//     with a packet that asks.
+//   - Responder errors of IBTA classes A and C (invalid request, remote
+//     access, remote operational) NAK the request and move the responder's
+//     QP to ERR, as rxe does; a receive WQE the message held completes with
+//     REM_INV_REQ_ERR, REM_ACCESS_ERR, LOC_LEN_ERR (SEND longer than the
+//     buffer) or LOC_PROT_ERR (receive buffer not writable, answered with a
+//     remote operational error NAK).
+//   - A QP's access flags not allowing an operation give an invalid request
+//     NAK (rxe), not a remote access error.
+//   - Posting to a QP in ERR completes the request at once with
+//     WR_FLUSH_ERR (IBTA C10-42, current rxe).
+//   - A work request whose local memory is invalid fails with LOC_PROT_ERR
+//     before any of its packets is sent, once every earlier request has
+//     completed; the QP then goes to ERR.
+//   - Responses leave in PSN order. Requests arriving while READ replies
+//     are still being sent are executed at once; their READ replies and
+//     atomic ACKs queue behind (max_dest_rd_atomic+1 entries; a READ or
+//     atomic beyond that is dropped as if lost), and their ACK or NAK waits
+//     until the queue has drained, the latest superseding earlier ones. A
+//     duplicate READ restarts the queue at its PSN, since the requester went
+//     back to it (go-back-N).
+//   - Overflowing a completion queue moves the QP to ERR.
+package transport

@@ -1,0 +1,159 @@
+package transport
+
+import (
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/wire"
+)
+
+func TestStrings(t *testing.T) {
+	tests := []struct{ got, want string }{
+		{StatusSuccess.String(), "SUCCESS"},
+		{StatusWRFlushErr.String(), "WR_FLUSH_ERR"},
+		{StatusRNRRetryExcErr.String(), "RNR_RETRY_EXC_ERR"},
+		{StatusGeneralErr.String(), "GENERAL_ERR"},
+		{Status(14).String(), "STATUS(14)"},
+		{WCRecvRDMAWithImm.String(), "RECV_RDMA_WITH_IMM"},
+		{WCOpcode(77).String(), "WC_OPCODE(77)"},
+		{WRAtomicCmpAndSwp.String(), "ATOMIC_CMP_AND_SWP"},
+		{WRSendWithInv.String(), "SEND_WITH_INV"},
+		{WROpcode(8).String(), "WR_OPCODE(8)"},
+		{StateRTS.String(), "RTS"},
+		{State(9).String(), "STATE(9)"},
+		{ErrOutOfBounds.Error(), "transport: access outside the memory region"},
+		{AccessError(0).Error(), "transport: memory access fault"},
+	}
+	for _, tc := range tests {
+		if tc.got != tc.want {
+			t.Errorf("got %q, want %q", tc.got, tc.want)
+		}
+	}
+}
+
+// TestNakCodes maps every NAK code to the requester's status.
+func TestNakCodes(t *testing.T) {
+	tests := []struct {
+		code wire.NAKCode
+		want Status
+	}{
+		{wire.NAKInvalidRequest, StatusRemInvReqErr},
+		{wire.NAKRemoteAccessError, StatusRemAccessErr},
+		{wire.NAKRemoteOperationalError, StatusRemOpErr},
+		{wire.NAKInvalidRDRequest, StatusRemOpErr},
+		{0x1F, StatusRemOpErr},
+	}
+	for _, tc := range tests {
+		a, b := newPair(t, defaultOpts())
+		l := newLink(t, a, b)
+		l.post(a, SendWQE{WRID: 1, Opcode: WRSend})
+		l.post(a, SendWQE{WRID: 2, Opcode: WRSend})
+		a.out.Reset()
+		h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAcknowledge, PKey: 0xFFFF, DestQP: qpnA, PSN: base.Add(1)},
+			AETH: wire.AETHFields{Syndrome: wire.NakSyndrome(tc.code)}}
+		l.inject(b, a, wire.AppendHeaders(nil, &h))
+		// The NAK implicitly acknowledged WR 1, which completes silently.
+		wantCompletions(t, a.scq.take(), Completion{WRID: 2, Status: tc.want, Opcode: WCSend, QPN: qpnA})
+	}
+}
+
+// TestUnsupportedRequests: FLUSH and ATOMIC_WRITE are not supported; the
+// responder answers them with an invalid request NAK.
+func TestUnsupportedRequests(t *testing.T) {
+	for _, op := range []wire.Opcode{wire.RCFlush, wire.RCAtomicWrite} {
+		a, b := newPair(t, defaultOpts())
+		l := newLink(t, a, b)
+		var payload []byte
+		if op == wire.RCAtomicWrite {
+			payload = make([]byte, 8)
+		}
+		eq(t, op.String(), l.inject(a, b, req(op, base, true, payload, nil)), "RC ACKNOWLEDGE@0 NAK invalid request")
+	}
+}
+
+// TestForeignPackets: packets of another transport, QP or partition, and
+// packets in a state that does not take them, are dropped and counted.
+func TestForeignPackets(t *testing.T) {
+	a, b := newPair(t, defaultOpts())
+	l := newLink(t, a, b)
+	ok := req(wire.RCSendOnly, base, true, nil, nil)
+	tests := []func([]byte){
+		func(p []byte) { wire.BTH(p).SetDestQP(0x99) },
+		func(p []byte) { wire.BTH(p).SetPKey(0x1234) },
+		func(p []byte) { wire.BTH(p).SetOpcode(wire.UCSendOnly) },
+	}
+	for i, mangle := range tests {
+		p := append([]byte(nil), ok...)
+		mangle(p)
+		if got := l.inject(a, b, p); len(got) != 0 || b.qp.Counters().DroppedPackets != uint64(i+1) {
+			t.Errorf("case %d: answered %v, counters %+v", i, got, b.qp.Counters())
+		}
+	}
+	// A limited-membership P_Key (0x7FFF) matches the default.
+	p := append([]byte(nil), ok...)
+	wire.BTH(p).SetPKey(0x7FFF)
+	eq(t, "limited P_Key", l.inject(a, b, p), "RC ACKNOWLEDGE@0 RNR NAK timer=12 (640µs)")
+	b.qp.SetState(StateInit)
+	if got := l.inject(a, b, ok); len(got) != 0 {
+		t.Errorf("INIT answered %v", got)
+	}
+}
+
+// TestWindowAttribute: SetMaxUnackedPSNs bounds the PSNs in flight.
+func TestWindowAttribute(t *testing.T) {
+	a, b := newPair(t, defaultOpts())
+	must(t, a.qp.SetMaxUnackedPSNs(3))
+	l := newLink(t, a, b)
+	rkey := b.mem.register(pd, make([]byte, 64), 0, AccessRemoteWrite)
+	for i := range 5 {
+		l.post(a, SendWQE{WRID: uint64(i), Opcode: WRRDMAWrite, RKey: rkey})
+	}
+	if got := a.out.Len(); got != 3 {
+		t.Fatalf("%d packets in flight, want 3", got)
+	}
+	l.run(time.Second)
+	checkIdle(t, a, b)
+}
+
+// TestGatherFailsMidMessage: memory deregistered while a long WRITE waits
+// for the window fails it with LOC_PROT_ERR, never sending garbage.
+func TestGatherFailsMidMessage(t *testing.T) {
+	o := defaultOpts()
+	o.mtu = 256
+	a, b := newPair(t, o)
+	l := newLink(t, a, b)
+	n := 200 * 256
+	rkey := b.mem.register(pd, make([]byte, n), 0, AccessRemoteWrite)
+	lkey := a.mem.register(pd, make([]byte, n), 0, 0)
+	l.post(a, SendWQE{WRID: 1, Opcode: WRRDMAWrite, SGL: []SGE{{0, uint32(n), lkey}}, RKey: rkey})
+	l.post(a, SendWQE{WRID: 2, Opcode: WRSend})
+	if a.out.Len() != DefaultMaxUnackedPSNs {
+		t.Fatalf("%d packets", a.out.Len())
+	}
+	a.mem.deregister(lkey)
+	l.run(time.Second)
+	wantCompletions(t, a.scq.take(),
+		Completion{WRID: 1, Status: StatusLocProtErr, Opcode: WCRDMAWrite, QPN: qpnA},
+		Completion{WRID: 2, Status: StatusWRFlushErr, Opcode: WCSend, QPN: qpnA})
+	if got := countOps(l.log, "a", "WRITE"); got != DefaultMaxUnackedPSNs {
+		t.Errorf("%d WRITE packets sent", got)
+	}
+	if a.mem.refs != 0 {
+		t.Error("Refs leaked")
+	}
+}
+
+// TestNoResponderResources: with max_dest_rd_atomic never set (0), a READ
+// or atomic is an invalid request.
+func TestNoResponderResources(t *testing.T) {
+	for _, op := range []wire.Opcode{wire.RCRDMAReadRequest, wire.RCFetchAdd} {
+		a := newEndpoint("a", qpnA, defaultOpts(), nil)
+		b := newEndpoint("b", qpnB, defaultOpts(), nil)
+		b.qp.SetDestQPN(qpnA)
+		b.qp.SetRQPSN(base)
+		b.qp.SetAccessFlags(AccessRemoteRead | AccessRemoteAtomic)
+		b.qp.SetState(StateRTR)
+		l := newLink(t, a, b)
+		eq(t, op.String(), l.inject(a, b, req(op, base, true, nil, nil)), "RC ACKNOWLEDGE@0 NAK invalid request")
+	}
+}

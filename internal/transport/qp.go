@@ -1,0 +1,604 @@
+package transport
+
+import (
+	"time"
+
+	"github.com/goroce/goroce/internal/psn"
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// State is a QP state (enum ibv_qp_state).
+type State uint8
+
+// QP states, with the libibverbs values.
+const (
+	StateReset State = iota // IBV_QPS_RESET
+	StateInit               // IBV_QPS_INIT
+	StateRTR                // IBV_QPS_RTR: ready to receive
+	StateRTS                // IBV_QPS_RTS: ready to send
+	StateSQD                // IBV_QPS_SQD: send queue drained
+	StateSQE                // IBV_QPS_SQE: send queue error (not entered by RC)
+	StateErr                // IBV_QPS_ERR
+)
+
+var stateNames = [...]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
+
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return "STATE(" + itoa(uint64(s)) + ")"
+}
+
+// Defaults of the attributes a QP starts with; they are those of rdma-core's
+// tools and of rxe (see roce-facts.md 2.3 and design.md).
+const (
+	DefaultPathMTU        = 1024
+	DefaultTimeout        = 14 // 4.096 µs × 2^14 ≈ 67 ms
+	DefaultRetryCnt       = 7
+	DefaultRNRRetry       = 7 // infinite
+	DefaultMinRNRTimer    = 12
+	DefaultMaxUnackedPSNs = 128 // rxe RXE_MAX_UNACKED_PSNS
+	DefaultAckEvery       = 64  // rxe RXE_MAX_PKT_PER_ACK
+)
+
+// Config is what a QP is created with (struct ibv_qp_init_attr plus the
+// device's resources).
+type Config struct {
+	QPN       uint32
+	PD        uint32 // protection domain, passed to Memory
+	MaxSendWR int    // send queue capacity
+	MaxRecvWR int    // receive queue capacity (ignored with an SRQ)
+	MaxSGE    int    // scatter/gather elements per work request
+	MaxInline int    // inline data bytes per send work request
+	Memory    Memory
+	SendCQ    CompletionQueue
+	RecvCQ    CompletionQueue
+	SRQ       *SRQ // if set, receives come from it and PostRecv fails
+	// SQSigAll makes every send work request signaled (sq_sig_all).
+	SQSigAll bool
+	// AtomicLocks serialises atomics on the device. All the QPs of a
+	// device must share one; nil gives the QP a private one.
+	AtomicLocks *AtomicLocks
+}
+
+// QP is the transport side of a reliable connected queue pair: requester,
+// completer and responder, sans I/O. Every entry point takes the current
+// time and appends the packets to send to an Output; Deadline says when
+// OnTimer is due.
+//
+// A QP is not safe for concurrent use: the caller serialises calls.
+type QP struct {
+	qpn       uint32
+	pd        uint32
+	maxSGE    int
+	maxInline int
+	mem       Memory
+	scq, rcq  CompletionQueue
+	srq       *SRQ
+	sigAll    bool
+	locks     *AtomicLocks
+	dest      any
+
+	state State
+
+	// Attributes set by modify_qp.
+	mtu             uint32
+	destQPN         uint32
+	timeout         uint8
+	retryCnt        uint8
+	rnrRetry        uint8
+	minRNRTimer     uint8
+	maxRdAtomic     uint32
+	maxDestRdAtomic uint32
+	access          Access
+	window          uint32
+	ackEvery        uint32
+
+	sq sendRing
+	rq recvRing
+
+	req  requester
+	comp completer
+	resp responder
+
+	hdr wire.Headers // scratch for building headers
+	wc  Completion   // scratch for completions
+	now time.Time    // of the latest call, for Deadline
+
+	counters Counters
+}
+
+// NewQP returns a QP in the RESET state with the default attributes.
+func NewQP(cfg Config) *QP {
+	qp := &QP{
+		qpn:         cfg.QPN & wire.QPNMask,
+		pd:          cfg.PD,
+		maxSGE:      max(cfg.MaxSGE, 1),
+		maxInline:   max(cfg.MaxInline, 0),
+		mem:         cfg.Memory,
+		scq:         cfg.SendCQ,
+		rcq:         cfg.RecvCQ,
+		srq:         cfg.SRQ,
+		sigAll:      cfg.SQSigAll,
+		locks:       cfg.AtomicLocks,
+		mtu:         DefaultPathMTU,
+		timeout:     DefaultTimeout,
+		retryCnt:    DefaultRetryCnt,
+		rnrRetry:    DefaultRNRRetry,
+		minRNRTimer: DefaultMinRNRTimer,
+		window:      DefaultMaxUnackedPSNs,
+		ackEvery:    DefaultAckEvery,
+	}
+	if qp.locks == nil {
+		qp.locks = new(AtomicLocks)
+	}
+	qp.sq = newSendRing(max(cfg.MaxSendWR, 1), qp.maxSGE, qp.maxInline)
+	if qp.srq == nil {
+		qp.rq = newRecvRing(max(cfg.MaxRecvWR, 1), qp.maxSGE)
+		qp.resp.held.store = make([]SGE, qp.maxSGE)
+	} else {
+		qp.resp.held.store = make([]SGE, qp.srq.maxSGE())
+	}
+	qp.resp.replies = make([]reply, 1) // max_dest_rd_atomic 0: READs get an invalid request NAK
+	qp.resetState()
+	return qp
+}
+
+// QPN returns the QP number.
+func (qp *QP) QPN() uint32 { return qp.qpn }
+
+// State returns the current state. The transport itself moves the QP to ERR
+// on a fatal error.
+func (qp *QP) State() State { return qp.state }
+
+// SetDest sets the opaque destination tagged on every outgoing packet.
+func (qp *QP) SetDest(d any) { qp.dest = d }
+
+// SetState moves the QP to s. The caller (verbs' modify_qp) validates the
+// transition; the transport applies its effects: RESET empties both queues
+// without completions and forgets all progress, ERR completes every
+// outstanding work request with WR_FLUSH_ERR, SQD stops the requester from
+// starting new work requests.
+func (qp *QP) SetState(s State) {
+	switch s {
+	case StateReset:
+		qp.state = StateReset
+		qp.sq.head = qp.sq.tail
+		if qp.srq == nil {
+			qp.rq.head = qp.rq.tail
+		}
+		qp.resetState()
+	case StateErr:
+		qp.enterError()
+	default:
+		qp.state = s
+		// Work queued in SQD (or before RTS) waits for a call with an
+		// Output: Deadline asks for one at once.
+		qp.req.kick = s == StateRTS && qp.req.idx != qp.sq.tail
+	}
+}
+
+// resetState clears the progress of all three roles.
+func (qp *QP) resetState() {
+	sqpsn, rqpsn := qp.req.psn, qp.resp.epsn
+	qp.req = requester{psn: sqpsn, sentHigh: sqpsn, idx: qp.sq.head}
+	qp.comp = completer{psn: sqpsn, retryLeft: qp.retryCnt, rnrLeft: qp.rnrRetry}
+	held := qp.resp.held.store
+	res, replies := qp.resp.res, qp.resp.replies
+	for i := range res {
+		res[i] = rdResource{}
+	}
+	qp.resp = responder{epsn: rqpsn, res: res, replies: replies}
+	qp.resp.held.store = held
+}
+
+// SetPathMTU sets the path MTU in bytes: 256, 512, 1024, 2048 or 4096.
+func (qp *QP) SetPathMTU(mtu int) error {
+	switch mtu {
+	case 256, 512, 1024, 2048, 4096:
+		qp.mtu = uint32(mtu)
+		return nil
+	}
+	return ErrBadAttr
+}
+
+// PathMTU returns the path MTU in bytes.
+func (qp *QP) PathMTU() int { return int(qp.mtu) }
+
+// SetSQPSN sets the first PSN the requester sends (sq_psn).
+func (qp *QP) SetSQPSN(p psn.PSN) {
+	p = p.Add(0)
+	qp.req.psn, qp.req.sentHigh, qp.comp.psn = p, p, p
+}
+
+// SetRQPSN sets the first PSN the responder expects (rq_psn).
+func (qp *QP) SetRQPSN(p psn.PSN) { qp.resp.epsn = p.Add(0) }
+
+// SetDestQPN sets the remote QP number (dest_qp_num).
+func (qp *QP) SetDestQPN(q uint32) { qp.destQPN = q & wire.QPNMask }
+
+// SetTimeout sets the local ACK timeout exponent: the retransmit timer is
+// 4.096 µs × 2^t; 0 disables it.
+func (qp *QP) SetTimeout(t uint8) error {
+	if t > 31 {
+		return ErrBadAttr
+	}
+	qp.timeout = t
+	return nil
+}
+
+// SetRetryCnt sets how many times a request is retransmitted after a timeout
+// or a PSN sequence error before the work request fails with RETRY_EXC_ERR.
+// 7 means 7 retries, not infinite.
+func (qp *QP) SetRetryCnt(n uint8) error {
+	if n > 7 {
+		return ErrBadAttr
+	}
+	qp.retryCnt, qp.comp.retryLeft = n, n
+	return nil
+}
+
+// SetRNRRetry sets how many RNR NAKs a request survives before failing with
+// RNR_RETRY_EXC_ERR; 7 means infinite.
+func (qp *QP) SetRNRRetry(n uint8) error {
+	if n > 7 {
+		return ErrBadAttr
+	}
+	qp.rnrRetry, qp.comp.rnrLeft = n, n
+	return nil
+}
+
+// SetMinRNRTimer sets the RNR timer code the responder sends in RNR NAKs
+// (wire.RNRDelay).
+func (qp *QP) SetMinRNRTimer(code uint8) error {
+	if code > 31 {
+		return ErrBadAttr
+	}
+	qp.minRNRTimer = code
+	return nil
+}
+
+// SetMaxRdAtomic sets the initiator depth: how many READ and atomic
+// requests the requester keeps outstanding.
+func (qp *QP) SetMaxRdAtomic(n int) error {
+	if n < 0 {
+		return ErrBadAttr
+	}
+	qp.maxRdAtomic = uint32(n)
+	return nil
+}
+
+// SetMaxDestRdAtomic sets the number of responder resources: the size of
+// the ring that remembers READ and atomic requests for duplicate replay.
+// Changing it forgets the ring's contents.
+func (qp *QP) SetMaxDestRdAtomic(n int) error {
+	if n < 0 || n > 1<<16 {
+		return ErrBadAttr
+	}
+	qp.maxDestRdAtomic = uint32(n)
+	qp.resp.res = make([]rdResource, n)
+	qp.resp.resNext = 0
+	// One more reply than resources: a duplicate can be queued behind a
+	// full window of new requests.
+	qp.resp.replies = make([]reply, n+1)
+	qp.dropReplies()
+	return nil
+}
+
+// SetAccessFlags sets which incoming RDMA operations the responder accepts
+// (qp_access_flags): AccessRemoteWrite, AccessRemoteRead,
+// AccessRemoteAtomic. Others are ignored.
+func (qp *QP) SetAccessFlags(a Access) { qp.access = a }
+
+// SetMaxUnackedPSNs sets the requester's window: how far the next PSN may be
+// ahead of the oldest unacknowledged one (default 128, rxe's value).
+func (qp *QP) SetMaxUnackedPSNs(n int) error {
+	if n < 1 || n > 1<<22 {
+		return ErrBadAttr
+	}
+	qp.window = uint32(n)
+	return nil
+}
+
+// SetAckEvery sets how many packets the requester sends at most without
+// asking for an acknowledgement (default 64); the last packet of every
+// message asks anyway.
+func (qp *QP) SetAckEvery(n int) error {
+	if n < 1 {
+		return ErrBadAttr
+	}
+	qp.ackEvery = uint32(n)
+	return nil
+}
+
+// PostSend queues a send work request and transmits what the window allows.
+// It is allowed in RTS and SQD (queued until RTS); in ERR the request is
+// accepted and completes at once with WR_FLUSH_ERR, as IBTA C10-42 and
+// current rxe do; in other states it fails with ErrQPState.
+func (qp *QP) PostSend(w *SendWQE, now time.Time, out *Output) error {
+	qp.now = now
+	if !w.Opcode.valid() {
+		return ErrBadOpcode
+	}
+	var length uint32
+	if w.Flags&SendInline != 0 {
+		if w.Opcode.isReadOrAtomic() {
+			return ErrBadOpcode
+		}
+		if len(w.Inline) > qp.maxInline {
+			return ErrInlineTooLong
+		}
+		length = uint32(len(w.Inline))
+	} else {
+		if len(w.SGL) > qp.maxSGE {
+			return ErrTooManySGE
+		}
+		var n uint64
+		for _, s := range w.SGL {
+			n += uint64(s.Length)
+		}
+		if n > 1<<31 {
+			return ErrTooLong
+		}
+		length = uint32(n)
+	}
+	if w.Opcode.isAtomic() && (w.Flags&SendInline != 0 || len(w.SGL) != 1 || w.SGL[0].Length != 8) {
+		return ErrBadAtomicSGL
+	}
+	switch qp.state {
+	case StateRTS, StateSQD, StateSQE:
+	case StateErr:
+		qp.complete(qp.scq, w.WRID, StatusWRFlushErr, w.Opcode.wcOpcode(), 0)
+		return nil
+	default:
+		return ErrQPState
+	}
+	if w.Opcode.isReadOrAtomic() && qp.maxRdAtomic == 0 {
+		return ErrNoRdAtomic
+	}
+	if qp.sq.full() {
+		return ErrSendQueueFull
+	}
+	qp.sq.push(w, length)
+	qp.pump(now, out)
+	return nil
+}
+
+// PostRecv queues a receive work request. It is allowed from INIT on; in ERR
+// the request completes at once with WR_FLUSH_ERR.
+func (qp *QP) PostRecv(w *RecvWQE) error {
+	if qp.srq != nil {
+		return ErrHasSRQ
+	}
+	if len(w.SGL) > qp.maxSGE {
+		return ErrTooManySGE
+	}
+	switch qp.state {
+	case StateReset:
+		return ErrQPState
+	case StateErr:
+		qp.complete(qp.rcq, w.WRID, StatusWRFlushErr, WCRecv, 0)
+		return nil
+	}
+	if qp.rq.full() {
+		return ErrRecvQueueFull
+	}
+	qp.rq.push(w)
+	return nil
+}
+
+// HandlePacket processes a packet addressed to this QP, already parsed and
+// ICRC-checked by the caller: requests go to the responder; ACKs, atomic
+// ACKs and READ responses to the completer. Packets of another transport
+// or QP, or with a foreign P_Key, are dropped and counted.
+func (qp *QP) HandlePacket(p *wire.Packet, now time.Time, out *Output) {
+	qp.now = now
+	qp.counters.ReceivedPackets++
+	info := p.Info()
+	if info.Transport != wire.TransportRC || uint32(p.BTH.DestQP()) != qp.qpn ||
+		p.BTH.PKey()&0x7FFF != wire.DefaultPKey&0x7FFF {
+		qp.counters.DroppedPackets++
+		return
+	}
+	switch {
+	case info.IsRequest():
+		switch qp.state {
+		case StateRTR, StateRTS, StateSQD, StateSQE:
+			qp.respond(p, info, out)
+		default:
+			qp.counters.DroppedPackets++
+		}
+	case info.IsResponse():
+		switch qp.state {
+		case StateRTS, StateSQD, StateSQE:
+			qp.handleResponse(p, info, now)
+			qp.pump(now, out)
+		default:
+			qp.counters.DroppedPackets++
+		}
+	default:
+		qp.counters.DroppedPackets++
+	}
+}
+
+// OnTimer runs the timers that are due at now: the retransmit timer and the
+// end of an RNR wait. Calling it early is harmless.
+func (qp *QP) OnTimer(now time.Time, out *Output) {
+	qp.now = now
+	qp.req.kick = false
+	switch qp.state {
+	case StateRTR:
+		qp.sendReplies(out)
+		return
+	case StateRTS, StateSQD, StateSQE:
+		qp.sendReplies(out)
+	default:
+		return
+	}
+	if qp.req.rnrWait && !now.Before(qp.req.rnrUntil) {
+		qp.req.rnrWait = false
+		qp.rewind()
+	}
+	if qp.comp.timerArmed && !now.Before(qp.comp.deadline) {
+		qp.comp.timerArmed = false
+		if qp.outstanding() {
+			qp.retry(now, true)
+		}
+	}
+	qp.pump(now, out)
+}
+
+// Deadline returns when OnTimer must be called next, and false if no timer
+// is armed. A deadline at or before the current time means at once: a long
+// READ reply is sent in bursts, each continued by OnTimer.
+func (qp *QP) Deadline() (time.Time, bool) {
+	if qp.repliesPending() || qp.req.kick {
+		return qp.now, true // more READ responses, or queued requests, to send now
+	}
+	var d time.Time
+	ok := false
+	if qp.comp.timerArmed {
+		d, ok = qp.comp.deadline, true
+	}
+	if qp.req.rnrWait && (!ok || qp.req.rnrUntil.Before(d)) {
+		d, ok = qp.req.rnrUntil, true
+	}
+	return d, ok
+}
+
+// Flush moves the QP to ERR: every outstanding send work request and every
+// posted receive work request completes with WR_FLUSH_ERR, exactly once, in
+// posting order. Requests of a shared receive queue stay queued, except one
+// a message in progress had taken.
+func (qp *QP) Flush() { qp.enterError() }
+
+func (qp *QP) enterError() {
+	if qp.state == StateErr {
+		return
+	}
+	qp.state = StateErr
+	qp.comp.timerArmed = false
+	qp.req.rnrWait = false
+	qp.req.kick = false
+	qp.dropReplies()
+	for qp.sq.len() > 0 {
+		s := qp.sq.at(qp.sq.head)
+		qp.sq.head++
+		qp.complete(qp.scq, s.wqe.WRID, StatusWRFlushErr, s.wqe.Opcode.wcOpcode(), 0)
+	}
+	qp.req.idx = qp.sq.head
+	qp.req.rdAtomic = 0
+	if qp.resp.hasWQE && qp.resp.fromSRQ {
+		qp.complete(qp.rcq, qp.resp.held.wrid, StatusWRFlushErr, WCRecv, 0)
+	}
+	qp.resp.hasWQE = false
+	if qp.srq == nil {
+		for qp.rq.len() > 0 {
+			s := qp.rq.at(qp.rq.head)
+			qp.rq.head++
+			qp.complete(qp.rcq, s.wrid, StatusWRFlushErr, WCRecv, 0)
+		}
+	}
+}
+
+// complete pushes a minimal completion (status, opcode, byte count).
+func (qp *QP) complete(cq CompletionQueue, wrid uint64, st Status, op WCOpcode, n uint32) {
+	qp.wc = Completion{WRID: wrid, Status: st, Opcode: op, ByteLen: n, QPN: qp.qpn}
+	qp.push(cq)
+}
+
+// push delivers qp.wc to cq. An overflowing CQ is a fatal error for the QP.
+func (qp *QP) push(cq CompletionQueue) {
+	if cq == nil || cq.Push(&qp.wc) {
+		return
+	}
+	qp.counters.CQOverflow++
+	if qp.state != StateErr {
+		qp.enterError()
+	}
+}
+
+// timeoutDuration is the local ACK timeout, 4.096 µs × 2^timeout.
+func (qp *QP) timeoutDuration() time.Duration {
+	return time.Duration(4096<<qp.timeout) * time.Nanosecond
+}
+
+// Counters are per-QP event counts, in the spirit of rxe's hw_counters.
+type Counters struct {
+	SentPackets      uint64 // packets appended to an Output
+	ReceivedPackets  uint64 // packets given to HandlePacket
+	DroppedPackets   uint64 // wrong transport, QP, P_Key or state
+	DuplicateRequest uint64 // requests behind the expected PSN (duplicate_request)
+	OutOfSeqRequest  uint64 // requests ahead of the expected PSN (out_of_seq_request)
+	SeqNakSent       uint64 // PSN sequence error NAKs sent (one per gap)
+	RcvdSeqErr       uint64 // PSN sequence error NAKs received (rcvd_seq_err)
+	RNRNakSent       uint64 // rcvd_rnr_err in rxe's naming: RNR NAKs sent
+	RNRNakReceived   uint64 // RNR NAKs received
+	NakSent          uint64 // other NAKs sent (invalid request, access, operational)
+	NakReceived      uint64 // other NAKs received
+	RetryExceeded    uint64 // RETRY_EXC_ERR completions (retry_exceeded_err)
+	RNRRetryExceeded uint64 // RNR_RETRY_EXC_ERR completions
+	CompleterRetry   uint64 // go-back-N restarts (completer_retry_err)
+	Timeouts         uint64 // retransmit timer expiries with something outstanding
+	AckDeferred      uint64 // requests accepted without an immediate ACK (coalesced)
+	DroppedBusy      uint64 // READ/atomic requests dropped for a full reply queue (beyond max_dest_rd_atomic)
+	StaleResponses   uint64 // ACKs and READ responses ignored: duplicate, stale, ahead or out of order
+	CQOverflow       uint64 // completions refused by a full CQ
+	LocalErrors      uint64 // local protection or length errors
+}
+
+// Counters returns the QP's counters.
+func (qp *QP) Counters() Counters { return qp.counters }
+
+// Snapshot is the QP's internal state, for tests and probes.
+type Snapshot struct {
+	State State
+	// Requester and completer.
+	NextPSN         psn.PSN // next PSN the requester sends
+	SentHighPSN     psn.PSN // one past the highest PSN ever sent
+	CompPSN         psn.PSN // oldest unacknowledged PSN
+	SQDepth         int     // send work requests not completed
+	RdAtomicOut     int     // READ/atomic requests outstanding
+	RetryLeft       uint8
+	RNRRetryLeft    uint8
+	RNRWait         bool
+	TimerArmed      bool
+	TimerDeadline   time.Time
+	RNRWaitDeadline time.Time
+	// Responder.
+	ExpectedPSN   psn.PSN
+	MSN           wire.MSN
+	SentPSNNak    bool
+	InMessage     bool // between the FIRST and LAST packets of a SEND or WRITE
+	RQDepth       int  // receive work requests posted on the QP's own queue
+	HoldsRecvWQE  bool
+	RepliesQueued int  // READ replies and atomic ACKs not fully sent
+	AckOwed       bool // an ACK or NAK waits behind them
+}
+
+// Snapshot returns the QP's internal state.
+func (qp *QP) Snapshot() Snapshot {
+	return Snapshot{
+		State:           qp.state,
+		NextPSN:         qp.req.psn,
+		SentHighPSN:     qp.req.sentHigh,
+		CompPSN:         qp.comp.psn,
+		SQDepth:         int(qp.sq.len()),
+		RdAtomicOut:     int(qp.req.rdAtomic),
+		RetryLeft:       qp.comp.retryLeft,
+		RNRRetryLeft:    qp.comp.rnrLeft,
+		RNRWait:         qp.req.rnrWait,
+		TimerArmed:      qp.comp.timerArmed,
+		TimerDeadline:   qp.comp.deadline,
+		RNRWaitDeadline: qp.req.rnrUntil,
+		ExpectedPSN:     qp.resp.epsn,
+		MSN:             qp.resp.msn,
+		SentPSNNak:      qp.resp.sentPSNNak,
+		InMessage:       qp.resp.inMsg != msgNone,
+		RQDepth:         int(qp.rq.len()),
+		HoldsRecvWQE:    qp.resp.hasWQE,
+		RepliesQueued:   qp.resp.replyLen,
+		AckOwed:         qp.resp.ackOwed,
+	}
+}

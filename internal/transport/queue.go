@@ -1,0 +1,183 @@
+package transport
+
+import (
+	"sync"
+
+	"github.com/goroce/goroce/internal/psn"
+)
+
+// sendSlot is one entry of the send queue: a copy of the posted work request
+// and the requester's and completer's progress on it.
+type sendSlot struct {
+	wqe    SendWQE // SGL and Inline alias sgl and inline below
+	sgl    []SGE   // storage for max_sge elements
+	inline []byte  // storage for max_inline_data bytes
+	length uint32  // message length in bytes
+
+	// started is set when the requester first transmits the WQE and
+	// assigns its PSNs, [firstPSN, lastPSN]; retransmissions reuse them.
+	started           bool
+	firstPSN, lastPSN psn.PSN
+	// readDone counts the bytes of a READ response placed so far, in
+	// order; a retried READ asks only for the rest.
+	readDone uint32
+	// failed marks a WQE the requester could not transmit (a local
+	// protection fault); it completes with status when it reaches the
+	// head of the queue, after every earlier WQE.
+	failed bool
+	status Status
+}
+
+// sendRing is the bounded send queue. head and tail are free-running
+// counters: slots[head%cap] is the oldest uncompleted WQE and tail the next
+// free position.
+type sendRing struct {
+	slots      []sendSlot
+	head, tail uint32
+}
+
+func newSendRing(n, maxSGE, maxInline int) sendRing {
+	r := sendRing{slots: make([]sendSlot, n)}
+	sgl := make([]SGE, n*maxSGE)
+	inl := make([]byte, n*maxInline)
+	for i := range r.slots {
+		r.slots[i].sgl = sgl[i*maxSGE : (i+1)*maxSGE : (i+1)*maxSGE]
+		r.slots[i].inline = inl[i*maxInline : (i+1)*maxInline : (i+1)*maxInline]
+	}
+	return r
+}
+
+func (r *sendRing) len() uint32           { return r.tail - r.head }
+func (r *sendRing) full() bool            { return int(r.len()) >= len(r.slots) }
+func (r *sendRing) at(i uint32) *sendSlot { return &r.slots[i%uint32(len(r.slots))] }
+
+// push copies w into the next slot.
+func (r *sendRing) push(w *SendWQE, length uint32) *sendSlot {
+	s := r.at(r.tail)
+	r.tail++
+	sgl, inl := s.sgl, s.inline
+	*s = sendSlot{sgl: sgl, inline: inl, wqe: *w, length: length}
+	if w.Flags&SendInline != 0 {
+		s.wqe.Inline = inl[:copy(inl[:len(w.Inline)], w.Inline)]
+		s.wqe.SGL = nil
+	} else {
+		s.wqe.SGL = sgl[:copy(sgl[:len(w.SGL)], w.SGL)]
+		s.wqe.Inline = nil
+	}
+	return s
+}
+
+// recvSlot is one entry of a receive queue.
+type recvSlot struct {
+	wrid   uint64
+	sgl    []SGE // aliases store
+	store  []SGE
+	length uint32
+}
+
+func (s *recvSlot) set(w *RecvWQE) {
+	s.wrid = w.WRID
+	s.sgl = s.store[:copy(s.store[:len(w.SGL)], w.SGL)]
+	s.length = sglLength(w.SGL)
+}
+
+func (s *recvSlot) copyFrom(o *recvSlot) {
+	s.wrid = o.wrid
+	s.sgl = s.store[:copy(s.store[:len(o.sgl)], o.sgl)]
+	s.length = o.length
+}
+
+// recvRing is a bounded receive queue, with free-running counters as
+// sendRing.
+type recvRing struct {
+	slots      []recvSlot
+	head, tail uint32
+	maxSGE     int
+}
+
+func newRecvRing(n, maxSGE int) recvRing {
+	r := recvRing{slots: make([]recvSlot, n), maxSGE: maxSGE}
+	store := make([]SGE, n*maxSGE)
+	for i := range r.slots {
+		r.slots[i].store = store[i*maxSGE : (i+1)*maxSGE : (i+1)*maxSGE]
+	}
+	return r
+}
+
+func (r *recvRing) len() uint32           { return r.tail - r.head }
+func (r *recvRing) full() bool            { return int(r.len()) >= len(r.slots) }
+func (r *recvRing) at(i uint32) *recvSlot { return &r.slots[i%uint32(len(r.slots))] }
+
+func (r *recvRing) push(w *RecvWQE) {
+	r.at(r.tail).set(w)
+	r.tail++
+}
+
+// SRQ is a shared receive queue: a bounded ring of receive work requests that
+// several QPs take from. Unlike a QP it is safe for concurrent use, because
+// the QPs that share it are driven independently.
+type SRQ struct {
+	mu   sync.Mutex
+	ring recvRing
+}
+
+// NewSRQ returns a shared receive queue holding up to maxWR work requests of
+// up to maxSGE elements each.
+func NewSRQ(maxWR, maxSGE int) *SRQ {
+	if maxWR < 1 {
+		maxWR = 1
+	}
+	if maxSGE < 1 {
+		maxSGE = 1
+	}
+	return &SRQ{ring: newRecvRing(maxWR, maxSGE)}
+}
+
+// PostRecv copies w to the queue. It fails with ErrSRQFull when max_wr
+// requests are queued and ErrTooManySGE when w has more than max_sge
+// elements.
+func (q *SRQ) PostRecv(w *RecvWQE) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(w.SGL) > q.ring.maxSGE {
+		return ErrTooManySGE
+	}
+	if q.ring.full() {
+		return ErrSRQFull
+	}
+	q.ring.push(w)
+	return nil
+}
+
+// Len returns the number of queued receive work requests.
+func (q *SRQ) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return int(q.ring.len())
+}
+
+// take moves the oldest work request into dst, reporting false if the queue
+// is empty.
+func (q *SRQ) take(dst *recvSlot) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.ring.len() == 0 {
+		return false
+	}
+	dst.copyFrom(q.ring.at(q.ring.head))
+	q.ring.head++
+	return true
+}
+
+func (q *SRQ) maxSGE() int { return q.ring.maxSGE }
+
+func sglLength(sgl []SGE) uint32 {
+	var n uint64
+	for _, s := range sgl {
+		n += uint64(s.Length)
+	}
+	if n > 1<<32-1 {
+		return 1<<32 - 1
+	}
+	return uint32(n)
+}

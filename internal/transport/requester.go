@@ -1,0 +1,322 @@
+package transport
+
+import (
+	"time"
+
+	"github.com/goroce/goroce/internal/psn"
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// requester is the sending half of the send queue (rxe_req.c): it turns
+// work requests into request packets, one MTU at a time, within the PSN
+// window and the READ/atomic budget, and rewinds for retransmission when
+// the completer says so (go-back-N).
+type requester struct {
+	psn      psn.PSN // PSN of the next packet
+	sentHigh psn.PSN // one past the highest PSN ever assigned
+	idx      uint32  // send queue counter of the WQE being transmitted
+	off      uint32  // byte offset of the next packet within it
+	noAck    uint32  // packets sent since the last one with AckReq
+	rdAtomic uint32  // READ/atomic WQEs started and not completed
+	rnrWait  bool    // an RNR NAK paused the requester until rnrUntil
+	rnrUntil time.Time
+	// ackNext asks for an ACK on the next packet: the first one resent
+	// after a rewind, so that a retry round that gets through is
+	// acknowledged even if the rest of it is lost again.
+	ackNext bool
+	// kick asks for an OnTimer call at once: the QP returned to RTS with
+	// work queued.
+	kick bool
+}
+
+// pump transmits as many packets as the window, max_rd_atomic, fences and
+// the QP state allow.
+func (qp *QP) pump(now time.Time, out *Output) {
+	if qp.state != StateRTS && qp.state != StateSQD {
+		return
+	}
+	for !qp.req.rnrWait && qp.req.idx != qp.sq.tail {
+		s := qp.sq.at(qp.req.idx)
+		if s.failed {
+			return // completes when it reaches the head
+		}
+		if qp.req.psn.Sub(qp.comp.psn) >= int32(qp.window) {
+			return
+		}
+		if !s.started {
+			if qp.state == StateSQD {
+				return // SQD lets started messages finish, starts none
+			}
+			op := s.wqe.Opcode
+			if op.isReadOrAtomic() && qp.req.rdAtomic >= qp.maxRdAtomic {
+				return
+			}
+			// IBTA fence: wait for every earlier READ and atomic to
+			// complete. They are all earlier, since WQEs start in order.
+			if s.wqe.Flags&SendFence != 0 && qp.req.rdAtomic > 0 {
+				return
+			}
+			if st := qp.checkLocal(s); st != StatusSuccess {
+				s.failed, s.status = true, st
+				qp.counters.LocalErrors++
+				qp.retireFailed()
+				return
+			}
+			s.started = true
+			s.firstPSN = qp.req.psn
+			s.lastPSN = qp.req.psn.Add(qp.packets(s) - 1)
+			if op.isReadOrAtomic() {
+				qp.req.rdAtomic++
+			}
+			qp.req.off = 0
+		} else if qp.req.off == 0 {
+			// Retransmission: a started WQE keeps its PSNs; a READ
+			// resumes at its first missing response.
+			qp.req.psn = s.firstPSN.Add(s.readDone / qp.mtu)
+		}
+		if !qp.transmit(s, now, out) {
+			return
+		}
+	}
+}
+
+// packets returns the number of PSNs a WQE consumes.
+func (qp *QP) packets(s *sendSlot) uint32 {
+	if s.wqe.Opcode.isAtomic() || s.length == 0 {
+		return 1
+	}
+	return (s.length + qp.mtu - 1) / qp.mtu
+}
+
+// checkLocal validates the local memory of a WQE before its first packet,
+// so that a bad lkey fails the WQE before anything reaches the wire.
+func (qp *QP) checkLocal(s *sendSlot) Status {
+	if s.wqe.Flags&SendInline != 0 {
+		return StatusSuccess
+	}
+	var need Access
+	if s.wqe.Opcode.isReadOrAtomic() {
+		need = AccessLocalWrite
+	}
+	for _, e := range s.wqe.SGL {
+		if e.Length == 0 {
+			continue
+		}
+		if qp.mem == nil {
+			return StatusLocProtErr
+		}
+		_, ref, err := qp.mem.Local(qp.pd, e.LKey, e.Addr, e.Length, need)
+		if err != nil {
+			return StatusLocProtErr
+		}
+		ref.Release()
+	}
+	return StatusSuccess
+}
+
+// transmit appends the next packet of s and advances the requester. It
+// reports false if the packet could not be built (local memory vanished),
+// in which case s has failed.
+func (qp *QP) transmit(s *sendSlot, now time.Time, out *Output) bool {
+	op := s.wqe.Opcode
+	h := &qp.hdr
+	*h = wire.Headers{}
+	h.BTH.PKey = wire.DefaultPKey
+	h.BTH.DestQP = wire.QPN(qp.destQPN)
+	h.BTH.PSN = qp.req.psn
+	var payload uint32
+	last := true
+	switch {
+	case op == WRRDMARead:
+		h.BTH.Opcode = wire.RCRDMAReadRequest
+		h.RETH = wire.RETHFields{
+			VA:        s.wqe.RemoteAddr + uint64(s.readDone),
+			RKey:      s.wqe.RKey,
+			DMALength: s.length - s.readDone,
+		}
+	case op.isAtomic():
+		h.BTH.Opcode = wire.RCFetchAdd
+		h.AtomicETH = wire.AtomicETHFields{VA: s.wqe.RemoteAddr, RKey: s.wqe.RKey, SwapAdd: s.wqe.CompareAdd}
+		if op == WRAtomicCmpAndSwp {
+			h.BTH.Opcode = wire.RCCompareSwap
+			h.AtomicETH.SwapAdd, h.AtomicETH.Compare = s.wqe.Swap, s.wqe.CompareAdd
+		}
+	default:
+		rem := s.length - qp.req.off
+		payload = min(rem, qp.mtu)
+		first := qp.req.off == 0
+		last = payload == rem
+		h.BTH.Opcode = requestOpcode(op, first, last)
+		if op.isWrite() && first {
+			h.RETH = wire.RETHFields{VA: s.wqe.RemoteAddr, RKey: s.wqe.RKey, DMALength: s.length}
+		}
+		if last {
+			h.ImmDt.Imm = s.wqe.Imm
+			h.IETH.RKey = s.wqe.InvalidateRKey
+			// rxe sets SE only where a receive completion results.
+			h.BTH.SolicitedEvent = s.wqe.Flags&SendSolicited != 0 &&
+				(op.isSend() || op == WRRDMAWriteWithImm)
+		}
+	}
+	h.BTH.AckReq = last || qp.req.ackNext || qp.req.noAck+1 >= qp.ackEvery
+	pad := wire.PadCount(int(payload))
+	h.BTH.PadCount = pad
+
+	p := out.alloc(h.Len() + int(payload) + int(pad))
+	b := wire.AppendHeaders(p.Bytes, h)
+	if payload > 0 {
+		var dst []byte
+		b, dst = grow(b, int(payload))
+		if !qp.gather(s, qp.req.off, dst) {
+			out.n-- // drop the half-built packet
+			s.failed, s.status = true, StatusLocProtErr
+			qp.counters.LocalErrors++
+			qp.retireFailed()
+			return false
+		}
+	}
+	p.Bytes = wire.AppendPad(b, pad)
+	p.QPN, p.Dest = qp.qpn, qp.dest
+	qp.counters.SentPackets++
+
+	qp.req.ackNext = false
+	if h.BTH.AckReq {
+		qp.req.noAck = 0
+	} else {
+		qp.req.noAck++
+	}
+	if op.isReadOrAtomic() {
+		qp.req.psn = s.lastPSN.Next()
+	} else {
+		qp.req.psn = qp.req.psn.Next()
+	}
+	if last {
+		qp.req.idx++
+		qp.req.off = 0
+	} else {
+		qp.req.off += payload
+	}
+	if qp.req.sentHigh.LessThan(qp.req.psn) {
+		qp.req.sentHigh = qp.req.psn
+	}
+	qp.armTimer(now)
+	return true
+}
+
+// requestOpcode returns the opcode of a SEND or WRITE packet.
+func requestOpcode(op WROpcode, first, last bool) wire.Opcode {
+	if op.isWrite() {
+		switch {
+		case first && last && op == WRRDMAWriteWithImm:
+			return wire.RCRDMAWriteOnlyWithImmediate
+		case first && last:
+			return wire.RCRDMAWriteOnly
+		case first:
+			return wire.RCRDMAWriteFirst
+		case last && op == WRRDMAWriteWithImm:
+			return wire.RCRDMAWriteLastWithImmediate
+		case last:
+			return wire.RCRDMAWriteLast
+		}
+		return wire.RCRDMAWriteMiddle
+	}
+	switch {
+	case first && last && op == WRSendWithImm:
+		return wire.RCSendOnlyWithImmediate
+	case first && last && op == WRSendWithInv:
+		return wire.RCSendOnlyWithInvalidate
+	case first && last:
+		return wire.RCSendOnly
+	case first:
+		return wire.RCSendFirst
+	case last && op == WRSendWithImm:
+		return wire.RCSendLastWithImmediate
+	case last && op == WRSendWithInv:
+		return wire.RCSendLastWithInvalidate
+	case last:
+		return wire.RCSendLast
+	}
+	return wire.RCSendMiddle
+}
+
+// gather copies the message bytes [off, off+len(dst)) of s into dst: one
+// copy from registered memory into the packet, as a NIC's DMA.
+func (qp *QP) gather(s *sendSlot, off uint32, dst []byte) bool {
+	if s.wqe.Flags&SendInline != 0 {
+		return copy(dst, s.wqe.Inline[off:]) == len(dst)
+	}
+	return qp.copySGL(s.wqe.SGL, off, dst, false)
+}
+
+// copySGL copies between data and the bytes [off, off+len(data)) of the
+// memory an SGL describes: into the SGL (scatter, needing LOCAL_WRITE) or
+// out of it (gather).
+func (qp *QP) copySGL(sgl []SGE, off uint32, data []byte, scatter bool) bool {
+	if qp.mem == nil {
+		return len(data) == 0
+	}
+	var need Access
+	if scatter {
+		need = AccessLocalWrite
+	}
+	for _, e := range sgl {
+		if len(data) == 0 {
+			break
+		}
+		if off >= e.Length {
+			off -= e.Length
+			continue
+		}
+		n := min(e.Length-off, uint32(len(data)))
+		b, ref, err := qp.mem.Local(qp.pd, e.LKey, e.Addr+uint64(off), n, need)
+		if err != nil {
+			return false
+		}
+		if scatter {
+			copy(b, data[:n])
+		} else {
+			copy(data[:n], b)
+		}
+		ref.Release()
+		data = data[n:]
+		off = 0
+	}
+	return len(data) == 0
+}
+
+// rewind restarts transmission at the oldest unacknowledged PSN (go-back-N):
+// a partially acknowledged SEND or WRITE resumes at its first unacknowledged
+// packet, a partially answered READ re-requests only the missing bytes.
+func (qp *QP) rewind() {
+	qp.req.idx = qp.sq.head
+	qp.req.off = 0
+	qp.req.noAck = 0
+	qp.req.ackNext = true
+	if qp.sq.len() == 0 {
+		return
+	}
+	s := qp.sq.at(qp.sq.head)
+	if !s.started {
+		return
+	}
+	qp.req.psn = s.firstPSN.Add(s.readDone / qp.mtu)
+	if op := s.wqe.Opcode; !op.isReadOrAtomic() {
+		d := qp.comp.psn.Sub(s.firstPSN)
+		if d > 0 && s.length > 0 {
+			d = min(d, int32(qp.packets(s)-1))
+			qp.req.off = uint32(d) * qp.mtu
+			qp.req.psn = s.firstPSN.Add(uint32(d))
+		}
+	}
+}
+
+// retireFailed completes a failed WQE that has reached the head of the send
+// queue with its status, then moves the QP to ERR.
+func (qp *QP) retireFailed() {
+	if qp.state == StateErr || qp.sq.len() == 0 {
+		return
+	}
+	if s := qp.sq.at(qp.sq.head); s.failed {
+		qp.fatal(s.status)
+	}
+}

@@ -1,0 +1,668 @@
+package transport
+
+import (
+	"encoding/binary"
+
+	"github.com/goroce/goroce/internal/psn"
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// msgKind is the kind of multi-packet message the responder is inside.
+type msgKind uint8
+
+const (
+	msgNone msgKind = iota
+	msgSend
+	msgWrite
+)
+
+// rdKind is the kind of a responder resource.
+type rdKind uint8
+
+const (
+	rdNone rdKind = iota
+	rdRead
+	rdAtomic
+)
+
+// rdResource remembers a READ or atomic request for duplicate replay: a
+// READ is answered again by re-reading memory, an atomic by its saved
+// original value, never by executing it twice.
+type rdResource struct {
+	kind        rdKind
+	first, last psn.PSN
+	va          uint64
+	rkey        uint32
+	length      uint32
+	orig        uint64
+}
+
+// responder is the receive side of the QP (rxe_resp.c). HandlePacket runs
+// its steps in the order of rxe's state table: check PSN, check opcode
+// sequence, check op valid for the QP's access flags, check resources, check
+// length, check rkey, execute, acknowledge.
+type responder struct {
+	epsn       psn.PSN  // expected PSN
+	msn        wire.MSN // completed request messages
+	sentPSNNak bool     // a sequence NAK was sent for the current gap
+	inMsg      msgKind
+
+	// The RDMA WRITE in progress (from its RETH).
+	va    uint64
+	rkey  uint32
+	resid uint32
+	wlen  uint32
+
+	// The receive WQE a SEND (FIRST to LAST) or a WRITE with immediate
+	// consumes. One from the QP's own queue stays at its head until
+	// completed; one from an SRQ is copied into held.
+	hasWQE  bool
+	fromSRQ bool
+	held    recvSlot
+	rcvd    uint32 // SEND bytes placed so far
+
+	res     []rdResource // max_dest_rd_atomic entries, reused round robin
+	resNext int
+
+	// Responses not sent yet, in PSN order: READ replies go out in
+	// bursts, and an ACK or NAK that follows them waits (coalesced: the
+	// latest supersedes the others, every RC acknowledgement being
+	// cumulative).
+	replies   []reply // ring, max_dest_rd_atomic+1 entries
+	replyHead int
+	replyLen  int
+	ackOwed   bool
+	ackSyn    wire.AETHSyndrome
+	ackPSN    psn.PSN
+}
+
+// respond runs the responder on a request packet.
+func (qp *QP) respond(p *wire.Packet, info wire.OpInfo, out *Output) {
+	P := p.BTH.PSN()
+
+	// A READ or atomic is answered through the reply queue. A requester
+	// keeping to its max_rd_atomic never fills it; one that does not sees
+	// its request dropped, as if lost.
+	if (info.IsReadRequest() || info.IsAtomic()) && qp.resp.replyLen >= len(qp.resp.replies) {
+		qp.counters.DroppedBusy++
+		return
+	}
+
+	// Check PSN.
+	switch d := P.Sub(qp.resp.epsn); {
+	case d > 0:
+		// Out of sequence: NAK once with the expected PSN, then stay
+		// silent until it arrives.
+		qp.counters.OutOfSeqRequest++
+		if !qp.resp.sentPSNNak {
+			qp.resp.sentPSNNak = true
+			qp.counters.SeqNakSent++
+			qp.sendAck(wire.NakSyndrome(wire.NAKPSNSequenceError), qp.resp.epsn, out)
+		}
+		return
+	case d < 0:
+		qp.counters.DuplicateRequest++
+		qp.duplicate(p, info, P, out)
+		return
+	}
+	qp.resp.sentPSNNak = false
+
+	// Check opcode sequence.
+	if !qp.checkOpSeq(info) {
+		qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+		return
+	}
+	// Check the operation is enabled on the QP (rxe answers a disabled
+	// one with an invalid request NAK).
+	if !qp.checkOpValid(info) {
+		qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+		return
+	}
+	// Check length against the path MTU (C9-92): the caller may have parsed
+	// without knowing this QP's MTU.
+	if info.Payload.Check(len(p.Payload), len(p.Pad), int(qp.mtu)) != nil {
+		qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+		return
+	}
+	switch {
+	case info.IsSend():
+		qp.execSend(p, info, P, out)
+	case info.IsWrite():
+		qp.execWrite(p, info, P, out)
+	case info.IsReadRequest():
+		qp.execRead(p, P, out)
+	case info.IsAtomic():
+		qp.execAtomic(p, P, out)
+	default: // FLUSH, ATOMIC_WRITE: not supported
+		qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+	}
+}
+
+// checkOpSeq enforces the opcode sequence: MIDDLE and LAST only continue a
+// message of their kind, and a new message starts only after the last one
+// ended.
+func (qp *QP) checkOpSeq(info wire.OpInfo) bool {
+	switch qp.resp.inMsg {
+	case msgSend:
+		return info.IsSend() && (info.IsMiddle() || info.IsLast())
+	case msgWrite:
+		return info.IsWrite() && (info.IsMiddle() || info.IsLast())
+	}
+	return info.StartsMessage()
+}
+
+// checkOpValid checks the QP's remote access flags.
+func (qp *QP) checkOpValid(info wire.OpInfo) bool {
+	switch {
+	case info.IsWrite():
+		return qp.access&AccessRemoteWrite != 0
+	case info.IsReadRequest():
+		return qp.access&AccessRemoteRead != 0
+	case info.IsAtomic():
+		return qp.access&AccessRemoteAtomic != 0
+	}
+	return true
+}
+
+// execSend places a SEND packet in the receive WQE, taking one from the RQ
+// or SRQ at the first packet.
+func (qp *QP) execSend(p *wire.Packet, info wire.OpInfo, P psn.PSN, out *Output) {
+	// Check resources.
+	if !qp.resp.hasWQE && !qp.takeRecvWQE() {
+		qp.sendRNRNak(P, out)
+		return
+	}
+	w := qp.heldWQE()
+	n := uint32(len(p.Payload))
+	// Check length: the message must fit the receive buffer.
+	if uint64(qp.resp.rcvd)+uint64(n) > uint64(w.length) {
+		qp.counters.LocalErrors++
+		qp.classC(P, wire.NAKInvalidRequest, StatusLocLenErr, out)
+		return
+	}
+	// Execute.
+	if n > 0 && !qp.copySGL(w.sgl, qp.resp.rcvd, p.Payload, true) {
+		qp.counters.LocalErrors++
+		qp.classC(P, wire.NAKRemoteOperationalError, StatusLocProtErr, out)
+		return
+	}
+	qp.resp.rcvd += n
+	if !info.EndsMessage() {
+		qp.resp.inMsg = msgSend
+		qp.resp.epsn = P.Next()
+		qp.ackIfRequested(p, P, out)
+		return
+	}
+	if info.HasInvalidate() {
+		inv, ok := qp.mem.(RKeyInvalidator)
+		if !ok || inv.InvalidateRKey(qp.pd, p.IETH.RKey()) != nil {
+			qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+			return
+		}
+	}
+	qp.resp.inMsg = msgNone
+	qp.resp.epsn = P.Next()
+	qp.resp.msn = qp.resp.msn.Next()
+	qp.wc = Completion{
+		Status:    StatusSuccess,
+		Opcode:    WCRecv,
+		ByteLen:   qp.resp.rcvd,
+		SrcQP:     qp.destQPN,
+		Solicited: p.BTH.SolicitedEvent(),
+	}
+	if info.HasImmediate() {
+		qp.wc.Imm, qp.wc.Flags = p.ImmDt.Imm(), WCWithImm
+	}
+	if info.HasInvalidate() {
+		qp.wc.InvalidatedRKey, qp.wc.Flags = p.IETH.RKey(), WCWithInv
+	}
+	qp.ackIfRequested(p, P, out)
+	qp.completeRecv()
+}
+
+// execWrite places an RDMA WRITE packet in the memory its RETH names.
+func (qp *QP) execWrite(p *wire.Packet, info wire.OpInfo, P psn.PSN, out *Output) {
+	// Check resources: a WRITE with immediate consumes a receive WQE.
+	imm := info.HasImmediate()
+	if imm && !qp.resp.hasWQE && !qp.takeRecvWQE() {
+		qp.sendRNRNak(P, out)
+		return
+	}
+	// Check rkey of the whole message before a byte moves. A zero-length
+	// WRITE names no memory (C9-88).
+	if info.IsFirst() || info.IsOnly() {
+		va, rkey, l := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALength()
+		if l > 1<<31 {
+			qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+			return
+		}
+		if l > 0 && !qp.checkRemote(rkey, va, l, AccessRemoteWrite) {
+			qp.classC(P, wire.NAKRemoteAccessError, StatusRemAccessErr, out)
+			return
+		}
+		qp.resp.va, qp.resp.rkey, qp.resp.resid, qp.resp.wlen = va, rkey, l, l
+	}
+	// Check length: packets fill the MTU until the last, which ends the
+	// RETH length exactly (C9-92, rxe check_rkey).
+	n := uint32(len(p.Payload))
+	if qp.resp.resid > qp.mtu {
+		if n != qp.mtu || info.EndsMessage() {
+			qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+			return
+		}
+	} else if n != qp.resp.resid || !info.EndsMessage() {
+		qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+		return
+	}
+	// Execute.
+	if n > 0 {
+		b, ref, err := qp.mem.Remote(qp.pd, qp.resp.rkey, qp.resp.va, n, AccessRemoteWrite)
+		if err != nil {
+			qp.classC(P, wire.NAKRemoteAccessError, StatusRemAccessErr, out)
+			return
+		}
+		copy(b, p.Payload)
+		ref.Release()
+	}
+	qp.resp.va += uint64(n)
+	qp.resp.resid -= n
+	qp.resp.epsn = P.Next()
+	if !info.EndsMessage() {
+		qp.resp.inMsg = msgWrite
+		qp.ackIfRequested(p, P, out)
+		return
+	}
+	qp.resp.inMsg = msgNone
+	qp.resp.msn = qp.resp.msn.Next()
+	qp.ackIfRequested(p, P, out)
+	if imm {
+		qp.wc = Completion{
+			Status:  StatusSuccess,
+			Opcode:  WCRecvRDMAWithImm,
+			ByteLen: qp.resp.wlen, // rxe reports the RETH length
+			Imm:     p.ImmDt.Imm(),
+			SrcQP:   qp.destQPN,
+			Flags:   WCWithImm,
+			// SE is meaningful for WRITE with immediate too.
+			Solicited: p.BTH.SolicitedEvent(),
+		}
+		qp.completeRecv()
+	}
+}
+
+// execRead records a READ request in the responder resources and starts
+// answering it.
+func (qp *QP) execRead(p *wire.Packet, P psn.PSN, out *Output) {
+	if len(qp.resp.res) == 0 {
+		qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+		return
+	}
+	va, rkey, l := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALength()
+	if l > 1<<31 {
+		qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+		return
+	}
+	// The MSN counts the READ when it is accepted (C9-148), so its
+	// responses already carry the new value.
+	qp.resp.msn = qp.resp.msn.Next()
+	n := qp.responsePackets(l)
+	r := qp.nextResource()
+	*r = rdResource{kind: rdRead, first: P, last: P.Add(n - 1), va: va, rkey: rkey, length: l}
+	qp.resp.epsn = P.Add(n)
+	if !qp.startRead(P, va, rkey, l, out) {
+		qp.classC(P, wire.NAKRemoteAccessError, StatusRemAccessErr, out)
+	}
+}
+
+// responsePackets returns the number of READ response packets for l bytes.
+func (qp *QP) responsePackets(l uint32) uint32 {
+	if l == 0 {
+		return 1
+	}
+	return (l + qp.mtu - 1) / qp.mtu
+}
+
+// reply is a queued response: a READ reply, sent in bursts of readBurst
+// packets so that a READ of up to 2 GiB never needs more than a burst of
+// Output (Deadline asks for an immediate OnTimer to continue), or the
+// ATOMIC_ACKNOWLEDGE of an atomic.
+type reply struct {
+	atomic bool
+	first  bool    // the next packet is the reply's first
+	psn    psn.PSN // of the next packet
+	va     uint64
+	rkey   uint32
+	resid  uint32
+	orig   uint64 // original value of an atomic
+}
+
+// readBurst is the most READ response packets a call appends.
+const readBurst = 64
+
+// startRead queues the reply to a READ of [va, va+l) at PSN first, after
+// checking the whole range so that an access error answers the request
+// itself. It reports false, having queued nothing, on an access error.
+func (qp *QP) startRead(first psn.PSN, va uint64, rkey uint32, l uint32, out *Output) bool {
+	if l > 0 && !qp.checkRemote(rkey, va, l, AccessRemoteRead) {
+		return false
+	}
+	qp.queueReply(reply{first: true, psn: first, va: va, rkey: rkey, resid: l}, out)
+	return true
+}
+
+// queueReply appends r to the reply queue and sends what a call may.
+func (qp *QP) queueReply(r reply, out *Output) {
+	rs := &qp.resp
+	if rs.replyLen == len(rs.replies) {
+		return // checked by respond; unreachable
+	}
+	rs.replies[(rs.replyHead+rs.replyLen)%len(rs.replies)] = r
+	rs.replyLen++
+	qp.sendReplies(out)
+}
+
+// dropReplies forgets every queued response.
+func (qp *QP) dropReplies() {
+	qp.resp.replyLen = 0
+	qp.resp.ackOwed = false
+}
+
+// repliesPending reports responses waiting to be sent.
+func (qp *QP) repliesPending() bool { return qp.resp.replyLen > 0 || qp.resp.ackOwed }
+
+// sendReplies appends up to readBurst packets of queued responses, then the
+// owed acknowledgement once the queue is empty.
+func (qp *QP) sendReplies(out *Output) {
+	rs := &qp.resp
+	for budget := readBurst; budget > 0 && rs.replyLen > 0; {
+		r := &rs.replies[rs.replyHead]
+		if r.atomic {
+			qp.emitAtomicAck(r.psn, r.orig, out)
+			budget--
+		} else if !qp.continueRead(r, &budget, out) {
+			return // failed: the QP is in ERR
+		}
+		if r.atomic || r.resid == 0 && !r.first {
+			rs.replyHead = (rs.replyHead + 1) % len(rs.replies)
+			rs.replyLen--
+		}
+	}
+	if rs.replyLen == 0 && rs.ackOwed {
+		rs.ackOwed = false
+		qp.emitAck(rs.ackSyn, rs.ackPSN, out)
+	}
+}
+
+// continueRead appends packets of READ reply r within *budget, copying once
+// from registered memory into the packets. The memory is looked up again
+// for every burst: if it was deregistered meanwhile, the READ fails with a
+// remote access error. It reports false on such a failure.
+func (qp *QP) continueRead(r *reply, budget *int, out *Output) bool {
+	var data []byte
+	var ref Ref
+	if n := min(r.resid, uint32(*budget)*qp.mtu); n > 0 {
+		var err error
+		data, ref, err = qp.mem.Remote(qp.pd, r.rkey, r.va, n, AccessRemoteRead)
+		if err != nil {
+			qp.classC(r.psn, wire.NAKRemoteAccessError, StatusRemAccessErr, out)
+			return false
+		}
+	}
+	for *budget > 0 && (r.first || r.resid > 0) {
+		chunk := data[:min(uint32(len(data)), qp.mtu)]
+		data = data[len(chunk):]
+		last := r.resid <= qp.mtu
+		op := wire.RCRDMAReadResponseMiddle
+		switch {
+		case r.first && last:
+			op = wire.RCRDMAReadResponseOnly
+		case r.first:
+			op = wire.RCRDMAReadResponseFirst
+		case last:
+			op = wire.RCRDMAReadResponseLast
+		}
+		h := &qp.hdr
+		*h = wire.Headers{}
+		h.BTH = wire.BTHFields{
+			Opcode:   op,
+			PadCount: wire.PadCount(len(chunk)),
+			PKey:     wire.DefaultPKey,
+			DestQP:   wire.QPN(qp.destQPN),
+			PSN:      r.psn,
+		}
+		h.AETH = wire.AETHFields{Syndrome: wire.SyndromeAckUnlimited, MSN: qp.resp.msn}
+		pkt := out.alloc(h.Len() + len(chunk) + int(h.BTH.PadCount))
+		b := wire.AppendHeaders(pkt.Bytes, h)
+		b = append(b, chunk...)
+		pkt.Bytes = wire.AppendPad(b, h.BTH.PadCount)
+		pkt.QPN, pkt.Dest = qp.qpn, qp.dest
+		qp.counters.SentPackets++
+
+		r.first = false
+		r.psn = r.psn.Next()
+		r.va += uint64(len(chunk))
+		r.resid -= uint32(len(chunk))
+		*budget--
+	}
+	if ref != nil {
+		ref.Release()
+	}
+	return true
+}
+
+// execAtomic performs a COMPARE_SWAP or FETCH_ADD on the native-endian
+// 8-byte word at the target, under the device's stripe lock.
+func (qp *QP) execAtomic(p *wire.Packet, P psn.PSN, out *Output) {
+	if len(qp.resp.res) == 0 {
+		qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+		return
+	}
+	a := p.AtomicETH
+	va := a.VA()
+	if qp.mem == nil {
+		qp.classC(P, wire.NAKRemoteAccessError, StatusRemAccessErr, out)
+		return
+	}
+	b, ref, err := qp.mem.Remote(qp.pd, a.RKey(), va, 8, AccessRemoteAtomic)
+	if err != nil {
+		qp.classC(P, wire.NAKRemoteAccessError, StatusRemAccessErr, out)
+		return
+	}
+	if va%8 != 0 {
+		ref.Release()
+		qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+		return
+	}
+	mu := qp.locks.lockFor(b)
+	mu.Lock()
+	orig := binary.NativeEndian.Uint64(b)
+	if p.BTH.Opcode() == wire.RCCompareSwap {
+		if orig == a.Compare() {
+			binary.NativeEndian.PutUint64(b, a.SwapAdd())
+		}
+	} else {
+		binary.NativeEndian.PutUint64(b, orig+a.SwapAdd())
+	}
+	mu.Unlock()
+	ref.Release()
+
+	r := qp.nextResource()
+	*r = rdResource{kind: rdAtomic, first: P, last: P, va: va, rkey: a.RKey(), length: 8, orig: orig}
+	qp.resp.msn = qp.resp.msn.Next()
+	qp.resp.epsn = P.Next()
+	qp.sendAtomicAck(P, orig, out)
+}
+
+// duplicate answers a request behind the expected PSN without executing it
+// again: SEND and WRITE are re-acknowledged, READs replayed from memory,
+// atomics answered with their saved original value. A READ or atomic that
+// the resources ring no longer holds is dropped (class D).
+func (qp *QP) duplicate(p *wire.Packet, info wire.OpInfo, P psn.PSN, out *Output) {
+	switch {
+	case info.IsSend() || info.IsWrite():
+		if p.BTH.AckReq() {
+			qp.sendAck(wire.SyndromeAckUnlimited, qp.resp.epsn.Add(psn.Mask), out)
+		}
+	case info.IsReadRequest():
+		r := qp.findResource(P, rdRead)
+		if r == nil {
+			return
+		}
+		va, rkey, l := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALength()
+		// Only the original request or a tail of it may be asked again.
+		if rkey != r.rkey || va < r.va || uint64(l) > uint64(r.length) ||
+			va-r.va > uint64(r.length-l) || r.last.LessThan(P.Add(qp.responsePackets(l)-1)) {
+			return
+		}
+		// The requester goes back to P (go-back-N): the responses
+		// queued for it and what followed are sent again on request.
+		qp.dropReplies()
+		if !qp.startRead(P, va, rkey, l, out) {
+			// Deregistered since: a remote access error.
+			qp.classC(P, wire.NAKRemoteAccessError, StatusRemAccessErr, out)
+		}
+	case info.IsAtomic():
+		if r := qp.findResource(P, rdAtomic); r != nil && r.first == P {
+			qp.sendAtomicAck(P, r.orig, out)
+		}
+	}
+}
+
+func (qp *QP) nextResource() *rdResource {
+	r := &qp.resp.res[qp.resp.resNext]
+	qp.resp.resNext = (qp.resp.resNext + 1) % len(qp.resp.res)
+	return r
+}
+
+func (qp *QP) findResource(p psn.PSN, kind rdKind) *rdResource {
+	for i := range qp.resp.res {
+		r := &qp.resp.res[i]
+		if r.kind == kind && r.first.LessThanEq(p) && p.LessThanEq(r.last) {
+			return r
+		}
+	}
+	return nil
+}
+
+// checkRemote validates a remote access without copying.
+func (qp *QP) checkRemote(rkey uint32, va uint64, l uint32, need Access) bool {
+	if qp.mem == nil {
+		return false
+	}
+	_, ref, err := qp.mem.Remote(qp.pd, rkey, va, l, need)
+	if err != nil {
+		return false
+	}
+	ref.Release()
+	return true
+}
+
+// takeRecvWQE gives the responder a receive WQE, from the SRQ or the RQ.
+func (qp *QP) takeRecvWQE() bool {
+	if qp.srq != nil {
+		if !qp.srq.take(&qp.resp.held) {
+			return false
+		}
+		qp.resp.fromSRQ = true
+	} else {
+		if qp.rq.len() == 0 {
+			return false
+		}
+		qp.resp.fromSRQ = false
+	}
+	qp.resp.hasWQE = true
+	qp.resp.rcvd = 0
+	return true
+}
+
+func (qp *QP) heldWQE() *recvSlot {
+	if qp.resp.fromSRQ {
+		return &qp.resp.held
+	}
+	return qp.rq.at(qp.rq.head)
+}
+
+// completeRecv retires the held receive WQE with the completion prepared
+// in qp.wc (whose WRID and QPN it fills in).
+func (qp *QP) completeRecv() {
+	w := qp.heldWQE()
+	qp.wc.WRID, qp.wc.QPN = w.wrid, qp.qpn
+	if !qp.resp.fromSRQ {
+		qp.rq.head++
+	}
+	qp.resp.hasWQE = false
+	qp.push(qp.rcq)
+}
+
+// classC handles a responder error of IBTA class C (and A): NAK the request
+// with code, complete a receive WQE the message held with recvStatus, and
+// move the QP to ERR.
+func (qp *QP) classC(P psn.PSN, code wire.NAKCode, recvStatus Status, out *Output) {
+	qp.counters.NakSent++
+	qp.dropReplies() // the QP is going to ERR: what is queued is lost
+	qp.emitAck(wire.NakSyndrome(code), P, out)
+	if qp.resp.hasWQE {
+		qp.wc = Completion{Status: recvStatus, Opcode: WCRecv}
+		qp.completeRecv()
+	}
+	qp.enterError()
+}
+
+// sendRNRNak refuses a request for lack of a receive WQE; the requester retries
+// after the QP's min_rnr_timer, and nothing advances meanwhile.
+func (qp *QP) sendRNRNak(P psn.PSN, out *Output) {
+	qp.counters.RNRNakSent++
+	qp.sendAck(wire.RNRNakSyndrome(qp.minRNRTimer), P, out)
+}
+
+// ackIfRequested acknowledges a request that asks for it; ACKs are
+// coalesced otherwise, since the next ACK covers this PSN too.
+func (qp *QP) ackIfRequested(p *wire.Packet, P psn.PSN, out *Output) {
+	if p.BTH.AckReq() {
+		qp.sendAck(wire.SyndromeAckUnlimited, P, out)
+	} else {
+		qp.counters.AckDeferred++
+	}
+}
+
+// sendAck acknowledges with the given syndrome, at once or, if responses
+// are queued, after them.
+func (qp *QP) sendAck(syn wire.AETHSyndrome, P psn.PSN, out *Output) {
+	if qp.repliesPending() {
+		qp.resp.ackOwed, qp.resp.ackSyn, qp.resp.ackPSN = true, syn, P
+		return
+	}
+	qp.emitAck(syn, P, out)
+}
+
+// emitAck appends an ACKNOWLEDGE with the given syndrome and the current
+// MSN.
+func (qp *QP) emitAck(syn wire.AETHSyndrome, P psn.PSN, out *Output) {
+	h := &qp.hdr
+	*h = wire.Headers{}
+	h.BTH = wire.BTHFields{Opcode: wire.RCAcknowledge, PKey: wire.DefaultPKey, DestQP: wire.QPN(qp.destQPN), PSN: P}
+	h.AETH = wire.AETHFields{Syndrome: syn, MSN: qp.resp.msn}
+	qp.appendHeaderOnly(out)
+}
+
+// sendAtomicAck queues an ATOMIC_ACKNOWLEDGE carrying the original value.
+func (qp *QP) sendAtomicAck(P psn.PSN, orig uint64, out *Output) {
+	qp.queueReply(reply{atomic: true, psn: P, orig: orig}, out)
+}
+
+// emitAtomicAck appends an ATOMIC_ACKNOWLEDGE.
+func (qp *QP) emitAtomicAck(P psn.PSN, orig uint64, out *Output) {
+	h := &qp.hdr
+	*h = wire.Headers{}
+	h.BTH = wire.BTHFields{Opcode: wire.RCAtomicAcknowledge, PKey: wire.DefaultPKey, DestQP: wire.QPN(qp.destQPN), PSN: P}
+	h.AETH = wire.AETHFields{Syndrome: wire.SyndromeAckUnlimited, MSN: qp.resp.msn}
+	h.AtomicAckETH.OrigData = orig
+	qp.appendHeaderOnly(out)
+}
+
+func (qp *QP) appendHeaderOnly(out *Output) {
+	pkt := out.alloc(qp.hdr.Len())
+	pkt.Bytes = wire.AppendHeaders(pkt.Bytes, &qp.hdr)
+	pkt.QPN, pkt.Dest = qp.qpn, qp.dest
+	qp.counters.SentPackets++
+}
