@@ -1,0 +1,264 @@
+package verbs
+
+import "sync"
+
+// CQ is a completion queue (struct ibv_cq): a bounded ring of work
+// completions filled by the device and drained by Poll.
+//
+// A CQ never grows by itself. When the device produces a completion and the
+// ring is full, the completion is dropped and the overrun is recorded (a CQ
+// overrun is an error in the IBA: the QPs feeding the CQ can no longer be
+// trusted to report every work request). Size the CQ for the work requests
+// that can complete between two polls.
+type CQ struct {
+	dev        *Device
+	ch         *CompChannel
+	compVector int
+
+	mu       sync.Mutex
+	closed   bool
+	ring     []WorkCompletion
+	head     int // oldest completion
+	count    int // completions in the ring
+	arm      cqArm
+	overruns uint64 // completions dropped because the ring was full
+	users    int    // QPs sending or receiving into this CQ
+
+	// Completion-channel state, guarded by ch.mu.
+	evPending   int  // events queued on the channel for this CQ
+	evQueued    bool // linked in the channel's FIFO
+	evNext      *CQ
+	evDelivered uint64 // events returned by GetEvent
+	evAcked     uint64 // events acknowledged with AckEvents
+}
+
+// cqArm is the notification request of a CQ (ibv_req_notify_cq).
+type cqArm uint8
+
+const (
+	armNone      cqArm = iota
+	armSolicited       // next solicited or unsuccessful completion
+	armNext            // next completion
+)
+
+// CreateCQ creates a completion queue for at least cqe completions
+// (ibv_create_cq). ch, if not nil, receives the CQ's completion events (see
+// ReqNotify); compVector must be below NumCompVectors.
+func (d *Device) CreateCQ(cqe int, ch *CompChannel, compVector int) (*CQ, error) {
+	const op = "CreateCQ"
+	if cqe < 1 || cqe > d.attr.MaxCQE {
+		return nil, errorf(op, "cqe", ErrInvalidArgument, "%d outside 1..%d", cqe, d.attr.MaxCQE)
+	}
+	if compVector < 0 || compVector >= d.numCompVectors {
+		return nil, errorf(op, "comp_vector", ErrInvalidArgument, "%d outside 0..%d", compVector, d.numCompVectors-1)
+	}
+	if ch != nil {
+		if ch.dev != d {
+			return nil, newError(op, "channel", ErrInvalidArgument, "belongs to another device")
+		}
+		if err := ch.attach(op); err != nil {
+			return nil, err
+		}
+	}
+	if err := d.res.cq.acquire(op); err != nil {
+		if ch != nil {
+			ch.detach()
+		}
+		return nil, err
+	}
+	cq := &CQ{dev: d, ch: ch, compVector: compVector, ring: make([]WorkCompletion, cqe)}
+	if err := d.register(op, func() { d.cqs[cq] = struct{}{} }); err != nil {
+		d.res.cq.release()
+		if ch != nil {
+			ch.detach()
+		}
+		return nil, err
+	}
+	return cq, nil
+}
+
+// Device returns the CQ's device.
+func (cq *CQ) Device() *Device { return cq.dev }
+
+// Channel returns the CQ's completion channel, or nil.
+func (cq *CQ) Channel() *CompChannel { return cq.ch }
+
+// Size returns the number of completions the CQ holds (ibv_cq.cqe), at
+// least the number requested.
+func (cq *CQ) Size() int {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return len(cq.ring)
+}
+
+// Poll moves up to len(wc) completions, oldest first, into wc and returns
+// how many (ibv_poll_cq). It does not allocate and does not block; 0 means
+// the CQ is empty.
+func (cq *CQ) Poll(wc []WorkCompletion) (int, error) {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.closed {
+		return 0, closedError("PollCQ", "cq")
+	}
+	n := min(len(wc), cq.count)
+	size := len(cq.ring)
+	for i := range n {
+		wc[i] = cq.ring[(cq.head+i)%size]
+	}
+	cq.head = (cq.head + n) % size
+	cq.count -= n
+	return n, nil
+}
+
+// push appends a completion produced by the device. solicited reports a
+// receive completion of a message with the Solicited Event bit. It returns
+// true if the ring was full: the completion is dropped and the overrun
+// recorded. push never allocates.
+func (cq *CQ) push(wc WorkCompletion, solicited bool) (overflow bool) {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.closed {
+		return true
+	}
+	size := len(cq.ring)
+	if cq.count == size {
+		cq.overruns++
+		return true
+	}
+	cq.ring[(cq.head+cq.count)%size] = wc
+	cq.count++
+	// A solicited-only request is also satisfied by an unsuccessful
+	// completion (the IBA's Request Completion Notification rule), so a
+	// consumer sleeping on solicited events learns of errors.
+	if cq.arm == armNext || cq.arm == armSolicited && (solicited || wc.Status != WCSuccess) {
+		cq.arm = armNone
+		if cq.ch != nil {
+			cq.ch.notify(cq)
+		}
+	}
+	return false
+}
+
+// overrunCount returns how many completions were dropped on a full ring.
+func (cq *CQ) overrunCount() uint64 {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return cq.overruns
+}
+
+// ReqNotify arms the CQ (ibv_req_notify_cq): the next completion added to
+// it, or with solicitedOnly the next solicited or unsuccessful one, makes the
+// CQ's completion channel report one event, and disarms the CQ. Completions
+// already in the CQ do not count, so the usual pattern is: arm, then poll
+// until empty, then wait for the event. Arming for every completion
+// overrides a solicited-only request. Without a channel the request has no
+// visible effect.
+func (cq *CQ) ReqNotify(solicitedOnly bool) error {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.closed {
+		return closedError("ReqNotifyCQ", "cq")
+	}
+	switch {
+	case !solicitedOnly:
+		cq.arm = armNext
+	case cq.arm == armNone:
+		cq.arm = armSolicited
+	}
+	return nil
+}
+
+// AckEvents acknowledges n events returned by GetEvent for this CQ
+// (ibv_ack_cq_events). Every event must be acknowledged before Destroy;
+// acknowledging more events than were returned has no effect beyond
+// acknowledging them all.
+func (cq *CQ) AckEvents(n int) {
+	if cq.ch == nil || n <= 0 {
+		return
+	}
+	cq.ch.mu.Lock()
+	defer cq.ch.mu.Unlock()
+	cq.evAcked = min(cq.evAcked+uint64(n), cq.evDelivered)
+}
+
+// Resize changes the CQ's capacity to cqe completions (ibv_resize_cq),
+// keeping the completions it holds. It fails with ErrInvalidArgument if cqe
+// is outside 1..MaxCQE or below the number of completions queued.
+func (cq *CQ) Resize(cqe int) error {
+	const op = "ResizeCQ"
+	if cqe < 1 || cqe > cq.dev.attr.MaxCQE {
+		return errorf(op, "cqe", ErrInvalidArgument, "%d outside 1..%d", cqe, cq.dev.attr.MaxCQE)
+	}
+	ring := make([]WorkCompletion, cqe)
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.closed {
+		return closedError(op, "cq")
+	}
+	if cqe < cq.count {
+		return errorf(op, "cqe", ErrInvalidArgument, "%d is below the %d completions queued", cqe, cq.count)
+	}
+	for i := range cq.count {
+		ring[i] = cq.ring[(cq.head+i)%len(cq.ring)]
+	}
+	cq.ring, cq.head = ring, 0
+	return nil
+}
+
+// Destroy destroys the CQ (ibv_destroy_cq). It fails with ErrBusy while QPs
+// use the CQ, and while events returned by GetEvent are not acknowledged:
+// libibverbs blocks in that case instead, which in Go would turn a missing
+// AckEvents into a silent hang. Events still queued on the channel are
+// discarded.
+func (cq *CQ) Destroy() error { return cq.destroy(false) }
+
+// destroy destroys the CQ; force (Device.Close) skips the busy checks.
+func (cq *CQ) destroy(force bool) error {
+	const op = "DestroyCQ"
+	cq.mu.Lock()
+	if cq.closed {
+		cq.mu.Unlock()
+		return closedError(op, "cq")
+	}
+	if !force && cq.users > 0 {
+		n := cq.users
+		cq.mu.Unlock()
+		return errorf(op, "cq", ErrBusy, "%d QP queues attached", n)
+	}
+	if ch := cq.ch; ch != nil {
+		ch.mu.Lock()
+		if !force && cq.evAcked != cq.evDelivered {
+			n := cq.evDelivered - cq.evAcked
+			ch.mu.Unlock()
+			cq.mu.Unlock()
+			return errorf(op, "cq", ErrBusy, "%d completion events not acknowledged", n)
+		}
+		ch.dequeueLocked(cq)
+		ch.cqs--
+		ch.mu.Unlock()
+	}
+	cq.closed = true
+	cq.ring, cq.count = nil, 0
+	cq.mu.Unlock()
+	cq.dev.unregister(func() { delete(cq.dev.cqs, cq) })
+	cq.dev.res.cq.release()
+	return nil
+}
+
+// attach records a QP queue completing into the CQ.
+func (cq *CQ) attach(op, field string) error {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.closed {
+		return closedError(op, field)
+	}
+	cq.users++
+	return nil
+}
+
+// detach drops a QP queue recorded by attach.
+func (cq *CQ) detach() {
+	cq.mu.Lock()
+	cq.users--
+	cq.mu.Unlock()
+}

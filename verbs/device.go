@@ -1,0 +1,482 @@
+package verbs
+
+import (
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// DefaultUDPPort is the RoCEv2 UDP destination port (IANA 4791).
+const DefaultUDPPort = 4791
+
+// DefaultDeviceName is the name of a device opened without one.
+const DefaultDeviceName = "goroce0"
+
+// DeviceConfig configures Open.
+type DeviceConfig struct {
+	// Name identifies the device, like "rxe0" for the kernel's Soft-RoCE.
+	// Default DefaultDeviceName.
+	Name string
+
+	// Addr is the IP address the device will bind (IPv4 or IPv6;
+	// required). It also determines GID 1: the IPv4-mapped GID of an IPv4
+	// address, or the IPv6 address itself. An IPv4-mapped IPv6 address is
+	// treated as the IPv4 address.
+	Addr netip.Addr
+
+	// Port is the UDP port the device will bind. Default DefaultUDPPort.
+	// Only goroce peers can be told to use another port.
+	Port uint16
+
+	// MTU is the port's active MTU, the largest path MTU peers should
+	// negotiate (tools such as perftest use the minimum of both ports'
+	// active MTUs). Default MTU4096 when Addr is a loopback address, else
+	// MTU1024: what rxe reports on a 1500-byte Ethernet link (1500 minus
+	// 80 bytes of RoCEv2 headers rounds down to 1024).
+	MTU MTU
+
+	// Limits, if not nil, overrides device limits (for tests, or to bound
+	// memory use). Each non-zero field among MaxMRSize, MaxQP, MaxQPWR,
+	// MaxSGE, MaxSGERD, MaxCQ, MaxCQE, MaxMR, MaxPD, MaxQPRdAtom,
+	// MaxQPInitRdAtom, MaxResRdAtom, MaxAH, MaxSRQ, MaxSRQWR, MaxSRQSGE
+	// and MaxInlineData replaces the default; the other fields are
+	// ignored. A value the implementation cannot honour is an error:
+	// MaxMR is at most 0x40000 (the memory key index range), MaxQP at
+	// most 2^24-2 (the QP numbers other than 0 and 1), MaxMRSize at most
+	// 2^63-1, the others at most 2^31-1.
+	Limits *DeviceAttr
+}
+
+// Device is an open goroce RDMA device (struct ibv_context): one port, one
+// IP address and UDP port, and the objects created on it. All methods are
+// safe for concurrent use.
+type Device struct {
+	name           string
+	addr           netip.Addr
+	udpPort        uint16
+	attr           DeviceAttr // immutable after Open
+	port           PortAttr   // immutable after Open
+	gids           []GIDEntry // immutable after Open
+	numCompVectors int
+
+	res resources
+
+	// mrs maps lkeys and rkeys to memory regions; lookups are lock-free.
+	mrs *keyTable[mrRegion]
+
+	// qps maps QP numbers to QPs; sync.Map loads are lock-free, which is
+	// what the receive path's dispatch by destination QPN needs.
+	qps     sync.Map // uint32 -> *QP
+	qpnMu   sync.Mutex
+	nextQPN uint32
+
+	// mu guards closed and the registries Close walks.
+	mu       sync.Mutex
+	closed   bool
+	pds      map[*PD]struct{}
+	cqs      map[*CQ]struct{}
+	channels map[*CompChannel]struct{}
+	srqs     map[*SRQ]struct{}
+	ahs      map[*AH]struct{}
+}
+
+// Hard caps: limits the implementation cannot exceed whatever
+// DeviceConfig.Limits asks.
+const (
+	capMaxMR  = mrIndexMax - mrIndexMin + 1 // the MR key index range
+	capMaxQP  = qpnMax - qpnMin + 1         // the QPN space minus QP0 and QP1
+	capMaxInt = math.MaxInt32               // 32-bit fields of ibv structures
+)
+
+// defaultDeviceAttr returns the limits of a goroce device. They follow rxe
+// (drivers/infiniband/sw/rxe/rxe_param.h) where rxe's choice fits a
+// userspace device, and differ where noted.
+func defaultDeviceAttr() DeviceAttr {
+	return DeviceAttr{
+		FWVer:        "0.0.0",
+		MaxMRSize:    math.MaxInt64, // a Go slice's length is an int (rxe: ~0)
+		PageSizeCap:  0xfffff000,
+		VendorID:     0xffffff, // no IEEE OUI
+		VendorPartID: 0,
+		HWVer:        0,
+		MaxQP:        0x10000,
+		MaxQPWR:      0x4000,
+		// Only what is implemented: RNR NAKs, SRQ resize, a system image
+		// GUID, CUR_STATE in ModifyQP, and UD address handles pinned to
+		// the port.
+		DeviceCapFlags: DeviceRCRNRNAKGen | DeviceSRQResize | DeviceSysImageGUID |
+			DeviceCurrQPStateMod | DeviceUDAVPortEnforce,
+		MaxSGE:          32,
+		MaxSGERD:        32,
+		MaxCQ:           16384,
+		MaxCQE:          1<<15 - 1,
+		MaxMR:           capMaxMR, // the whole MR key range (rxe: 2048 to 256K by version)
+		MaxPD:           0x7ffc,
+		MaxQPRdAtom:     128,
+		MaxQPInitRdAtom: 128,
+		MaxResRdAtom:    0x3f000,
+		AtomicCap:       AtomicHCA,
+		MaxMW:           0,      // memory windows are not implemented yet
+		MaxAH:           0x7fff, // rxe: 100, too few for UD servers
+		MaxSRQ:          960,
+		MaxSRQWR:        0x4000,
+		MaxSRQSGE:       32, // rxe: 27, a kernel WQE layout limit that does not apply here
+		MaxPKeys:        1,
+		LocalCAAckDelay: 15,
+		PhysPortCnt:     1,
+		MaxInlineData:   400,
+	}
+}
+
+// Open opens a device. It validates the configuration and builds the
+// device's attributes, port and GID table; it does not touch the network.
+func Open(cfg DeviceConfig) (*Device, error) {
+	const op = "Open"
+	if !cfg.Addr.IsValid() {
+		return nil, newError(op, "Addr", ErrInvalidArgument, "required")
+	}
+	addr := cfg.Addr
+	if addr.Is4In6() {
+		addr = addr.Unmap()
+	}
+	if addr.IsUnspecified() || addr.IsMulticast() {
+		return nil, errorf(op, "Addr", ErrInvalidArgument, "%v cannot identify a device", addr)
+	}
+	name := cfg.Name
+	if name == "" {
+		name = DefaultDeviceName
+	}
+	udpPort := cfg.Port
+	if udpPort == 0 {
+		udpPort = DefaultUDPPort
+	}
+	mtu := cfg.MTU
+	switch {
+	case mtu == 0 && addr.IsLoopback():
+		mtu = MTU4096
+	case mtu == 0:
+		mtu = MTU1024
+	case !mtu.Valid():
+		return nil, errorf(op, "MTU", ErrInvalidArgument, "%d is not an IB MTU (1..5)", int(mtu))
+	}
+	attr := defaultDeviceAttr()
+	if cfg.Limits != nil {
+		if err := applyLimits(op, &attr, cfg.Limits); err != nil {
+			return nil, err
+		}
+	}
+	ifid := interfaceID(addr.WithZone(""), udpPort)
+	attr.NodeGUID = GUID(binary.BigEndian.Uint64(ifid[:]))
+	attr.SysImageGUID = attr.NodeGUID
+
+	gids := buildGIDTable(addr.WithZone(""), ifid)
+	d := &Device{
+		name:    name,
+		addr:    addr,
+		udpPort: udpPort,
+		attr:    attr,
+		port: PortAttr{
+			State:        PortActive,
+			MaxMTU:       MTU4096,
+			ActiveMTU:    mtu,
+			GIDTblLen:    len(gids),
+			PortCapFlags: PortCMSup | PortIPBasedGIDs,
+			MaxMsgSize:   1 << 31, // the IBA maximum; rxe reports 8 MiB but accepts 2 GiB
+			PKeyTblLen:   1,
+			MaxVLNum:     1,
+			ActiveWidth:  Width1X,
+			ActiveSpeed:  SpeedEDR,
+			PhysState:    PhysPortStateLinkUp,
+			LinkLayer:    LinkLayerEthernet,
+		},
+		gids:           gids,
+		numCompVectors: runtime.NumCPU(),
+		mrs:            newKeyTable[mrRegion](mrIndexMin, mrIndexMax),
+		nextQPN:        qpnMin + rand.Uint32N(qpnMax-qpnMin+1),
+		pds:            make(map[*PD]struct{}),
+		cqs:            make(map[*CQ]struct{}),
+		channels:       make(map[*CompChannel]struct{}),
+		srqs:           make(map[*SRQ]struct{}),
+		ahs:            make(map[*AH]struct{}),
+	}
+	d.res = resources{
+		pd:  resource{name: "max_pd", limit: int64(attr.MaxPD)},
+		mr:  resource{name: "max_mr", limit: int64(attr.MaxMR)},
+		cq:  resource{name: "max_cq", limit: int64(attr.MaxCQ)},
+		qp:  resource{name: "max_qp", limit: int64(attr.MaxQP)},
+		srq: resource{name: "max_srq", limit: int64(attr.MaxSRQ)},
+		ah:  resource{name: "max_ah", limit: int64(attr.MaxAH)},
+	}
+	return d, nil
+}
+
+// applyLimits copies the non-zero limit fields of l into a, checking them.
+func applyLimits(op string, a, l *DeviceAttr) error {
+	ints := []struct {
+		name string
+		dst  *int
+		val  int
+		cap  int
+	}{
+		{"Limits.MaxQP", &a.MaxQP, l.MaxQP, capMaxQP},
+		{"Limits.MaxQPWR", &a.MaxQPWR, l.MaxQPWR, capMaxInt},
+		{"Limits.MaxSGE", &a.MaxSGE, l.MaxSGE, capMaxInt},
+		{"Limits.MaxSGERD", &a.MaxSGERD, l.MaxSGERD, capMaxInt},
+		{"Limits.MaxCQ", &a.MaxCQ, l.MaxCQ, capMaxInt},
+		{"Limits.MaxCQE", &a.MaxCQE, l.MaxCQE, capMaxInt},
+		{"Limits.MaxMR", &a.MaxMR, l.MaxMR, capMaxMR},
+		{"Limits.MaxPD", &a.MaxPD, l.MaxPD, capMaxInt},
+		{"Limits.MaxQPRdAtom", &a.MaxQPRdAtom, l.MaxQPRdAtom, capMaxInt},
+		{"Limits.MaxQPInitRdAtom", &a.MaxQPInitRdAtom, l.MaxQPInitRdAtom, capMaxInt},
+		{"Limits.MaxResRdAtom", &a.MaxResRdAtom, l.MaxResRdAtom, capMaxInt},
+		{"Limits.MaxAH", &a.MaxAH, l.MaxAH, capMaxInt},
+		{"Limits.MaxSRQ", &a.MaxSRQ, l.MaxSRQ, capMaxInt},
+		{"Limits.MaxSRQWR", &a.MaxSRQWR, l.MaxSRQWR, capMaxInt},
+		{"Limits.MaxSRQSGE", &a.MaxSRQSGE, l.MaxSRQSGE, capMaxInt},
+		{"Limits.MaxInlineData", &a.MaxInlineData, l.MaxInlineData, capMaxInt},
+	}
+	for _, f := range ints {
+		switch {
+		case f.val == 0:
+		case f.val < 0 || f.val > f.cap:
+			return errorf(op, f.name, ErrInvalidArgument, "%d outside 1..%d", f.val, f.cap)
+		default:
+			*f.dst = f.val
+		}
+	}
+	if l.MaxMRSize != 0 {
+		if l.MaxMRSize > math.MaxInt64 {
+			return errorf(op, "Limits.MaxMRSize", ErrInvalidArgument, "%d exceeds the largest Go slice", l.MaxMRSize)
+		}
+		a.MaxMRSize = l.MaxMRSize
+	}
+	return nil
+}
+
+// Name returns the device name.
+func (d *Device) Name() string { return d.name }
+
+// Addr returns the IP address the device binds.
+func (d *Device) Addr() netip.Addr { return d.addr }
+
+// UDPPort returns the UDP port the device binds.
+func (d *Device) UDPPort() uint16 { return d.udpPort }
+
+// NumCompVectors returns the number of completion vectors (the
+// num_comp_vectors of struct ibv_context), one per CPU as in rxe. A CQ's
+// completion vector must be below it; it has no other effect here.
+func (d *Device) NumCompVectors() int { return d.numCompVectors }
+
+// Query returns the device attributes (ibv_query_device).
+func (d *Device) Query() DeviceAttr { return d.attr }
+
+// QueryPort returns the attributes of a port (ibv_query_port). The only port
+// is 1.
+func (d *Device) QueryPort(port int) (PortAttr, error) {
+	if err := d.checkPort("QueryPort", "port_num", port); err != nil {
+		return PortAttr{}, err
+	}
+	return d.port, nil
+}
+
+// QueryGID returns entry index of a port's GID table (ibv_query_gid).
+func (d *Device) QueryGID(port, index int) (GID, error) {
+	const op = "QueryGID"
+	if err := d.checkPort(op, "port_num", port); err != nil {
+		return GID{}, err
+	}
+	if index < 0 || index >= len(d.gids) {
+		return GID{}, errorf(op, "index", ErrInvalidArgument, "%d outside the GID table (length %d)", index, len(d.gids))
+	}
+	return d.gids[index].GID, nil
+}
+
+// GIDTable returns port 1's GID table (ibv_query_gid_table): index 0 is a
+// link-local GID derived from the device's interface identifier (see
+// DeviceAttr.NodeGUID), index 1 the GID of the bound address. Every entry is
+// a RoCE v2 GID.
+func (d *Device) GIDTable() []GIDEntry {
+	return append([]GIDEntry(nil), d.gids...)
+}
+
+// QueryPKey returns entry index of a port's P_Key table (ibv_query_pkey).
+// The table has one entry, the default full-membership P_Key 0xFFFF.
+func (d *Device) QueryPKey(port, index int) (uint16, error) {
+	const op = "QueryPKey"
+	if err := d.checkPort(op, "port_num", port); err != nil {
+		return 0, err
+	}
+	if index != 0 {
+		return 0, errorf(op, "index", ErrInvalidArgument, "%d outside the P_Key table (length 1)", index)
+	}
+	return defaultPKey, nil
+}
+
+// defaultPKey is the default P_Key, full membership of the default partition.
+const defaultPKey = 0xFFFF
+
+func (d *Device) checkPort(op, field string, port int) error {
+	if port != 1 {
+		return errorf(op, field, ErrInvalidArgument, "port %d does not exist (the only port is 1)", port)
+	}
+	return nil
+}
+
+// sgid returns GID table entry index, or false if there is none.
+func (d *Device) sgid(index int) (GID, bool) {
+	if index < 0 || index >= len(d.gids) || d.gids[index].GID.IsZero() {
+		return GID{}, false
+	}
+	return d.gids[index].GID, true
+}
+
+// Close destroys every object of the device (QPs, SRQs, address handles,
+// memory regions, CQs, completion channels, PDs, in that order) and closes
+// it. Blocked GetEvent calls return ErrClosed. Deregistration waits for
+// accesses in flight, as MR.Dereg does. Closing a closed device returns
+// ErrClosed.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return closedError("Close", "device")
+	}
+	d.closed = true
+	pds, cqs, chans, srqs, ahs := d.pds, d.cqs, d.channels, d.srqs, d.ahs
+	d.pds, d.cqs, d.channels, d.srqs, d.ahs = nil, nil, nil, nil, nil
+	d.mu.Unlock()
+
+	// addQP checks closed under qpnMu, so once this collection holds
+	// qpnMu no QP can appear behind it.
+	var qps []*QP
+	d.qpnMu.Lock()
+	d.qps.Range(func(_, v any) bool {
+		qps = append(qps, v.(*QP))
+		return true
+	})
+	d.qpnMu.Unlock()
+	for _, qp := range qps {
+		_ = qp.Destroy()
+	}
+	for srq := range srqs {
+		_ = srq.Destroy()
+	}
+	for ah := range ahs {
+		_ = ah.Destroy()
+	}
+	var mrs []*MR
+	d.mrs.each(func(r *mrRegion) { mrs = append(mrs, r.mr) })
+	for _, mr := range mrs {
+		mr.forceDereg()
+	}
+	for cq := range cqs {
+		cq.destroy(true)
+	}
+	for ch := range chans {
+		ch.destroy(true)
+	}
+	for pd := range pds {
+		pd.forceDealloc()
+	}
+	return nil
+}
+
+// register runs add under the device lock unless the device is closed; the
+// creating verbs use it to make their object visible to Close.
+func (d *Device) register(op string, add func()) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return closedError(op, "device")
+	}
+	add()
+	return nil
+}
+
+// unregister runs remove under the device lock. After Close the registries
+// are gone and there is nothing to remove.
+func (d *Device) unregister(remove func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.closed {
+		remove()
+	}
+}
+
+// isClosed reports whether Close has started.
+func (d *Device) isClosed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.closed
+}
+
+// resources counts objects against the device limits.
+type resources struct {
+	pd, mr, cq, qp, srq, ah resource
+}
+
+// resource is one counted kind of object. acquire and release are
+// lock-free.
+type resource struct {
+	name  string // the DeviceAttr limit, as ibv_device_attr spells it
+	limit int64
+	n     atomic.Int64
+}
+
+func (r *resource) acquire(op string) error {
+	for {
+		n := r.n.Load()
+		if n >= r.limit {
+			return errorf(op, r.name, ErrResourceLimit, "all %d in use", r.limit)
+		}
+		if r.n.CompareAndSwap(n, n+1) {
+			return nil
+		}
+	}
+}
+
+func (r *resource) release() { r.n.Add(-1) }
+
+// QP numbers: 24 bits, never 0 or 1 (QP0 and QP1 are the subnet management
+// and general services QPs).
+const (
+	qpnMin = 2
+	qpnMax = 0xFFFFFF
+)
+
+// addQP assigns qp a QP number unique among the device's live QPs and makes
+// it visible to lookupQP. Numbers are handed out in increasing order from a
+// random start, wrapping around, so a number is not reused soon after its QP
+// is destroyed and stale packets find no QP.
+func (d *Device) addQP(op string, qp *QP) error {
+	d.qpnMu.Lock()
+	defer d.qpnMu.Unlock()
+	if d.isClosed() {
+		return closedError(op, "device")
+	}
+	for {
+		qpn := d.nextQPN
+		d.nextQPN++
+		if d.nextQPN > qpnMax {
+			d.nextQPN = qpnMin
+		}
+		if _, taken := d.qps.Load(qpn); !taken {
+			qp.qpn = qpn
+			d.qps.Store(qpn, qp)
+			return nil
+		}
+	}
+}
+
+// lookupQP returns the live QP with number qpn, or nil. It takes no lock.
+func (d *Device) lookupQP(qpn uint32) *QP {
+	v, ok := d.qps.Load(qpn)
+	if !ok {
+		return nil
+	}
+	return v.(*QP)
+}

@@ -1,0 +1,69 @@
+// Package verbs is the public API of goroce: the RDMA verbs programming model
+// of libibverbs (rdma-core), in Go, for a software RoCEv2 device.
+//
+// The objects and their verbs follow libibverbs one to one, so its man pages
+// and rdma-core's tests describe them:
+//
+//	Open / Device.Close             ibv_open_device / ibv_close_device
+//	Device.Query, QueryPort,        ibv_query_device, ibv_query_port,
+//	  QueryGID, GIDTable, QueryPKey   ibv_query_gid(_table), ibv_query_pkey
+//	Device.AllocPD / PD.Dealloc     ibv_alloc_pd / ibv_dealloc_pd
+//	PD.RegMR, RegMRIOVA,            ibv_reg_mr, ibv_reg_mr_iova,
+//	  MR.Rereg, MR.Dereg              ibv_rereg_mr, ibv_dereg_mr
+//	Device.CreateCompChannel        ibv_create_comp_channel
+//	Device.CreateCQ, CQ.Poll,       ibv_create_cq, ibv_poll_cq,
+//	  ReqNotify, Resize, Destroy      ibv_req_notify_cq, ibv_resize_cq, ...
+//	CompChannel.GetEvent,           ibv_get_cq_event,
+//	  CQ.AckEvents                    ibv_ack_cq_events
+//	PD.CreateSRQ, SRQ.Modify, ...   ibv_create_srq, ibv_modify_srq, ...
+//	PD.CreateAH / AH.Destroy        ibv_create_ah / ibv_destroy_ah
+//	PD.CreateQP, QP.Modify, Query,  ibv_create_qp, ibv_modify_qp,
+//	  PostSend, PostRecv, Destroy     ibv_query_qp, ibv_post_send, ...
+//
+// Constants keep the libibverbs values (AccessRemoteWrite is
+// IBV_ACCESS_REMOTE_WRITE = 2, QPAttrAV is IBV_QP_AV = 1<<7, WCRecv is
+// IBV_WC_RECV = 128, ...), so numbers exchanged with C peers or seen in
+// captures mean the same thing. Errors are *Error values naming the verb and
+// the rdma-core name of the offending field, and wrap one of the sentinel
+// errors (ErrInvalidArgument, ErrInvalidState, ErrNoMemory, ErrResourceLimit,
+// ErrBusy, ErrNotSupported, ErrClosed) for errors.Is.
+//
+// A typical lifecycle (errors elided; see the package example for a
+// complete one):
+//
+//	dev, _ := verbs.Open(verbs.DeviceConfig{Addr: netip.MustParseAddr("192.0.2.1")})
+//	defer dev.Close()
+//	pd, _ := dev.AllocPD()
+//	mr, _ := pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+//	cq, _ := dev.CreateCQ(256, nil, 0)
+//	qp, _ := pd.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+//		Cap: verbs.QPCap{MaxSendWR: 128, MaxRecvWR: 128, MaxSendSGE: 1, MaxRecvSGE: 1}})
+//	// exchange QPN, PSN, GID, rkey and mr.IOVA() with the peer, then
+//	// qp.Modify to INIT, RTR and RTS
+//	_ = qp.PostRecv(&verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{mr.SGE(0, 4096)}})
+//	wc := make([]verbs.WorkCompletion, 16)
+//	n, _ := cq.Poll(wc)
+//	// ... then qp.Destroy, cq.Destroy, mr.Dereg, pd.Dealloc
+//
+// # Addressing
+//
+// A device binds one IP address and UDP port (4791 by default). Its GID
+// table has two RoCE v2 entries: index 0 a link-local GID derived from the
+// device's node GUID, index 1 the GID of its address (IPv4-mapped for IPv4),
+// which is the one to exchange with peers. Memory is addressed as in
+// libibverbs: an MR's IOVA is the virtual address of its buffer (or 0 with
+// AccessZeroBased), and lkey = rkey = index<<8 | key byte.
+//
+// # Data movement
+//
+// This package holds the object model: validation, state, queues and
+// completion delivery. The RoCEv2 transport that moves posted work requests
+// over UDP plugs into these objects; until then posted work requests stay
+// queued (or are flushed when the QP enters the error state).
+//
+// # Concurrency
+//
+// Every object is safe for concurrent use. Posting and polling do not
+// allocate. The lookups the receive path needs (memory keys, QP numbers) are
+// lock-free.
+package verbs

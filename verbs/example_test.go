@@ -1,0 +1,132 @@
+package verbs_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net/netip"
+
+	"github.com/goroce/goroce/verbs"
+)
+
+// The lifecycle of the verbs objects: open a device, allocate a PD, register
+// memory, create a CQ and an RC QP, and walk the QP through INIT, RTR and
+// RTS with the attributes ibv_rc_pingpong uses.
+func Example() {
+	dev, err := verbs.Open(verbs.DeviceConfig{Addr: netip.MustParseAddr("127.0.0.1")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer dev.Close()
+
+	pd, err := dev.AllocPD()
+	if err != nil {
+		log.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	mr, err := pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+	if err != nil {
+		log.Fatal(err)
+	}
+	cq, err := dev.CreateCQ(16, nil, 0)
+	if err != nil {
+		log.Fatal(err)
+	}
+	qp, err := pd.CreateQP(verbs.QPInitAttr{
+		QPType: verbs.QPTypeRC,
+		SendCQ: cq,
+		RecvCQ: cq,
+		Cap:    verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// The peer's QPN, PSN and GID come from an out-of-band exchange.
+	gid, _ := dev.QueryGID(1, 1)
+	steps := []struct {
+		attr verbs.QPAttr
+		mask verbs.QPAttrMask
+	}{
+		{verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead},
+			verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
+		{verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: verbs.MTU1024, DestQPNum: 0x1234, RQPSN: 0x100,
+			MaxDestRdAtomic: 1, MinRNRTimer: 12,
+			AHAttr: verbs.AddressVector{DGID: gid, SGIDIndex: 1, HopLimit: 1, IsGlobal: true, PortNum: 1}},
+			verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN |
+				verbs.QPAttrRQPSN | verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer},
+		{verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: 0x200, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+			verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt |
+				verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic},
+	}
+	for _, s := range steps {
+		if err := qp.Modify(&s.attr, s.mask); err != nil {
+			log.Fatal(err)
+		}
+	}
+	fmt.Println("QP state:", qp.State())
+
+	// Post a receive and a signaled send; without a transport they stay
+	// queued until the QP is moved to the error state, which flushes them.
+	if err := qp.PostRecv(&verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{mr.SGE(0, 2048)}}); err != nil {
+		log.Fatal(err)
+	}
+	err = qp.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{mr.SGE(2048, 64)}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.QPAttrState); err != nil {
+		log.Fatal(err)
+	}
+	wc := make([]verbs.WorkCompletion, 4)
+	n, _ := cq.Poll(wc)
+	for _, c := range wc[:n] {
+		fmt.Printf("wr %d: %v (%v)\n", c.WRID, c.Status, c.Opcode)
+	}
+
+	// Tear down in reverse order.
+	for _, destroy := range []func() error{qp.Destroy, cq.Destroy, mr.Dereg, pd.Dealloc} {
+		if err := destroy(); err != nil {
+			log.Fatal(err)
+		}
+	}
+	// Output:
+	// QP state: RTS
+	// wr 2: Work Request Flushed Error (SEND)
+	// wr 1: Work Request Flushed Error (RECV)
+}
+
+// Waiting for completions through a completion channel instead of polling.
+func ExampleCompChannel_GetEvent() {
+	dev, err := verbs.Open(verbs.DeviceConfig{Addr: netip.MustParseAddr("127.0.0.1")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer dev.Close()
+	ch, _ := dev.CreateCompChannel()
+	cq, _ := dev.CreateCQ(16, ch, 0)
+	pd, _ := dev.AllocPD()
+	qp, _ := pd.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeUD, SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxRecvWR: 4}})
+	_ = qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QKey: 0x1111},
+		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrQKey)
+
+	// Arm, then produce a completion (here: a receive flushed by the error
+	// state), then wait for the event and poll.
+	if err := cq.ReqNotify(false); err != nil {
+		log.Fatal(err)
+	}
+	_ = qp.PostRecv(&verbs.RecvWR{WRID: 7})
+	_ = qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.QPAttrState)
+
+	ev, err := ch.GetEvent(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	ev.AckEvents(1)
+	wc := make([]verbs.WorkCompletion, 1)
+	n, _ := ev.Poll(wc)
+	fmt.Println(n, wc[0].WRID, wc[0].Status)
+	// Output: 1 7 Work Request Flushed Error
+}

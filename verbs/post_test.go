@@ -1,0 +1,391 @@
+package verbs
+
+import (
+	"fmt"
+	"testing"
+)
+
+// Ports the bad flows of rdma-core's tests (utils.py post_rq_state_bad_flow,
+// post_sq_state_bad_flow, full_rq_bad_flow, create_rq_with_larger_sgl_bad_flow)
+// and checks the send work request validation of rxe.
+
+func TestPostRecvStates(t *testing.T) {
+	d := newDevice(t)
+	pd := mustPD(t, d)
+	cq := mustCQ(t, d, 16)
+	for _, s := range []QPState{QPStateReset, QPStateInit, QPStateRTR, QPStateRTS, QPStateSQD, QPStateSQE, QPStateErr} {
+		t.Run(s.String(), func(t *testing.T) {
+			qp := mustQP(t, pd, QPTypeUC, cq)
+			defer qp.Destroy()
+			reach(t, qp, s)
+			err := qp.PostRecv(&RecvWR{WRID: 1})
+			if s == QPStateReset {
+				wantErr(t, err, ErrInvalidState, "qp_state")
+				return
+			}
+			wantErr(t, err, nil, "")
+			got := pollAll(t, cq)
+			if s == QPStateErr {
+				if len(got) != 1 || got[0] != flushRecvWC(1, qp.QPN()) {
+					t.Errorf("receive posted in ERR: completions %+v", got)
+				}
+			} else if len(got) != 0 {
+				t.Errorf("completions %+v", got)
+			}
+		})
+	}
+}
+
+func TestPostRecvAfterResetFromRTS(t *testing.T) {
+	// post_rq_state_bad_flow: RTS -> RESET, then post_recv fails.
+	d := newDevice(t)
+	pd := mustPD(t, d)
+	cq := mustCQ(t, d, 4)
+	qp := mustQP(t, pd, QPTypeRC, cq)
+	toState(t, qp, QPStateRTS)
+	mustModify(t, qp, step{QPAttr{QPState: QPStateReset, CurQPState: QPStateRTS}, QPAttrState})
+	wantErr(t, qp.PostRecv(&RecvWR{}), ErrInvalidState, "qp_state")
+	wantErr(t, qp.PostSend(&SendWR{Opcode: WRSend}), ErrInvalidState, "qp_state")
+}
+
+func TestPostRecvQueue(t *testing.T) {
+	d := newDevice(t)
+	pd := mustPD(t, d)
+	cq := mustCQ(t, d, 16)
+	qp := mustQP(t, pd, QPTypeRC, cq)
+	toState(t, qp, QPStateInit)
+	c := qp.Cap()
+	// Larger SGL than max_recv_sge.
+	wantErr(t, qp.PostRecv(&RecvWR{SGList: make([]SGE, c.MaxRecvSGE+1)}), ErrInvalidArgument, "num_sge")
+	wantErr(t, qp.PostRecv(nil), ErrInvalidArgument, "wr")
+	wantErr(t, qp.PostRecv(&RecvWR{SGList: []SGE{{Length: 1 << 31}}}), ErrInvalidArgument, "sg_list")
+	// Full RQ.
+	for i := range c.MaxRecvWR {
+		if err := qp.PostRecv(&RecvWR{WRID: uint64(i), SGList: []SGE{{Addr: uint64(i), Length: 8, LKey: 5}}}); err != nil {
+			t.Fatalf("PostRecv %d: %v", i, err)
+		}
+	}
+	wantErr(t, qp.PostRecv(&RecvWR{}), ErrNoMemory, "rq")
+	// The queue holds copies, in order.
+	dst := recvWQE{sge: make([]SGE, 0, c.MaxRecvSGE)}
+	for i := range uint64(c.MaxRecvWR) {
+		if !qp.rq.take(&dst) || dst.wrID != i || dst.sge[0].Addr != i || dst.length != 8 {
+			t.Fatalf("entry %d: %+v", i, dst)
+		}
+	}
+}
+
+func TestPostSendStates(t *testing.T) {
+	d := newDevice(t)
+	pd := mustPD(t, d)
+	cq := mustCQ(t, d, 16)
+	for _, s := range []QPState{QPStateReset, QPStateInit, QPStateRTR, QPStateRTS, QPStateSQD, QPStateSQE, QPStateErr} {
+		t.Run(s.String(), func(t *testing.T) {
+			qp := mustQP(t, pd, QPTypeUC, cq)
+			defer qp.Destroy()
+			reach(t, qp, s)
+			err := qp.PostSend(&SendWR{WRID: 7, Opcode: WRSend})
+			switch s {
+			case QPStateReset, QPStateInit, QPStateRTR:
+				wantErr(t, err, ErrInvalidState, "qp_state")
+				return
+			}
+			wantErr(t, err, nil, "")
+			got := pollAll(t, cq)
+			switch s {
+			case QPStateSQE, QPStateErr:
+				want := WorkCompletion{WRID: 7, Status: WCWRFlushErr, Opcode: WCSend, QPNum: qp.QPN()}
+				if len(got) != 1 || got[0] != want {
+					t.Errorf("send posted in %v: completions %+v", s, got)
+				}
+				if qp.sq.ring.len() != 0 {
+					t.Error("flushed send was queued")
+				}
+			default:
+				if len(got) != 0 || qp.sq.ring.len() != 1 {
+					t.Errorf("send posted in %v: completions %+v, queued %d", s, got, qp.sq.ring.len())
+				}
+			}
+		})
+	}
+}
+
+func TestPostSendValidation(t *testing.T) {
+	d := newDevice(t)
+	pd := mustPD(t, d)
+	pd2 := mustPD(t, d)
+	cq := mustCQ(t, d, 16)
+	mr := mustMR(t, pd, 4096, AccessLocalWrite)
+	ah, err := pd.CreateAH(remoteAV())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ah2, err := pd2.CreateAH(remoteAV())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAH, err := pd.CreateAH(remoteAV())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := deadAH.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	sge8 := []SGE{mr.SGE(0, 8)}
+	ud := func(ah *AH) UDParams { return UDParams{AH: ah, RemoteQPN: 0x10, RemoteQKey: 0x11111111} }
+
+	type tc struct {
+		name  string
+		typ   QPType
+		wr    SendWR
+		want  error
+		field string
+	}
+	var tests []tc
+	// Opcode validity per QP type (rxe_wr_opcode_info).
+	valid := map[WROpcode][]QPType{
+		WRRDMAWrite:         {QPTypeRC, QPTypeUC},
+		WRRDMAWriteWithImm:  {QPTypeRC, QPTypeUC},
+		WRSend:              {QPTypeRC, QPTypeUC, QPTypeUD},
+		WRSendWithImm:       {QPTypeRC, QPTypeUC, QPTypeUD},
+		WRRDMARead:          {QPTypeRC},
+		WRAtomicCmpAndSwp:   {QPTypeRC},
+		WRAtomicFetchAndAdd: {QPTypeRC},
+		WRSendWithInv:       {QPTypeRC, QPTypeUC},
+	}
+	for op, types := range valid {
+		for _, typ := range allQPTypes {
+			wr := SendWR{Opcode: op, UD: ud(ah)}
+			if lookupOpcode(op).atomic {
+				wr.SGList = sge8
+			}
+			var want error = ErrInvalidArgument
+			for _, ok := range types {
+				if ok == typ {
+					want = nil
+				}
+			}
+			tests = append(tests, tc{fmt.Sprintf("%v on %v", op, typ), typ, wr, want, "opcode"})
+		}
+	}
+	for _, op := range []WROpcode{WRLocalInv, WRBindMW, WRFlush, WRAtomicWrite} {
+		tests = append(tests, tc{op.String() + " on RC", QPTypeRC, SendWR{Opcode: op}, ErrNotSupported, "opcode"})
+	}
+	tests = append(tests,
+		tc{"tso", QPTypeUD, SendWR{Opcode: WRTSO, UD: ud(ah)}, ErrInvalidArgument, "opcode"},
+		tc{"opcode 12", QPTypeRC, SendWR{Opcode: 12}, ErrInvalidArgument, "opcode"},
+		tc{"opcode -1", QPTypeRC, SendWR{Opcode: -1}, ErrInvalidArgument, "opcode"},
+		tc{"too many SGEs", QPTypeRC, SendWR{Opcode: WRSend, SGList: make([]SGE, defaultCap.MaxSendSGE+1)}, ErrInvalidArgument, "num_sge"},
+		tc{"2^31", QPTypeRC, SendWR{Opcode: WRRDMAWrite, SGList: []SGE{{Length: 1 << 30}, {Length: 1 << 30}}}, nil, ""},
+		tc{"over 2^31", QPTypeRC, SendWR{Opcode: WRRDMAWrite, SGList: []SGE{{Length: 1 << 31}, {Length: 1}}}, ErrInvalidArgument, "sg_list"},
+		tc{"atomic 4 bytes", QPTypeRC, SendWR{Opcode: WRAtomicFetchAndAdd, SGList: []SGE{mr.SGE(0, 4)}}, ErrInvalidArgument, "sg_list"},
+		tc{"atomic no SGE", QPTypeRC, SendWR{Opcode: WRAtomicCmpAndSwp}, ErrInvalidArgument, "sg_list"},
+		tc{"atomic misaligned", QPTypeRC, SendWR{Opcode: WRAtomicCmpAndSwp, SGList: sge8, Atomic: AtomicParams{RemoteAddr: 0x1004}}, ErrInvalidArgument, "atomic.remote_addr"},
+		tc{"atomic aligned", QPTypeRC, SendWR{Opcode: WRAtomicCmpAndSwp, SGList: sge8, Atomic: AtomicParams{RemoteAddr: 0x1008}}, nil, ""},
+		tc{"unknown send flag", QPTypeRC, SendWR{Opcode: WRSend, SendFlags: 1 << 5}, ErrInvalidArgument, "send_flags"},
+		tc{"ip csum", QPTypeUD, SendWR{Opcode: WRSend, SendFlags: SendIPCsum, UD: ud(ah)}, ErrNotSupported, "send_flags"},
+		tc{"inline read", QPTypeRC, SendWR{Opcode: WRRDMARead, SendFlags: SendInline, SGList: sge8}, ErrInvalidArgument, "send_flags"},
+		tc{"inline atomic", QPTypeRC, SendWR{Opcode: WRAtomicFetchAndAdd, SendFlags: SendInline, SGList: sge8}, ErrInvalidArgument, "send_flags"},
+		tc{"inline too large", QPTypeRC, SendWR{Opcode: WRSend, SendFlags: SendInline, SGList: []SGE{mr.SGE(0, defaultCap.MaxInlineData+1)}}, ErrInvalidArgument, "sg_list"},
+		tc{"inline max", QPTypeUC, SendWR{Opcode: WRRDMAWrite, SendFlags: SendInline, SGList: []SGE{mr.SGE(0, defaultCap.MaxInlineData)}}, nil, ""},
+		tc{"inline bad lkey", QPTypeRC, SendWR{Opcode: WRSend, SendFlags: SendInline, SGList: []SGE{{Addr: mr.IOVA(), Length: 4, LKey: mr.LKey() ^ 1}}}, ErrInvalidArgument, "sg_list"},
+		tc{"inline out of bounds", QPTypeRC, SendWR{Opcode: WRSend, SendFlags: SendInline, SGList: []SGE{{Addr: mr.IOVA() + 4090, Length: 8, LKey: mr.LKey()}}}, ErrInvalidArgument, "sg_list"},
+		tc{"UD without AH", QPTypeUD, SendWR{Opcode: WRSend}, ErrInvalidArgument, "ud.ah"},
+		tc{"UD AH of another PD", QPTypeUD, SendWR{Opcode: WRSend, UD: ud(ah2)}, ErrInvalidArgument, "ud.ah"},
+		tc{"UD destroyed AH", QPTypeUD, SendWR{Opcode: WRSend, UD: ud(deadAH)}, ErrClosed, "ud.ah"},
+		tc{"UD remote QPN", QPTypeUD, SendWR{Opcode: WRSend, UD: UDParams{AH: ah, RemoteQPN: 1 << 24}}, ErrInvalidArgument, "ud.remote_qpn"},
+		tc{"UD send", QPTypeUD, SendWR{Opcode: WRSendWithImm, ImmData: 0x1234, SendFlags: SendSignaled | SendSolicited, UD: ud(ah)}, nil, ""},
+	)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			qp, err := pd.CreateQP(QPInitAttr{QPType: tt.typ, SendCQ: cq, RecvCQ: cq, Cap: defaultCap})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer qp.Destroy()
+			toState(t, qp, QPStateRTS)
+			err = qp.PostSend(&tt.wr)
+			wantErr(t, err, tt.want, tt.field)
+			queued := 0
+			if tt.want == nil {
+				queued = 1
+			}
+			if qp.sq.ring.len() != queued {
+				t.Errorf("%d work requests queued, want %d", qp.sq.ring.len(), queued)
+			}
+		})
+	}
+	qp := mustQP(t, pd, QPTypeRC, cq)
+	toState(t, qp, QPStateRTS)
+	wantErr(t, qp.PostSend(nil), ErrInvalidArgument, "wr")
+}
+
+func TestPostSendQueueContents(t *testing.T) {
+	d := newDevice(t)
+	pd := mustPD(t, d)
+	cq := mustCQ(t, d, 16)
+	buf := make([]byte, 256)
+	mr, err := pd.RegMR(buf, 0) // inline needs no access right
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(buf, "hello, inline world")
+
+	qp, err := pd.CreateQP(QPInitAttr{QPType: QPTypeUD, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 2, MaxSendSGE: 3, MaxInlineData: 64}, SQSigAll: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	toState(t, qp, QPStateRTS)
+	ah, err := pd.CreateAH(remoteAV())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sges := []SGE{mr.SGE(0, 5), mr.SGE(5, 0), mr.SGE(6, 7)}
+	wr := SendWR{WRID: 1, Opcode: WRSend, SendFlags: SendInline | SendSolicited, SGList: sges,
+		UD: UDParams{AH: ah, RemoteQPN: 0x99, RemoteQKey: 0x1}}
+	if err := qp.PostSend(&wr); err != nil {
+		t.Fatal(err)
+	}
+	// Inline data was captured at post time: the buffer, the SGE slice and
+	// the AH may all change now.
+	copy(buf, "XXXXXXXXXXXXXXXXXXX")
+	sges[0].Length = 99
+	if err := ah.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	w := qp.sq.ring.front()
+	if string(w.inline) != "hello inline" || len(w.sge) != 0 || w.length != 12 {
+		t.Errorf("inline WQE: data %q sges %v length %d", w.inline, w.sge, w.length)
+	}
+	if !w.signaled || !w.solicited || w.wr.WRID != 1 || w.wr.UD.RemoteQPN != 0x99 || w.wr.UD.AH != nil || w.av != remoteAV() {
+		t.Errorf("WQE %+v", w)
+	}
+	qp.sq.ring.pop()
+
+	// A gather list is copied into the WQE's own storage.
+	rc := mustQP(t, pd, QPTypeRC, cq)
+	toState(t, rc, QPStateRTS)
+	sges = []SGE{mr.SGE(0, 16), mr.SGE(16, 16)}
+	if err := rc.PostSend(&SendWR{WRID: 2, Opcode: WRRDMAWrite, SGList: sges, RDMA: RDMAParams{RemoteAddr: 0x1000, RKey: 0x100}}); err != nil {
+		t.Fatal(err)
+	}
+	sges[0].LKey = 0
+	w = rc.sq.ring.front()
+	if len(w.wr.SGList) != 2 || w.wr.SGList[0] != mr.SGE(0, 16) || &w.wr.SGList[0] == &sges[0] || w.signaled || w.length != 32 {
+		t.Errorf("WQE %+v", w)
+	}
+	// The send queue fills up.
+	for range rc.Cap().MaxSendWR - 1 {
+		if err := rc.PostSend(&SendWR{Opcode: WRSend}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantErr(t, rc.PostSend(&SendWR{Opcode: WRSend}), ErrNoMemory, "sq")
+}
+
+func TestFlushOnError(t *testing.T) {
+	d := newDevice(t)
+	pd := mustPD(t, d)
+	scq, rcq := mustCQ(t, d, 16), mustCQ(t, d, 16)
+	qp, err := pd.CreateQP(QPInitAttr{QPType: QPTypeRC, SendCQ: scq, RecvCQ: rcq, Cap: defaultCap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	toState(t, qp, QPStateRTS)
+	for i := range uint64(3) {
+		if err := qp.PostRecv(&RecvWR{WRID: 100 + i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ops := []WROpcode{WRSend, WRRDMAWrite, WRRDMARead}
+	for i, op := range ops {
+		if err := qp.PostSend(&SendWR{WRID: uint64(i), Opcode: op}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustModify(t, qp, step{QPAttr{QPState: QPStateErr}, QPAttrState})
+	sent := pollAll(t, scq)
+	wantOps := []WCOpcode{WCSend, WCRDMAWrite, WCRDMARead}
+	if len(sent) != 3 {
+		t.Fatalf("send completions %+v", sent)
+	}
+	for i, wc := range sent {
+		// Unsignaled work requests complete too: errors always do.
+		if wc.WRID != uint64(i) || wc.Status != WCWRFlushErr || wc.Opcode != wantOps[i] || wc.QPNum != qp.QPN() {
+			t.Errorf("send completion %d = %+v", i, wc)
+		}
+	}
+	recv := pollAll(t, rcq)
+	if len(recv) != 3 {
+		t.Fatalf("receive completions %+v", recv)
+	}
+	for i, wc := range recv {
+		if wc != flushRecvWC(100+uint64(i), qp.QPN()) {
+			t.Errorf("receive completion %d = %+v", i, wc)
+		}
+	}
+	// ERR -> ERR flushes nothing more; ERR -> RESET -> RTS works again.
+	mustModify(t, qp, step{QPAttr{QPState: QPStateErr}, QPAttrState})
+	if len(pollAll(t, scq))+len(pollAll(t, rcq)) != 0 {
+		t.Error("ERR -> ERR produced completions")
+	}
+	mustModify(t, qp, step{QPAttr{QPState: QPStateReset}, QPAttrState})
+	toState(t, qp, QPStateRTS)
+	if err := qp.PostSend(&SendWR{Opcode: WRSend}); err != nil {
+		t.Errorf("PostSend after recovery: %v", err)
+	}
+}
+
+func TestResetDiscardsQueues(t *testing.T) {
+	d := newDevice(t)
+	pd := mustPD(t, d)
+	cq := mustCQ(t, d, 16)
+	qp := mustQP(t, pd, QPTypeUD, cq)
+	toState(t, qp, QPStateRTS)
+	ah, _ := pd.CreateAH(remoteAV())
+	if err := qp.PostRecv(&RecvWR{WRID: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.PostSend(&SendWR{WRID: 2, Opcode: WRSend, UD: UDParams{AH: ah}}); err != nil {
+		t.Fatal(err)
+	}
+	mustModify(t, qp, step{QPAttr{QPState: QPStateReset}, QPAttrState})
+	if qp.sq.ring.len() != 0 || qp.rq.ring.len() != 0 {
+		t.Error("RESET kept work requests")
+	}
+	if got := pollAll(t, cq); len(got) != 0 {
+		t.Errorf("RESET produced completions %+v", got)
+	}
+}
+
+func TestPostDoesNotAllocate(t *testing.T) {
+	d := newDevice(t)
+	pd := mustPD(t, d)
+	cq := mustCQ(t, d, 16)
+	mr := mustMR(t, pd, 64, AccessLocalWrite)
+	qp := mustQP(t, pd, QPTypeRC, cq)
+	toState(t, qp, QPStateRTS)
+	send := &SendWR{Opcode: WRRDMAWrite, SGList: []SGE{mr.SGE(0, 8), mr.SGE(8, 8)}}
+	inline := &SendWR{Opcode: WRSend, SendFlags: SendInline, SGList: []SGE{mr.SGE(0, 32)}}
+	recv := &RecvWR{SGList: []SGE{mr.SGE(0, 64)}}
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := qp.PostSend(send); err != nil {
+			t.Fatal(err)
+		}
+		if err := qp.PostSend(inline); err != nil {
+			t.Fatal(err)
+		}
+		if err := qp.PostRecv(recv); err != nil {
+			t.Fatal(err)
+		}
+		qp.sqMu.Lock()
+		qp.sq.ring.clear()
+		qp.sqMu.Unlock()
+		qp.rqMu.Lock()
+		qp.rq.ring.clear()
+		qp.rqMu.Unlock()
+	})
+	if allocs != 0 {
+		t.Errorf("posting allocates %v times", allocs)
+	}
+}

@@ -1,0 +1,201 @@
+package verbs
+
+import "strconv"
+
+// SGE is a scatter/gather entry (struct ibv_sge): Length bytes at address
+// Addr of the memory region with local key LKey. Addr is in the region's
+// IOVA space (MR.IOVA() + offset); MR.SGE builds one. Keys and bounds are
+// checked when the device uses the entry, as hardware does, and a bad entry
+// completes the work request with a local protection or length error.
+type SGE struct {
+	Addr   uint64
+	Length uint32
+	LKey   uint32
+}
+
+// RecvWR is a receive work request (struct ibv_recv_wr): where to scatter
+// the next incoming message. The SGEs are copied when posted.
+type RecvWR struct {
+	WRID   uint64
+	SGList []SGE
+}
+
+// WROpcode is a send work request's operation (enum ibv_wr_opcode).
+type WROpcode int
+
+// Send opcodes, with the libibverbs values.
+const (
+	WRRDMAWrite         WROpcode = 0  // IBV_WR_RDMA_WRITE (RC, UC)
+	WRRDMAWriteWithImm  WROpcode = 1  // IBV_WR_RDMA_WRITE_WITH_IMM (RC, UC)
+	WRSend              WROpcode = 2  // IBV_WR_SEND (RC, UC, UD)
+	WRSendWithImm       WROpcode = 3  // IBV_WR_SEND_WITH_IMM (RC, UC, UD)
+	WRRDMARead          WROpcode = 4  // IBV_WR_RDMA_READ (RC)
+	WRAtomicCmpAndSwp   WROpcode = 5  // IBV_WR_ATOMIC_CMP_AND_SWP (RC)
+	WRAtomicFetchAndAdd WROpcode = 6  // IBV_WR_ATOMIC_FETCH_AND_ADD (RC)
+	WRLocalInv          WROpcode = 7  // IBV_WR_LOCAL_INV (not supported)
+	WRBindMW            WROpcode = 8  // IBV_WR_BIND_MW (not supported)
+	WRSendWithInv       WROpcode = 9  // IBV_WR_SEND_WITH_INV (RC, UC)
+	WRTSO               WROpcode = 10 // IBV_WR_TSO (RAW_PACKET only; not supported)
+	WRDriver1           WROpcode = 11 // IBV_WR_DRIVER1 (not supported)
+	WRFlush             WROpcode = 14 // IBV_WR_FLUSH (not supported)
+	WRAtomicWrite       WROpcode = 15 // IBV_WR_ATOMIC_WRITE (not supported)
+)
+
+var wrOpcodeNames = map[WROpcode]string{
+	WRRDMAWrite:         "rdma-write",
+	WRRDMAWriteWithImm:  "rdma-write-with-imm",
+	WRSend:              "send",
+	WRSendWithImm:       "send-with-imm",
+	WRRDMARead:          "rdma-read",
+	WRAtomicCmpAndSwp:   "atomic-cmp-and-swp",
+	WRAtomicFetchAndAdd: "atomic-fetch-and-add",
+	WRLocalInv:          "local-inv",
+	WRBindMW:            "bind-mw",
+	WRSendWithInv:       "send-with-inv",
+	WRTSO:               "tso",
+	WRDriver1:           "driver1",
+	WRFlush:             "flush",
+	WRAtomicWrite:       "atomic-write",
+}
+
+// String returns the text of ibv_wr_opcode_str, e.g. "rdma-write".
+func (o WROpcode) String() string {
+	if s, ok := wrOpcodeNames[o]; ok {
+		return s
+	}
+	return "WROpcode(" + strconv.Itoa(int(o)) + ")"
+}
+
+// opcodeInfo describes what a send opcode needs and where it is valid (the
+// facts of rxe_wr_opcode_info for the QP types goroce has).
+type opcodeInfo struct {
+	known     bool    // defined by libibverbs
+	qpTypes   [3]bool // RC, UC, UD
+	supported bool    // implemented by goroce
+	atomic    bool    // 8-byte operand at an aligned remote address
+	inline    bool    // may carry IBV_SEND_INLINE data
+	wc        WCOpcode
+}
+
+func (i opcodeInfo) validFor(t QPType) bool {
+	switch t {
+	case QPTypeRC:
+		return i.qpTypes[0]
+	case QPTypeUC:
+		return i.qpTypes[1]
+	case QPTypeUD:
+		return i.qpTypes[2]
+	}
+	return false
+}
+
+var (
+	rcUCUD = [3]bool{true, true, true}
+	rcUC   = [3]bool{true, true, false}
+	rcOnly = [3]bool{true, false, false}
+)
+
+// opcodeTable is indexed by opcode, so PostSend's lookup is an array index.
+var opcodeTable = [...]opcodeInfo{
+	WRRDMAWrite:         {known: true, qpTypes: rcUC, supported: true, inline: true, wc: WCRDMAWrite},
+	WRRDMAWriteWithImm:  {known: true, qpTypes: rcUC, supported: true, inline: true, wc: WCRDMAWrite},
+	WRSend:              {known: true, qpTypes: rcUCUD, supported: true, inline: true, wc: WCSend},
+	WRSendWithImm:       {known: true, qpTypes: rcUCUD, supported: true, inline: true, wc: WCSend},
+	WRRDMARead:          {known: true, qpTypes: rcOnly, supported: true, wc: WCRDMARead},
+	WRAtomicCmpAndSwp:   {known: true, qpTypes: rcOnly, supported: true, atomic: true, wc: WCCompSwap},
+	WRAtomicFetchAndAdd: {known: true, qpTypes: rcOnly, supported: true, atomic: true, wc: WCFetchAdd},
+	WRLocalInv:          {known: true, qpTypes: rcOnly, wc: WCLocalInv},
+	WRBindMW:            {known: true, qpTypes: rcUC, wc: WCBindMW},
+	WRSendWithInv:       {known: true, qpTypes: rcUC, supported: true, inline: true, wc: WCSend},
+	WRTSO:               {known: true, wc: WCTSO},
+	WRDriver1:           {known: true},
+	WRFlush:             {known: true, qpTypes: rcOnly, wc: WCFlush},
+	WRAtomicWrite:       {known: true, qpTypes: rcOnly, wc: WCAtomicWrite},
+}
+
+// lookupOpcode returns what is known of op; known is false for values
+// libibverbs does not define.
+func lookupOpcode(op WROpcode) opcodeInfo {
+	if op < 0 || int(op) >= len(opcodeTable) {
+		return opcodeInfo{}
+	}
+	return opcodeTable[op]
+}
+
+// SendFlags modify a send work request (enum ibv_send_flags).
+type SendFlags uint32
+
+// Send flags, with the libibverbs values.
+const (
+	// SendFence waits for earlier RDMA READs and atomics to complete.
+	SendFence SendFlags = 1 << 0
+	// SendSignaled asks for a completion; without it (and without
+	// QPInitAttr.SQSigAll) a successful work request completes silently.
+	SendSignaled SendFlags = 1 << 1
+	// SendSolicited sets the Solicited Event bit, which wakes a receiver
+	// armed with ReqNotify(true).
+	SendSolicited SendFlags = 1 << 2
+	// SendInline copies the data into the work request at post time, so
+	// the buffer may be reused as soon as PostSend returns. The SGEs must
+	// still name registered memory (Go has no raw pointers to read), but
+	// no access right is needed.
+	SendInline SendFlags = 1 << 3
+	// SendIPCsum asks for checksum offload (RAW_PACKET/UD; not supported).
+	SendIPCsum SendFlags = 1 << 4
+
+	sendFlagsKnown = SendFence | SendSignaled | SendSolicited | SendInline | SendIPCsum
+)
+
+// RDMAParams are the remote side of an RDMA READ or WRITE.
+type RDMAParams struct {
+	RemoteAddr uint64 // in the remote region's IOVA space
+	RKey       uint32
+}
+
+// AtomicParams are the operands of a compare-and-swap or fetch-and-add.
+type AtomicParams struct {
+	RemoteAddr uint64 // 8-byte aligned, in the remote region's IOVA space
+	CompareAdd uint64 // compare value (CAS) or addend (FAA)
+	Swap       uint64 // swap value (CAS)
+	RKey       uint32
+}
+
+// UDParams address a UD send.
+type UDParams struct {
+	AH         *AH
+	RemoteQPN  uint32
+	RemoteQKey uint32 // with the high bit set, the QP's own Q_Key is used
+}
+
+// SendWR is a send work request (struct ibv_send_wr). Which fields matter
+// depends on Opcode: RDMA for READ and WRITE, Atomic for the atomics, UD for
+// sends on a UD QP, ImmData for the *_WITH_IMM opcodes, InvalidateRKey for
+// SEND_WITH_INV. The request is copied when posted; the SGList memory must
+// stay registered until the work request completes (unless SendInline).
+type SendWR struct {
+	WRID      uint64
+	SGList    []SGE
+	Opcode    WROpcode
+	SendFlags SendFlags
+
+	// ImmData is carried big-endian on the wire: the receiver's
+	// WorkCompletion.ImmData reads the same uint32.
+	ImmData        uint32
+	InvalidateRKey uint32
+
+	RDMA   RDMAParams
+	Atomic AtomicParams
+	UD     UDParams
+}
+
+// maxMessageSize is the largest message of a work request (IBA: 2^31).
+const maxMessageSize = 1 << 31
+
+// sgListLength sums the SGE lengths.
+func sgListLength(sges []SGE) uint64 {
+	var n uint64
+	for i := range sges {
+		n += uint64(sges[i].Length)
+	}
+	return n
+}
