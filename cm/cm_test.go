@@ -14,7 +14,7 @@ import (
 	"github.com/goroce/goroce/verbs"
 )
 
-// TestConnect brings two QPs on two devices (127.0.0.1 and 127.0.0.2) to
+// TestConnect brings two QPs on two devices (127.0.2.1 and 127.0.2.2) to
 // RTS through Dial and Accept and checks every negotiated attribute on
 // both, then disconnects.
 func TestConnect(t *testing.T) {
@@ -82,7 +82,7 @@ func TestConnect(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			checkLeaks(t)
-			ha, hb := newHost(t, "127.0.0.1", tt.mtuA), newHost(t, "127.0.0.2", tt.mtuB)
+			ha, hb := newHost(t, "127.0.2.1", tt.mtuA), newHost(t, "127.0.2.2", tt.mtuB)
 			qa, qb := ha.qp(t, tt.typ), hb.qp(t, tt.typ)
 			if tt.initA != 0 {
 				attr := verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QPAccessFlags: tt.initA}
@@ -230,7 +230,7 @@ func TestConnect(t *testing.T) {
 // Close flushes posted work requests.
 func TestPassiveCloses(t *testing.T) {
 	checkLeaks(t)
-	ha, hb := newHost(t, "127.0.0.1", 0), newHost(t, "127.0.0.2", 0)
+	ha, hb := newHost(t, "127.0.2.1", 0), newHost(t, "127.0.2.2", 0)
 	qa, qb := ha.qp(t, verbs.QPTypeRC), hb.qp(t, verbs.QPTypeRC)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -269,7 +269,7 @@ func TestPassiveCloses(t *testing.T) {
 // active QP stays in INIT and connects on a second attempt.
 func TestReject(t *testing.T) {
 	checkLeaks(t)
-	ha, hb := newHost(t, "127.0.0.1", 0), newHost(t, "127.0.0.2", 0)
+	ha, hb := newHost(t, "127.0.2.1", 0), newHost(t, "127.0.2.2", 0)
 	qa, qb := ha.qp(t, verbs.QPTypeRC), hb.qp(t, verbs.QPTypeRC)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -326,14 +326,14 @@ func TestMismatch(t *testing.T) {
 		typA, typB verbs.QPType
 		reason     RejectReason
 	}{
-		{"QP types", "127.0.0.2", verbs.QPTypeRC, verbs.QPTypeUC, RejectInvalidTransportType},
-		{"QP types reversed", "127.0.0.2", verbs.QPTypeUC, verbs.QPTypeRC, RejectInvalidTransportType},
+		{"QP types", "127.0.2.2", verbs.QPTypeRC, verbs.QPTypeUC, RejectInvalidTransportType},
+		{"QP types reversed", "127.0.2.2", verbs.QPTypeUC, verbs.QPTypeRC, RejectInvalidTransportType},
 		{"GID families", "::1", verbs.QPTypeRC, verbs.QPTypeRC, RejectInvalidGID},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			checkLeaks(t)
-			ha, hb := newHost(t, "127.0.0.1", 0), newHost(t, tt.addrB, 0)
+			ha, hb := newHost(t, "127.0.2.1", 0), newHost(t, tt.addrB, 0)
 			qa, qb := ha.qp(t, tt.typA), hb.qp(t, tt.typB)
 			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 			defer cancel()
@@ -360,7 +360,7 @@ func TestMismatch(t *testing.T) {
 // and leave the QP untouched.
 func TestInvalidParams(t *testing.T) {
 	checkLeaks(t)
-	h := newHost(t, "127.0.0.1", 0)
+	h := newHost(t, "127.0.2.1", 0)
 	tests := []struct {
 		name string
 		p    *Params
@@ -380,7 +380,7 @@ func TestInvalidParams(t *testing.T) {
 	}
 	// Nothing listens on port 1: reaching the network would fail with
 	// "connection refused", not with the error expected.
-	const nowhere = "127.0.0.1:1"
+	const nowhere = "127.0.2.1:1"
 	ctx := context.Background()
 	for _, tt := range tests {
 		qp := h.qp(t, verbs.QPTypeRC)
@@ -416,7 +416,7 @@ func TestInvalidParams(t *testing.T) {
 // error, and the peer is told with a REJ.
 func TestPassiveInvalidParams(t *testing.T) {
 	checkLeaks(t)
-	ha, hb := newHost(t, "127.0.0.1", 0), newHost(t, "127.0.0.2", 0)
+	ha, hb := newHost(t, "127.0.2.1", 0), newHost(t, "127.0.2.2", 0)
 	qa, qb := ha.qp(t, verbs.QPTypeRC), hb.qp(t, verbs.QPTypeRC)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -437,7 +437,7 @@ func TestPassiveInvalidParams(t *testing.T) {
 func TestVersion(t *testing.T) {
 	t.Run("active peer", func(t *testing.T) {
 		checkLeaks(t)
-		h := newHost(t, "127.0.0.1", 0)
+		h := newHost(t, "127.0.2.1", 0)
 		l := listen(t, ListenConfig{})
 		p := dialRaw(t, l.Addr())
 		b, _ := (&message{typ: msgREQ, qpn: 2, gid: h.gid(t)}).encode()
@@ -453,7 +453,7 @@ func TestVersion(t *testing.T) {
 	})
 	t.Run("passive peer", func(t *testing.T) {
 		checkLeaks(t)
-		h := newHost(t, "127.0.0.1", 0)
+		h := newHost(t, "127.0.2.1", 0)
 		gid := h.gid(t)
 		addr, done := rawServer(t, func(p *rawPeer) {
 			p.expect(msgREQ, 0)
@@ -474,7 +474,7 @@ func TestVersion(t *testing.T) {
 // answered with a REJ and reported by Accept.
 func TestBadREQ(t *testing.T) {
 	checkLeaks(t)
-	h := newHost(t, "127.0.0.1", 0)
+	h := newHost(t, "127.0.2.1", 0)
 	good := validREQ(h.gid(t))
 	tests := []struct {
 		name   string
@@ -540,7 +540,7 @@ func TestBadREP(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			checkLeaks(t)
-			h := newHost(t, "127.0.0.1", 0)
+			h := newHost(t, "127.0.2.1", 0)
 			rep := validREQ(verbs.GIDFromAddr(h.dev.Addr()))
 			rep.typ = msgREP
 			addr, done := rawServer(t, func(p *rawPeer) {
@@ -564,7 +564,7 @@ func TestBadREP(t *testing.T) {
 // breaks the side channel without a DREQ: Done closes with the error.
 func TestScriptedPassive(t *testing.T) {
 	checkLeaks(t)
-	h := newHost(t, "127.0.0.1", 0)
+	h := newHost(t, "127.0.2.1", 0)
 	peer := validREQ(verbs.GIDFromAddr(h.dev.Addr()))
 	peer.typ, peer.privateData = msgREP, []byte("scripted")
 	rtu := make(chan struct{})
@@ -612,7 +612,7 @@ func TestGarbage(t *testing.T) {
 	junk := []byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
 	t.Run("passive peer", func(t *testing.T) {
 		checkLeaks(t)
-		h := newHost(t, "127.0.0.1", 0)
+		h := newHost(t, "127.0.2.1", 0)
 		addr, done := rawServer(t, func(p *rawPeer) {
 			_, _ = p.recv()
 			p.send(junk)
@@ -638,7 +638,7 @@ func TestGarbage(t *testing.T) {
 	})
 	t.Run("truncated REP", func(t *testing.T) {
 		checkLeaks(t)
-		h := newHost(t, "127.0.0.1", 0)
+		h := newHost(t, "127.0.2.1", 0)
 		gid := h.gid(t)
 		addr, done := rawServer(t, func(p *rawPeer) {
 			p.expect(msgREQ, 0)
@@ -651,7 +651,7 @@ func TestGarbage(t *testing.T) {
 	})
 	t.Run("peer closes", func(t *testing.T) {
 		checkLeaks(t)
-		h := newHost(t, "127.0.0.1", 0)
+		h := newHost(t, "127.0.2.1", 0)
 		addr, done := rawServer(t, func(p *rawPeer) { p.expect(msgREQ, 0) })
 		_, err := Dial(context.Background(), addr, h.qp(t, verbs.QPTypeRC), nil)
 		wantErr(t, "Dial", err, io.EOF)
@@ -659,7 +659,7 @@ func TestGarbage(t *testing.T) {
 	})
 	t.Run("REJ after RTU", func(t *testing.T) {
 		checkLeaks(t)
-		h := newHost(t, "127.0.0.1", 0)
+		h := newHost(t, "127.0.2.1", 0)
 		rep := validREQ(h.gid(t))
 		rep.typ = msgREP
 		addr, done := rawServer(t, func(p *rawPeer) {
@@ -680,7 +680,7 @@ func TestGarbage(t *testing.T) {
 	})
 	t.Run("message after RTU", func(t *testing.T) {
 		checkLeaks(t)
-		h := newHost(t, "127.0.0.1", 0)
+		h := newHost(t, "127.0.2.1", 0)
 		rep := validREQ(h.gid(t))
 		rep.typ = msgREP
 		addr, done := rawServer(t, func(p *rawPeer) {
@@ -707,7 +707,7 @@ func TestSilentPeer(t *testing.T) {
 	const short = 100 * time.Millisecond
 	t.Run("passive peer", func(t *testing.T) {
 		checkLeaks(t)
-		h := newHost(t, "127.0.0.1", 0)
+		h := newHost(t, "127.0.2.1", 0)
 		req := make(chan message, 1)
 		addr, done := rawServer(t, func(p *rawPeer) {
 			req <- p.expect(msgREQ, 0)
@@ -734,7 +734,7 @@ func TestSilentPeer(t *testing.T) {
 	})
 	t.Run("active peer before RTU", func(t *testing.T) {
 		checkLeaks(t)
-		h := newHost(t, "127.0.0.2", 0)
+		h := newHost(t, "127.0.2.2", 0)
 		l := listen(t, ListenConfig{})
 		p := dialRaw(t, l.Addr())
 		p.sendMessage(validREQ(verbs.GIDFromAddr(h.dev.Addr())))
@@ -778,7 +778,7 @@ func TestCancel(t *testing.T) {
 	})
 	t.Run("Dial waiting for REP", func(t *testing.T) {
 		checkLeaks(t)
-		h := newHost(t, "127.0.0.1", 0)
+		h := newHost(t, "127.0.2.1", 0)
 		ctx, cancel := context.WithCancel(context.Background())
 		addr, done := rawServer(t, func(p *rawPeer) {
 			p.expect(msgREQ, 0)
@@ -794,10 +794,10 @@ func TestCancel(t *testing.T) {
 	})
 	t.Run("Request.Accept waiting for RTU", func(t *testing.T) {
 		checkLeaks(t)
-		h := newHost(t, "127.0.0.2", 0)
+		h := newHost(t, "127.0.2.2", 0)
 		l := listen(t, ListenConfig{})
 		p := dialRaw(t, l.Addr())
-		p.sendMessage(validREQ(verbs.GIDFromAddr(netip.MustParseAddr("127.0.0.1"))))
+		p.sendMessage(validREQ(verbs.GIDFromAddr(netip.MustParseAddr("127.0.2.1"))))
 		req, err := l.Accept(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -819,8 +819,8 @@ func TestCancel(t *testing.T) {
 // silent, one whose request nobody accepted) and ends its goroutines.
 func TestListenerClose(t *testing.T) {
 	checkLeaks(t)
-	h := newHost(t, "127.0.0.1", 0)
-	l, err := Listen("127.0.0.1:0")
+	h := newHost(t, "127.0.2.1", 0)
+	l, err := Listen("127.0.2.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -867,10 +867,10 @@ func TestBadRTU(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			checkLeaks(t)
-			h := newHost(t, "127.0.0.2", 0)
+			h := newHost(t, "127.0.2.2", 0)
 			l := listen(t, ListenConfig{})
 			p := dialRaw(t, l.Addr())
-			p.sendMessage(validREQ(verbs.GIDFromAddr(netip.MustParseAddr("127.0.0.1"))))
+			p.sendMessage(validREQ(verbs.GIDFromAddr(netip.MustParseAddr("127.0.2.1"))))
 			req, err := l.Accept(context.Background())
 			if err != nil {
 				t.Fatal(err)

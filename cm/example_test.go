@@ -38,15 +38,15 @@ func newQP(addr string) (*verbs.Device, *verbs.QP) {
 // listens, the active side dials, and each learns the other's private
 // data (typically an rkey and an address).
 func Example() {
-	devA, qpA := newQP("127.0.0.1")
+	devA, qpA := newQP("127.0.2.1")
 	defer devA.Close()
-	devB, qpB := newQP("127.0.0.2")
+	devB, qpB := newQP("127.0.2.2")
 	defer devB.Close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	l, err := cm.Listen("127.0.0.1:0")
+	l, err := cm.Listen("127.0.2.1:0")
 	if err != nil {
 		panic(err)
 	}

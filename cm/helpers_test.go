@@ -103,7 +103,7 @@ func query(t *testing.T, qp *verbs.QP) verbs.QPAttr {
 // end of the test.
 func listen(t *testing.T, lc ListenConfig) *Listener {
 	t.Helper()
-	l, err := lc.Listen(context.Background(), "127.0.0.1:0")
+	l, err := lc.Listen(context.Background(), "127.0.2.1:0")
 	if err != nil {
 		t.Fatalf("Listen: %v", err)
 	}
@@ -163,7 +163,7 @@ func dialRaw(t *testing.T, addr net.Addr) *rawPeer {
 // closed when serve returns.
 func rawServer(t *testing.T, serve func(p *rawPeer)) (string, <-chan struct{}) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", "127.0.2.1:0")
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}

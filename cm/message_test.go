@@ -130,7 +130,7 @@ func TestDecodeTruncated(t *testing.T) {
 }
 
 func TestDecodeInvalid(t *testing.T) {
-	gid := verbs.GIDFromAddr(netip.MustParseAddr("127.0.0.1"))
+	gid := verbs.GIDFromAddr(netip.MustParseAddr("127.0.2.1"))
 	req, err := (&message{typ: msgREQ, qpn: 2, gid: gid}).encode()
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,10 @@ type AddressVector struct {
 	PortNum      int    // local port; must be 1
 	DLID         uint16 // ignored on RoCE
 	SrcPathBits  uint8  // ignored on RoCE
+
+	// UDPPort is the remote device's UDP port; 0 means 4791, the RoCEv2
+	// port every RoCE peer uses. Only goroce peers can use another.
+	UDPPort uint16
 }
 
 // checkAV validates an address vector against the device (rxe_av_chk_attr

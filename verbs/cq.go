@@ -95,6 +95,7 @@ func (cq *CQ) Size() int {
 // how many (ibv_poll_cq). It does not allocate and does not block; 0 means
 // the CQ is empty.
 func (cq *CQ) Poll(wc []WorkCompletion) (int, error) {
+	raceSync()
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if cq.closed {

@@ -18,7 +18,7 @@ func TestCreateCQ(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := openDevice(t, DeviceConfig{Addr: netip.MustParseAddr("127.0.0.4")}).CreateCompChannel()
+	other, err := openDevice(t, DeviceConfig{Addr: netip.MustParseAddr("127.0.1.4")}).CreateCompChannel()
 	if err != nil {
 		t.Fatal(err)
 	}

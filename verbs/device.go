@@ -68,6 +68,8 @@ type Device struct {
 	// mrs maps lkeys and rkeys to memory regions; lookups are lock-free.
 	mrs *keyTable[mrRegion]
 
+	eng *engine // the socket and the data path's goroutines
+
 	// qps maps QP numbers to QPs; sync.Map loads are lock-free, which is
 	// what the receive path's dispatch by destination QPN needs.
 	qps     sync.Map // uint32 -> *QP
@@ -156,10 +158,8 @@ func Open(cfg DeviceConfig) (*Device, error) {
 	}
 	mtu := cfg.MTU
 	switch {
-	case mtu == 0 && addr.IsLoopback():
-		mtu = MTU4096
 	case mtu == 0:
-		mtu = MTU1024
+		mtu = defaultActiveMTU(addr)
 	case !mtu.Valid():
 		return nil, errorf(op, "MTU", ErrInvalidArgument, "%d is not an IB MTU (1..5)", int(mtu))
 	}
@@ -203,6 +203,11 @@ func Open(cfg DeviceConfig) (*Device, error) {
 		srqs:           make(map[*SRQ]struct{}),
 		ahs:            make(map[*AH]struct{}),
 	}
+	eng, err := startEngine(d)
+	if err != nil {
+		return nil, errorf(op, "Addr", ErrInvalidArgument, "cannot bind %v: %v", netip.AddrPortFrom(addr, udpPort), err)
+	}
+	d.eng = eng
 	d.res = resources{
 		pd:  resource{name: "max_pd", limit: int64(attr.MaxPD)},
 		mr:  resource{name: "max_mr", limit: int64(attr.MaxMR)},
@@ -215,6 +220,16 @@ func Open(cfg DeviceConfig) (*Device, error) {
 }
 
 // applyLimits copies the non-zero limit fields of l into a, checking them.
+// defaultActiveMTU is the port's active MTU when the configuration leaves
+// it out: 4096 on loopback, whose link MTU is 64 KiB, and 1024 elsewhere,
+// what rxe derives from a 1500-byte Ethernet link.
+func defaultActiveMTU(addr netip.Addr) MTU {
+	if addr.IsLoopback() {
+		return MTU4096
+	}
+	return MTU1024
+}
+
 func applyLimits(op string, a, l *DeviceAttr) error {
 	ints := []struct {
 		name string
@@ -382,6 +397,7 @@ func (d *Device) Close() error {
 	for pd := range pds {
 		pd.forceDealloc()
 	}
+	d.eng.stop()
 	return nil
 }
 

@@ -19,15 +19,15 @@ func TestOpenValidation(t *testing.T) {
 		{"unspecified v4", DeviceConfig{Addr: netip.MustParseAddr("0.0.0.0")}, ErrInvalidArgument, "Addr"},
 		{"unspecified v6", DeviceConfig{Addr: netip.MustParseAddr("::")}, ErrInvalidArgument, "Addr"},
 		{"multicast", DeviceConfig{Addr: netip.MustParseAddr("239.1.1.1")}, ErrInvalidArgument, "Addr"},
-		{"MTU 6", DeviceConfig{Addr: netip.MustParseAddr("127.0.0.1"), MTU: 6}, ErrInvalidArgument, "MTU"},
-		{"MTU -1", DeviceConfig{Addr: netip.MustParseAddr("127.0.0.1"), MTU: -1}, ErrInvalidArgument, "MTU"},
-		{"negative limit", DeviceConfig{Addr: netip.MustParseAddr("127.0.0.1"), Limits: &DeviceAttr{MaxPD: -1}}, ErrInvalidArgument, "Limits.MaxPD"},
-		{"MaxMR over key range", DeviceConfig{Addr: netip.MustParseAddr("127.0.0.1"), Limits: &DeviceAttr{MaxMR: capMaxMR + 1}}, ErrInvalidArgument, "Limits.MaxMR"},
-		{"MaxQP over QPN space", DeviceConfig{Addr: netip.MustParseAddr("127.0.0.1"), Limits: &DeviceAttr{MaxQP: 1 << 24}}, ErrInvalidArgument, "Limits.MaxQP"},
-		{"MaxMRSize over MaxInt64", DeviceConfig{Addr: netip.MustParseAddr("127.0.0.1"), Limits: &DeviceAttr{MaxMRSize: 1 << 63}}, ErrInvalidArgument, "Limits.MaxMRSize"},
-		{"ok v4", DeviceConfig{Addr: netip.MustParseAddr("127.0.0.1")}, nil, ""},
+		{"MTU 6", DeviceConfig{Addr: netip.MustParseAddr("127.0.1.1"), MTU: 6}, ErrInvalidArgument, "MTU"},
+		{"MTU -1", DeviceConfig{Addr: netip.MustParseAddr("127.0.1.1"), MTU: -1}, ErrInvalidArgument, "MTU"},
+		{"negative limit", DeviceConfig{Addr: netip.MustParseAddr("127.0.1.1"), Limits: &DeviceAttr{MaxPD: -1}}, ErrInvalidArgument, "Limits.MaxPD"},
+		{"MaxMR over key range", DeviceConfig{Addr: netip.MustParseAddr("127.0.1.1"), Limits: &DeviceAttr{MaxMR: capMaxMR + 1}}, ErrInvalidArgument, "Limits.MaxMR"},
+		{"MaxQP over QPN space", DeviceConfig{Addr: netip.MustParseAddr("127.0.1.1"), Limits: &DeviceAttr{MaxQP: 1 << 24}}, ErrInvalidArgument, "Limits.MaxQP"},
+		{"MaxMRSize over MaxInt64", DeviceConfig{Addr: netip.MustParseAddr("127.0.1.1"), Limits: &DeviceAttr{MaxMRSize: 1 << 63}}, ErrInvalidArgument, "Limits.MaxMRSize"},
+		{"ok v4", DeviceConfig{Addr: netip.MustParseAddr("127.0.1.1")}, nil, ""},
 		{"ok v6", DeviceConfig{Addr: netip.MustParseAddr("::1")}, nil, ""},
-		{"ok limits", DeviceConfig{Addr: netip.MustParseAddr("127.0.0.1"), Limits: &DeviceAttr{MaxMR: capMaxMR, MaxQP: capMaxQP}}, nil, ""},
+		{"ok limits", DeviceConfig{Addr: netip.MustParseAddr("127.0.1.1"), Limits: &DeviceAttr{MaxMR: capMaxMR, MaxQP: capMaxQP}}, nil, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -48,11 +48,15 @@ func TestOpenDefaults(t *testing.T) {
 		mtu  MTU
 		want MTU
 	}{
-		{"127.0.0.1", 0, MTU4096},
+		{"127.0.1.1", 0, MTU4096},
 		{"::1", 0, MTU4096},
-		{"192.0.2.1", 0, MTU1024},
-		{"2001:db8::5", 0, MTU1024},
-		{"192.0.2.1", MTU2048, MTU2048},
+		{"127.0.1.2", MTU2048, MTU2048},
+	}
+	// A device binds its address, so only loopback ones open here.
+	for _, a := range []string{"192.0.2.1", "2001:db8::5"} {
+		if got := defaultActiveMTU(netip.MustParseAddr(a)); got != MTU1024 {
+			t.Errorf("default MTU on %s = %v, want 1024", a, got)
+		}
 	}
 	for _, tt := range tests {
 		d := openDevice(t, DeviceConfig{Addr: netip.MustParseAddr(tt.addr), MTU: tt.mtu})
@@ -67,8 +71,8 @@ func TestOpenDefaults(t *testing.T) {
 			t.Errorf("defaults: name %q port %d", d.Name(), d.UDPPort())
 		}
 	}
-	d := openDevice(t, DeviceConfig{Name: "g1", Addr: netip.MustParseAddr("::ffff:127.0.0.9"), Port: 5000})
-	if d.Name() != "g1" || d.UDPPort() != 5000 || d.Addr() != netip.MustParseAddr("127.0.0.9") {
+	d := openDevice(t, DeviceConfig{Name: "g1", Addr: netip.MustParseAddr("::ffff:127.0.1.9"), Port: 5000})
+	if d.Name() != "g1" || d.UDPPort() != 5000 || d.Addr() != netip.MustParseAddr("127.0.1.9") {
 		t.Errorf("config not applied: %q %d %v", d.Name(), d.UDPPort(), d.Addr())
 	}
 }
@@ -112,7 +116,7 @@ func TestQueryDevice(t *testing.T) {
 		t.Errorf("MaxMRSize = %d", a.MaxMRSize)
 	}
 
-	limited := openDevice(t, DeviceConfig{Addr: netip.MustParseAddr("127.0.0.2"), Limits: &DeviceAttr{MaxQP: 3, MaxCQE: 10, NodeGUID: 42}})
+	limited := openDevice(t, DeviceConfig{Addr: netip.MustParseAddr("127.0.1.2"), Limits: &DeviceAttr{MaxQP: 3, MaxCQE: 10, NodeGUID: 42}})
 	la := limited.Query()
 	if la.MaxQP != 3 || la.MaxCQE != 10 || la.MaxPD != def.MaxPD {
 		t.Errorf("limits not merged: %+v", la)
@@ -123,7 +127,7 @@ func TestQueryDevice(t *testing.T) {
 }
 
 func TestQueryPortAndTables(t *testing.T) {
-	d := openDevice(t, DeviceConfig{Addr: netip.MustParseAddr("10.1.16.62"), Port: 4791})
+	d := openDevice(t, DeviceConfig{Addr: netip.MustParseAddr("127.1.16.62"), Port: 4791})
 	pa, err := d.QueryPort(1)
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +149,7 @@ func TestQueryPortAndTables(t *testing.T) {
 	if ll[0] != 0xfe || ll[1] != 0x80 || binary.BigEndian.Uint64(ll[8:]) != uint64(d.Query().NodeGUID) {
 		t.Errorf("GID[0] = %v, want fe80::/64 with the node GUID %v", ll, d.Query().NodeGUID)
 	}
-	if v4.String() != "::ffff:10.1.16.62" {
+	if v4.String() != "::ffff:127.1.16.62" {
 		t.Errorf("GID[1] = %v", v4)
 	}
 	for i, e := range table {
@@ -172,8 +176,8 @@ func TestQueryPortAndTables(t *testing.T) {
 		wantErr(t, err, ErrInvalidArgument, b.field)
 	}
 
-	v6 := openDevice(t, DeviceConfig{Addr: netip.MustParseAddr("2001:db8::7")})
-	if g, _ := v6.QueryGID(1, 1); g.String() != "2001:db8::7" {
+	v6 := openDevice(t, DeviceConfig{Addr: netip.MustParseAddr("::1")})
+	if g, _ := v6.QueryGID(1, 1); g.String() != "::1" {
 		t.Errorf("IPv6 device GID[1] = %v", g)
 	}
 
@@ -231,7 +235,7 @@ func TestResourceLimits(t *testing.T) {
 }
 
 func TestDeviceClose(t *testing.T) {
-	d, err := Open(DeviceConfig{Addr: netip.MustParseAddr("127.0.0.1")})
+	d, err := Open(DeviceConfig{Addr: netip.MustParseAddr("127.0.1.1")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 // memory, create a CQ and an RC QP, and walk the QP through INIT, RTR and
 // RTS with the attributes ibv_rc_pingpong uses.
 func Example() {
-	dev, err := verbs.Open(verbs.DeviceConfig{Addr: netip.MustParseAddr("127.0.0.1")})
+	dev, err := verbs.Open(verbs.DeviceConfig{Addr: netip.MustParseAddr("127.0.1.1")})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -66,8 +66,9 @@ func Example() {
 	}
 	fmt.Println("QP state:", qp.State())
 
-	// Post a receive and a signaled send; without a transport they stay
-	// queued until the QP is moved to the error state, which flushes them.
+	// Post a receive and a signaled send. No QP 0x1234 answers, so the send
+	// stays unacknowledged until the QP is moved to the error state, which
+	// flushes both.
 	if err := qp.PostRecv(&verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{mr.SGE(0, 2048)}}); err != nil {
 		log.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func Example() {
 
 // Waiting for completions through a completion channel instead of polling.
 func ExampleCompChannel_GetEvent() {
-	dev, err := verbs.Open(verbs.DeviceConfig{Addr: netip.MustParseAddr("127.0.0.1")})
+	dev, err := verbs.Open(verbs.DeviceConfig{Addr: netip.MustParseAddr("127.0.1.1")})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -107,10 +108,10 @@ func ExampleCompChannel_GetEvent() {
 	ch, _ := dev.CreateCompChannel()
 	cq, _ := dev.CreateCQ(16, ch, 0)
 	pd, _ := dev.AllocPD()
-	qp, _ := pd.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeUD, SendCQ: cq, RecvCQ: cq,
+	qp, _ := pd.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
 		Cap: verbs.QPCap{MaxRecvWR: 4}})
-	_ = qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QKey: 0x1111},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrQKey)
+	_ = qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1},
+		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
 
 	// Arm, then produce a completion (here: a receive flushed by the error
 	// state), then wait for the event and poll.

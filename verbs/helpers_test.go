@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"errors"
+	"github.com/goroce/goroce/internal/transport"
 	"net/netip"
 	"strings"
 	"testing"
@@ -11,7 +12,7 @@ import (
 func openDevice(t testing.TB, cfg DeviceConfig) *Device {
 	t.Helper()
 	if !cfg.Addr.IsValid() {
-		cfg.Addr = netip.MustParseAddr("127.0.0.1")
+		cfg.Addr = netip.MustParseAddr("127.0.1.1")
 	}
 	d, err := Open(cfg)
 	if err != nil {
@@ -64,11 +65,11 @@ func mustQP(t testing.TB, pd *PD, typ QPType, cq *CQ) *QP {
 	return qp
 }
 
-// remoteAV is a valid address vector toward 127.0.0.2 for a loopback
+// remoteAV is a valid address vector toward 127.0.1.2 for a loopback
 // (IPv4) device.
 func remoteAV() AddressVector {
 	return AddressVector{
-		DGID:      GIDFromAddr(netip.MustParseAddr("127.0.0.2")),
+		DGID:      GIDFromAddr(netip.MustParseAddr("127.0.1.2")),
 		SGIDIndex: 1,
 		HopLimit:  64,
 		IsGlobal:  true,
@@ -141,11 +142,12 @@ func toState(t testing.TB, qp *QP, target QPState) {
 // transport will on a send error.
 func forceState(qp *QP, s QPState) {
 	qp.mu.Lock()
-	qp.sqMu.Lock()
-	qp.rqMu.Lock()
+	qp.xmu.Lock()
 	qp.state.Store(int32(s))
-	qp.rqMu.Unlock()
-	qp.sqMu.Unlock()
+	if qp.tq != nil {
+		qp.tq.SetState(transport.State(s))
+	}
+	qp.xmu.Unlock()
 	qp.mu.Unlock()
 }
 
@@ -189,4 +191,19 @@ func pollAll(t testing.TB, cq *CQ) []WorkCompletion {
 			return out
 		}
 	}
+}
+
+// srqTake takes a receive work request from srq as a QP's responder does.
+func srqTake(s *SRQ, dst *recvWQE) bool {
+	w := transport.RecvWQE{SGL: make([]transport.SGE, 0, 8)}
+	if !(*srqSource)(s).TakeRecv(&w) {
+		return false
+	}
+	dst.wrID = w.WRID
+	dst.sge = dst.sge[:0]
+	for _, g := range w.SGL {
+		dst.sge = append(dst.sge, SGE{Addr: g.Addr, Length: g.Length, LKey: g.LKey})
+	}
+	dst.length = sgListLength(dst.sge)
+	return true
 }

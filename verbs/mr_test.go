@@ -193,7 +193,7 @@ func TestMRRereg(t *testing.T) {
 	d := newDevice(t)
 	pd := mustPD(t, d)
 	pd2 := mustPD(t, d)
-	other := mustPD(t, openDevice(t, DeviceConfig{Addr: netip.MustParseAddr("127.0.0.3")}))
+	other := mustPD(t, openDevice(t, DeviceConfig{Addr: netip.MustParseAddr("127.0.1.3")}))
 	newBuf := make([]byte, 128)
 
 	tests := []struct {

@@ -1,17 +1,29 @@
 package verbs
 
 import (
+	"errors"
+	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"github.com/goroce/goroce/internal/netio"
+	"github.com/goroce/goroce/internal/psn"
+	"github.com/goroce/goroce/internal/transport"
 )
 
 // QP is a queue pair (struct ibv_qp): a send queue and a receive queue (or
 // an SRQ) bound to CQs, moved through the IBA state machine with Modify.
 //
+// An RC QP moves data through its transport state machines (requester,
+// completer, responder), which own its send and receive queues. Posting runs
+// the requester on the caller's goroutine and sends what the window allows;
+// the device's receive goroutine runs the responder and completer inline.
+//
 // Locking: mu serializes Modify, Query and Destroy and guards the
-// attributes; sqMu and rqMu guard the queues. The state is changed only
-// with all three held and is read atomically, so a post sees either the old
-// or the new state, never a queue being cleared or flushed underneath it.
+// attributes; xmu serializes everything that touches the transport state
+// machines: posting, packet handling, timers and the effects of Modify. The
+// state is changed only with both held and is read atomically.
 type QP struct {
 	dev      *Device
 	pd       *PD
@@ -29,10 +41,17 @@ type QP struct {
 	state  atomic.Int32 // QPState
 	closed atomic.Bool
 
-	sqMu sync.Mutex
-	sq   sendQueue
-	rqMu sync.Mutex
-	rq   recvQueue // unused with an SRQ
+	xmu    sync.Mutex
+	tq     *transport.QP    // nil for UC and UD: no data path yet
+	out    transport.Output // packets produced under xmu
+	msgs   []netio.Message  // their batch for the socket
+	sgl    []transport.SGE  // work request conversion scratch
+	inline []byte           // inline data gathering scratch
+	peer   netip.AddrPort   // the remote device, from the AV (RTR on)
+	sender *netio.Sender    // our UDP source port for this connection
+
+	timerIndex int       // position in the engine's timer heap; -1 if absent
+	deadline   time.Time // when the transport wants OnTimer; guarded by engine.tmu
 }
 
 // CreateQP creates a queue pair in the RESET state (ibv_create_qp).
@@ -137,14 +156,35 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 			PathMTU: d.port.ActiveMTU,
 			PortNum: 1,
 		},
-		sq: newSendQueue(c.MaxSendWR, c.MaxSendSGE, c.MaxInlineData),
+		timerIndex: -1,
+		sgl:        make([]transport.SGE, 0, max(c.MaxSendSGE, c.MaxRecvSGE, 1)),
+		inline:     make([]byte, 0, c.MaxInlineData),
 	}
-	if init.SRQ == nil {
-		qp.rq = newRecvQueue(c.MaxRecvWR, c.MaxRecvSGE)
-	}
+	// The receive path finds the QP as soon as addQP publishes it; holding
+	// xmu until tq is set makes it wait for a complete QP.
+	qp.xmu.Lock()
+	defer qp.xmu.Unlock()
 	if err := d.addQP(op, qp); err != nil {
 		rollback()
 		return nil, err
+	}
+	if qp.qpType == QPTypeRC {
+		cfg := transport.Config{
+			QPN:         qp.qpn,
+			MaxSendWR:   c.MaxSendWR,
+			MaxRecvWR:   c.MaxRecvWR,
+			MaxSGE:      max(c.MaxSendSGE, c.MaxRecvSGE),
+			MaxInline:   c.MaxInlineData,
+			Memory:      (*qpMemory)(qp),
+			SendCQ:      (*cqSink)(qp.sendCQ),
+			RecvCQ:      (*cqSink)(qp.recvCQ),
+			SQSigAll:    qp.sqSigAll,
+			AtomicLocks: &d.eng.atomics,
+		}
+		if qp.srq != nil {
+			cfg.SRQ = (*srqSource)(qp.srq)
+		}
+		qp.tq = transport.NewQP(cfg)
 	}
 	return qp, nil
 }
@@ -239,20 +279,125 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	a := qp.attr
 	applyQPAttr(&a, attr, mask)
 
-	qp.sqMu.Lock()
-	qp.rqMu.Lock()
+	qp.xmu.Lock()
+	defer qp.xmu.Unlock()
+	if err := qp.applyTransportLocked(op, &a, mask, cur, next); err != nil {
+		return err
+	}
 	qp.attr = a
 	qp.state.Store(int32(next))
-	switch {
-	case next == QPStateReset:
-		qp.sq.ring.clear()
-		qp.rq.ring.clear()
-	case next == QPStateErr && cur != QPStateErr:
-		qp.flushLocked()
-	}
-	qp.rqMu.Unlock()
-	qp.sqMu.Unlock()
 	return nil
+}
+
+// applyTransportLocked hands the new attributes to the transport state
+// machines and, on the way to RTR, connects the QP to its peer. Values were
+// validated; what can still fail is the socket for the source port, and
+// then nothing has changed. The caller holds mu and xmu.
+func (qp *QP) applyTransportLocked(op string, a *QPAttr, mask QPAttrMask, cur, next QPState) error {
+	tq := qp.tq
+	if tq == nil {
+		return nil
+	}
+	if mask&(QPAttrAV|QPAttrDestQPN) != 0 && next != QPStateReset && next != QPStateErr {
+		if err := qp.connectLocked(op, a); err != nil {
+			return err
+		}
+	}
+	var errs []error
+	set := func(bit QPAttrMask, err error) {
+		if mask&bit != 0 && err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if mask&QPAttrPathMTU != 0 {
+		set(QPAttrPathMTU, tq.SetPathMTU(a.PathMTU.Bytes()))
+	}
+	if mask&QPAttrRQPSN != 0 {
+		tq.SetRQPSN(psn.PSN(a.RQPSN))
+	}
+	if mask&QPAttrSQPSN != 0 {
+		tq.SetSQPSN(psn.PSN(a.SQPSN))
+	}
+	if mask&QPAttrDestQPN != 0 {
+		tq.SetDestQPN(a.DestQPNum)
+	}
+	set(QPAttrTimeout, tq.SetTimeout(a.Timeout))
+	set(QPAttrRetryCnt, tq.SetRetryCnt(a.RetryCnt))
+	set(QPAttrRNRRetry, tq.SetRNRRetry(a.RNRRetry))
+	set(QPAttrMinRNRTimer, tq.SetMinRNRTimer(a.MinRNRTimer))
+	set(QPAttrMaxQPRdAtomic, tq.SetMaxRdAtomic(a.MaxRdAtomic))
+	set(QPAttrMaxDestRdAtomic, tq.SetMaxDestRdAtomic(a.MaxDestRdAtomic))
+	if mask&QPAttrAccessFlags != 0 {
+		tq.SetAccessFlags(transport.Access(a.QPAccessFlags))
+	}
+	if len(errs) > 0 {
+		// checkAttrValues admits only values the transport takes.
+		return newError(op, "attr", ErrInvalidArgument, errors.Join(errs...).Error())
+	}
+	if next != cur || mask&QPAttrState != 0 {
+		tq.SetState(transport.State(next))
+		if next == QPStateReset {
+			qp.disconnectLocked()
+		}
+	}
+	qp.out.Reset()
+	// RESET empties the queues; ERR flushes them through the CQs; RTS
+	// starts work posted in SQD: the transport says when to run next.
+	qp.dev.eng.schedule(qp)
+	return nil
+}
+
+// connectLocked points the QP at the device its AV names and takes the UDP
+// source port of the connection: one per QP pair, as rxe derives it from
+// both QP numbers, so all packets of a connection follow one path.
+func (qp *QP) connectLocked(op string, a *QPAttr) error {
+	addr := a.AHAttr.DGID.Addr()
+	if !addr.IsValid() {
+		return newError(op, "ah_attr.dgid", ErrInvalidArgument, "not an IP address")
+	}
+	port := a.AHAttr.UDPPort
+	if port == 0 {
+		port = DefaultUDPPort
+	}
+	peer := netip.AddrPortFrom(addr.Unmap(), port)
+	sport := netio.SourcePortForFlow(wireQPN(qp.qpn), wireQPN(a.DestQPNum))
+	if qp.sender != nil && qp.peer == peer && qp.sender.Port() == sport {
+		return nil
+	}
+	sender, err := qp.dev.eng.conn.Sender(sport)
+	if err != nil {
+		return errorf(op, "ah_attr", ErrNoMemory, "UDP source port: %v", err)
+	}
+	qp.disconnectLocked()
+	qp.peer, qp.sender = peer, sender
+	return nil
+}
+
+// disconnectLocked gives back the source port.
+func (qp *QP) disconnectLocked() {
+	if qp.sender != nil {
+		qp.sender.Release()
+		qp.sender = nil
+	}
+	qp.peer = netip.AddrPort{}
+}
+
+// transmitLocked sends the packets the transport produced, in one batch,
+// and files the QP's next deadline. A packet the socket refuses counts as
+// lost: the transport's retransmission recovers it. The caller holds xmu.
+func (qp *QP) transmitLocked() {
+	pkts := qp.out.Packets()
+	if len(pkts) > 0 && qp.sender != nil {
+		msgs := qp.msgs[:0]
+		for i := range pkts {
+			msgs = append(msgs, netio.Message{Dst: qp.peer, Packet: pkts[i].Bytes})
+		}
+		_, _ = qp.sender.SendBatch(msgs)
+		clear(msgs) // drop references to the packet buffers
+		qp.msgs = msgs[:0]
+	}
+	qp.out.Reset()
+	qp.dev.eng.schedule(qp)
 }
 
 // checkAttrValues validates the values of the attributes in mask.
@@ -366,25 +511,6 @@ func applyQPAttr(a, src *QPAttr, mask QPAttrMask) {
 	}
 }
 
-// flushLocked completes every posted work request with WCWRFlushErr, in
-// posting order, and empties the QP's queues. The caller holds sqMu and
-// rqMu. The transport calls it when it moves the QP to ERR on a fatal error.
-func (qp *QP) flushLocked() {
-	for w := qp.sq.ring.front(); w != nil; w = qp.sq.ring.front() {
-		qp.sendCQ.push(WorkCompletion{
-			WRID:   w.wr.WRID,
-			Status: WCWRFlushErr,
-			Opcode: lookupOpcode(w.wr.Opcode).wc,
-			QPNum:  qp.qpn,
-		}, false)
-		qp.sq.ring.pop()
-	}
-	for w := qp.rq.ring.front(); w != nil; w = qp.rq.ring.front() {
-		qp.recvCQ.push(flushRecvWC(w.wrID, qp.qpn), false)
-		qp.rq.ring.pop()
-	}
-}
-
 func flushRecvWC(wrID uint64, qpn uint32) WorkCompletion {
 	return WorkCompletion{WRID: wrID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qpn}
 }
@@ -398,13 +524,17 @@ func (qp *QP) Destroy() error {
 		qp.mu.Unlock()
 		return closedError(op, "qp")
 	}
-	qp.sqMu.Lock()
-	qp.rqMu.Lock()
+	qp.xmu.Lock()
 	qp.closed.Store(true)
-	qp.sq, qp.rq = sendQueue{}, recvQueue{}
-	qp.rqMu.Unlock()
-	qp.sqMu.Unlock()
+	if qp.tq != nil {
+		// RESET discards the queued work requests without completions.
+		qp.tq.SetState(transport.StateReset)
+	}
+	qp.disconnectLocked()
+	qp.out.Reset()
+	qp.xmu.Unlock()
 	qp.mu.Unlock()
+	qp.dev.eng.unschedule(qp)
 
 	qp.dev.qps.Delete(qp.qpn)
 	qp.sendCQ.detach()
@@ -422,33 +552,74 @@ func (qp *QP) Destroy() error {
 // ("srq") or the request has more SGEs than max_recv_sge ("num_sge"), and
 // with ErrNoMemory when the receive queue is full ("rq"). In ERR the request
 // completes at once with WCWRFlushErr. The SGEs' keys are checked when a
-// message arrives, as in hardware. PostRecv does not allocate.
+// message arrives, as in hardware. UC and UD QPs have no data path yet
+// (ErrNotSupported). PostRecv does not allocate.
 func (qp *QP) PostRecv(wr *RecvWR) error {
 	const op = "PostRecv"
-	if qp.srq != nil {
+	switch {
+	case qp.closed.Load():
+		return closedError(op, "qp")
+	case wr == nil:
+		return newError(op, "wr", ErrInvalidArgument, "nil")
+	case qp.srq != nil:
 		return newError(op, "srq", ErrInvalidArgument, "the QP receives through an SRQ; use SRQ.PostRecv")
+	case len(wr.SGList) > qp.cap.MaxRecvSGE:
+		return errorf(op, "num_sge", ErrInvalidArgument, "%d exceeds max_recv_sge %d", len(wr.SGList), qp.cap.MaxRecvSGE)
+	case sgListLength(wr.SGList) >= maxMessageSize:
+		return newError(op, "sg_list", ErrInvalidArgument, "total length reaches 2^31")
 	}
-	qp.rqMu.Lock()
-	defer qp.rqMu.Unlock()
+	qp.xmu.Lock()
+	defer qp.xmu.Unlock()
 	if qp.closed.Load() {
 		return closedError(op, "qp")
 	}
-	state := qp.State()
-	if state == QPStateReset {
+	if state := qp.State(); state == QPStateReset {
 		return errorf(op, "qp_state", ErrInvalidState, "cannot post receives in %v", state)
 	}
-	if err := qp.rq.checkRecv(op, "rq", wr); err != nil {
-		return err
+	if qp.tq == nil {
+		return errorf(op, "qp_type", ErrNotSupported, "no %v data path yet", qp.qpType)
 	}
-	if state == QPStateErr {
-		qp.recvCQ.push(flushRecvWC(wr.WRID, qp.qpn), false)
-		return nil
+	err := qp.tq.PostRecv(&transport.RecvWQE{WRID: wr.WRID, SGL: qp.convertSGL(wr.SGList)})
+	if errors.Is(err, transport.ErrRecvQueueFull) {
+		return errorf(op, "rq", ErrNoMemory, "all %d entries posted", qp.cap.MaxRecvWR)
 	}
-	qp.rq.post(wr)
-	return nil
+	return transportPostError(op, err)
 }
 
-// PostSend posts a send work request (ibv_post_send).
+// convertSGL copies a verbs scatter/gather list into the QP's scratch list
+// in the transport's type. The caller holds xmu; the transport copies it.
+func (qp *QP) convertSGL(sgl []SGE) []transport.SGE {
+	out := qp.sgl[:0]
+	for _, e := range sgl {
+		out = append(out, transport.SGE{Addr: e.Addr, Length: e.Length, LKey: e.LKey})
+	}
+	qp.sgl = out
+	return out
+}
+
+// transportPostError names the field of a work request the transport
+// refused. Verbs validates first, so these are rare.
+func transportPostError(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, transport.ErrSendQueueFull):
+		return newError(op, "sq", ErrNoMemory, "send queue full")
+	case errors.Is(err, transport.ErrQPState):
+		return newError(op, "qp_state", ErrInvalidState, err.Error())
+	case errors.Is(err, transport.ErrNoRdAtomic):
+		return newError(op, "max_rd_atomic", ErrInvalidArgument, "READ or atomic on a QP with max_rd_atomic 0")
+	case errors.Is(err, transport.ErrTooManySGE):
+		return newError(op, "num_sge", ErrInvalidArgument, err.Error())
+	case errors.Is(err, transport.ErrInlineTooLong):
+		return newError(op, "sg_list", ErrInvalidArgument, err.Error())
+	}
+	return newError(op, "wr", ErrInvalidArgument, err.Error())
+}
+
+// PostSend posts a send work request (ibv_post_send) and, on an RC QP in
+// RTS, transmits at once what the send window allows, on the caller's
+// goroutine.
 //
 // Sends are accepted in RTS, queued without processing in SQD, and
 // completed at once with WCWRFlushErr in SQE and ERR (as libibverbs
@@ -457,26 +628,22 @@ func (qp *QP) PostRecv(wr *RecvWR) error {
 // (ErrInvalidArgument) and implemented (ErrNotSupported: LOCAL_INV,
 // BIND_MW, TSO, FLUSH, ATOMIC_WRITE); at most max_send_sge SGEs
 // ("num_sge"); a message of at most 2^31 bytes; atomics move exactly 8
-// bytes to an 8-byte aligned address; SendInline only for sends and writes
-// and at most max_inline_data bytes; UD needs an address handle of the QP's
-// PD. A full send queue fails with ErrNoMemory ("sq").
+// bytes; SendInline only for sends and writes and at most max_inline_data
+// bytes; READ and atomics need max_rd_atomic > 0. A full send queue fails
+// with ErrNoMemory ("sq"). A misaligned atomic is the responder's to refuse:
+// it completes with WCRemInvReqErr, as on rxe and hardware.
 //
 // Except with SendInline, SGEs are not resolved at post time: their keys and
-// bounds are checked when the device reads them, as in hardware. PostSend
-// does not allocate.
+// bounds are checked when the device reads them, as in hardware, and a bad
+// one completes the request with WCLocProtErr. UC and UD QPs have no data
+// path yet (ErrNotSupported). PostSend does not allocate.
 func (qp *QP) PostSend(wr *SendWR) error {
 	const op = "PostSend"
-	if wr == nil {
-		return newError(op, "wr", ErrInvalidArgument, "nil")
-	}
-	qp.sqMu.Lock()
-	defer qp.sqMu.Unlock()
-	if qp.closed.Load() {
+	switch {
+	case qp.closed.Load():
 		return closedError(op, "qp")
-	}
-	state := qp.State()
-	if state < QPStateRTS {
-		return errorf(op, "qp_state", ErrInvalidState, "cannot post sends in %v", state)
+	case wr == nil:
+		return newError(op, "wr", ErrInvalidArgument, "nil")
 	}
 	info := lookupOpcode(wr.Opcode)
 	switch {
@@ -493,31 +660,25 @@ func (qp *QP) PostSend(wr *SendWR) error {
 	if wr.SendFlags&SendIPCsum != 0 {
 		return newError(op, "send_flags", ErrNotSupported, "IP checksum offload")
 	}
-	if len(wr.SGList) > qp.sq.maxSGE {
-		return errorf(op, "num_sge", ErrInvalidArgument, "%d exceeds max_send_sge %d", len(wr.SGList), qp.sq.maxSGE)
+	if len(wr.SGList) > qp.cap.MaxSendSGE {
+		return errorf(op, "num_sge", ErrInvalidArgument, "%d exceeds max_send_sge %d", len(wr.SGList), qp.cap.MaxSendSGE)
 	}
 	length := sgListLength(wr.SGList)
 	if length > maxMessageSize {
 		return errorf(op, "sg_list", ErrInvalidArgument, "message of %d bytes exceeds 2^31", length)
 	}
-	if info.atomic {
-		if length != 8 {
-			return errorf(op, "sg_list", ErrInvalidArgument, "atomic operand of %d bytes, want 8", length)
-		}
-		if wr.Atomic.RemoteAddr&7 != 0 {
-			return errorf(op, "atomic.remote_addr", ErrInvalidArgument, "%#x is not 8-byte aligned", wr.Atomic.RemoteAddr)
-		}
+	if info.atomic && (length != 8 || len(wr.SGList) != 1) {
+		return errorf(op, "sg_list", ErrInvalidArgument, "atomic operand of %d bytes in %d SGEs, want one of 8", length, len(wr.SGList))
 	}
 	inline := wr.SendFlags&SendInline != 0
 	if inline {
 		if !info.inline {
 			return errorf(op, "send_flags", ErrInvalidArgument, "%v cannot carry inline data", wr.Opcode)
 		}
-		if length > uint64(qp.sq.maxInline) {
-			return errorf(op, "sg_list", ErrInvalidArgument, "%d bytes of inline data exceed max_inline_data %d", length, qp.sq.maxInline)
+		if length > uint64(qp.cap.MaxInlineData) {
+			return errorf(op, "sg_list", ErrInvalidArgument, "%d bytes of inline data exceed max_inline_data %d", length, qp.cap.MaxInlineData)
 		}
 	}
-	var av AddressVector
 	if qp.qpType == QPTypeUD {
 		ah := wr.UD.AH
 		switch {
@@ -530,43 +691,62 @@ func (qp *QP) PostSend(wr *SendWR) error {
 		case wr.UD.RemoteQPN > 0xFFFFFF:
 			return errorf(op, "ud.remote_qpn", ErrInvalidArgument, "%#x exceeds 24 bits", wr.UD.RemoteQPN)
 		}
-		av = ah.av
 	}
-	signaled := wr.SendFlags&SendSignaled != 0 || qp.sqSigAll
 
-	if state == QPStateSQE || state == QPStateErr {
+	qp.xmu.Lock()
+	defer qp.xmu.Unlock()
+	if qp.closed.Load() {
+		return closedError(op, "qp")
+	}
+	state := qp.State()
+	if state < QPStateRTS {
+		return errorf(op, "qp_state", ErrInvalidState, "cannot post sends in %v", state)
+	}
+	if qp.tq == nil {
+		return errorf(op, "qp_type", ErrNotSupported, "no %v data path yet", qp.qpType)
+	}
+	if state == QPStateSQE {
+		// The send queue is in error: new work flushes (IBA 10.8.3.5).
 		qp.sendCQ.push(WorkCompletion{WRID: wr.WRID, Status: WCWRFlushErr, Opcode: info.wc, QPNum: qp.qpn}, false)
 		return nil
 	}
-	w := qp.sq.ring.next()
-	if w == nil {
-		return errorf(op, "sq", ErrNoMemory, "all %d entries posted", qp.sq.ring.cap())
+	w := transport.SendWQE{
+		WRID:           wr.WRID,
+		Opcode:         transport.WROpcode(wr.Opcode),
+		Flags:          transport.SendFlags(wr.SendFlags),
+		RemoteAddr:     wr.RDMA.RemoteAddr,
+		RKey:           wr.RDMA.RKey,
+		Imm:            wr.ImmData,
+		InvalidateRKey: wr.InvalidateRKey,
+	}
+	if info.atomic {
+		w.RemoteAddr, w.RKey = wr.Atomic.RemoteAddr, wr.Atomic.RKey
+		w.CompareAdd, w.Swap = wr.Atomic.CompareAdd, wr.Atomic.Swap
 	}
 	if inline {
-		if err := qp.gatherInline(op, w, wr.SGList); err != nil {
+		data, err := qp.gatherInline(op, wr.SGList)
+		if err != nil {
 			return err
 		}
+		w.Inline = data
 	} else {
-		w.sge = append(w.sge[:0], wr.SGList...)
-		w.inline = w.inline[:0]
+		w.SGL = qp.convertSGL(wr.SGList)
 	}
-	w.wr = *wr
-	w.wr.SGList = w.sge
-	w.wr.UD.AH = nil // the address vector is copied; the AH may be destroyed
-	w.av = av
-	w.length = length
-	w.signaled = signaled
-	w.solicited = wr.SendFlags&SendSolicited != 0
-	qp.sq.ring.push()
+	raceSync()
+	if err := qp.tq.PostSend(&w, time.Now(), &qp.out); err != nil {
+		qp.out.Reset()
+		return transportPostError(op, err)
+	}
+	qp.transmitLocked()
 	return nil
 }
 
-// gatherInline copies the data of sges into w's inline buffer. Each SGE is
-// resolved through its lkey, which must name a region of the QP's PD
-// covering it; no access right is needed to read local memory.
-func (qp *QP) gatherInline(op string, w *sendWQE, sges []SGE) error {
-	w.sge = w.sge[:0]
-	w.inline = w.inline[:0]
+// gatherInline copies the data of sges into the QP's inline scratch buffer,
+// which the transport copies in turn. Each SGE is resolved through its
+// lkey, which must name a region of the QP's PD covering it; no access
+// right is needed to read local memory. The caller holds xmu.
+func (qp *QP) gatherInline(op string, sges []SGE) ([]byte, error) {
+	buf := qp.inline[:0]
 	for i := range sges {
 		s := &sges[i]
 		if s.Length == 0 {
@@ -574,10 +754,11 @@ func (qp *QP) gatherInline(op string, w *sendWQE, sges []SGE) error {
 		}
 		r, err := qp.dev.acquireMR(s.LKey, qp.pd, s.Addr, int(s.Length), 0)
 		if err != nil {
-			return errorf(op, "sg_list", ErrInvalidArgument, "inline entry %d: %v", i, err)
+			return nil, errorf(op, "sg_list", ErrInvalidArgument, "inline entry %d: %v", i, err)
 		}
-		w.inline = append(w.inline, r.bytes(s.Addr, int(s.Length))...)
+		buf = append(buf, r.bytes(s.Addr, int(s.Length))...)
 		r.release()
 	}
-	return nil
+	qp.inline = buf
+	return buf, nil
 }

@@ -12,7 +12,7 @@ func TestCreateQP(t *testing.T) {
 	d := openDevice(t, DeviceConfig{Limits: &DeviceAttr{MaxQPWR: 64, MaxSGE: 8, MaxInlineData: 128}})
 	pd := mustPD(t, d)
 	cq := mustCQ(t, d, 16)
-	otherCQ := mustCQ(t, openDevice(t, DeviceConfig{Addr: netip.MustParseAddr("127.0.0.5")}), 4)
+	otherCQ := mustCQ(t, openDevice(t, DeviceConfig{Addr: netip.MustParseAddr("127.0.1.5")}), 4)
 	withCap := func(f func(*QPCap)) QPCap {
 		c := defaultCap
 		f(&c)

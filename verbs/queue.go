@@ -2,12 +2,12 @@ package verbs
 
 // Work queues.
 //
-// Every queue is a fixed ring of work queue entries (WQEs) allocated when the
-// queue is created, with the SGE array (and the inline buffer of a send WQE)
-// of each entry carved out of one allocation. Posting copies the work
-// request into the next free entry and never allocates; a full ring fails
-// with ErrNoMemory as in libibverbs. The transport consumes entries from the
-// front in posting order.
+// An SRQ is a fixed ring of receive work queue entries (WQEs) allocated when
+// it is created, with the SGE arrays of all entries carved out of one
+// allocation. Posting copies the work request into the next free entry and
+// never allocates; a full ring fails with ErrNoMemory as in libibverbs. The
+// QPs' responders take entries from the front in posting order (srqSource).
+// A QP's own send and receive queues belong to its transport state machine.
 
 // ring is a bounded FIFO of preallocated entries.
 type ring[T any] struct {
@@ -46,9 +46,6 @@ func (r *ring[T]) pop() {
 	r.count--
 }
 
-// clear empties the ring.
-func (r *ring[T]) clear() { r.head, r.count = 0, 0 }
-
 // recvWQE is a posted receive work request.
 type recvWQE struct {
 	wrID   uint64
@@ -56,7 +53,7 @@ type recvWQE struct {
 	length uint64
 }
 
-// recvQueue is a receive queue: a QP's RQ or an SRQ.
+// recvQueue is the receive queue of an SRQ.
 type recvQueue struct {
 	ring   ring[recvWQE]
 	maxSGE int
@@ -96,19 +93,6 @@ func (q *recvQueue) post(wr *RecvWR) {
 	q.ring.push()
 }
 
-// take moves the oldest receive WQE into dst (whose SGE slice must have room
-// for maxSGE entries) and reports whether there was one.
-func (q *recvQueue) take(dst *recvWQE) bool {
-	w := q.ring.front()
-	if w == nil {
-		return false
-	}
-	dst.wrID, dst.length = w.wrID, w.length
-	dst.sge = append(dst.sge[:0], w.sge...)
-	q.ring.pop()
-	return true
-}
-
 // resize returns a queue of maxWR entries holding q's entries in order; the
 // caller has checked that they fit.
 func (q *recvQueue) resize(maxWR int) recvQueue {
@@ -121,38 +105,4 @@ func (q *recvQueue) resize(maxWR int) recvQueue {
 		q.ring.pop()
 	}
 	return nq
-}
-
-// sendWQE is a posted send work request.
-type sendWQE struct {
-	wr        SendWR        // SGList points into sge; UD.AH is cleared
-	av        AddressVector // UD destination, copied from the AH
-	sge       []SGE         // cap = max_send_sge
-	inline    []byte        // inline data; cap = max_inline_data
-	length    uint64        // message length
-	signaled  bool          // generates a completion on success
-	solicited bool
-}
-
-// sendQueue is a QP's send queue.
-type sendQueue struct {
-	ring      ring[sendWQE]
-	maxSGE    int
-	maxInline int
-}
-
-func newSendQueue(maxWR, maxSGE, maxInline int) sendQueue {
-	q := sendQueue{ring: ring[sendWQE]{buf: make([]sendWQE, maxWR)}, maxSGE: maxSGE, maxInline: maxInline}
-	sges := make([]SGE, maxWR*maxSGE)
-	var inline []byte
-	if maxInline > 0 {
-		inline = make([]byte, maxWR*maxInline)
-	}
-	for i := range q.ring.buf {
-		q.ring.buf[i].sge = sges[i*maxSGE : i*maxSGE : (i+1)*maxSGE]
-		if inline != nil {
-			q.ring.buf[i].inline = inline[i*maxInline : i*maxInline : (i+1)*maxInline]
-		}
-	}
-	return q
 }

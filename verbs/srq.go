@@ -154,17 +154,14 @@ func (s *SRQ) PostRecv(wr *RecvWR) error {
 
 // take moves the oldest receive work request into dst for a QP and applies
 // the limit rule. It reports false when the SRQ is empty.
-func (s *SRQ) take(dst *recvWQE) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed || !s.rq.take(dst) {
-		return false
-	}
+// checkLimitLocked fires the SRQ limit when the queue drops below the
+// armed watermark, disarming it (IBA: one event per arm). The caller holds
+// s.mu.
+func (s *SRQ) checkLimitLocked() {
 	if s.limit > 0 && s.rq.ring.len() < s.limit {
 		s.limit = 0
 		s.limitEvents++
 	}
-	return true
 }
 
 // Destroy destroys the SRQ (ibv_destroy_srq). It fails with ErrBusy while

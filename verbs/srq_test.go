@@ -73,7 +73,7 @@ func TestSRQPostRecvAndLimit(t *testing.T) {
 	}
 	dst := recvWQE{sge: make([]SGE, 0, 2)}
 	for i := range uint64(4) {
-		if !srq.take(&dst) || dst.wrID != i || len(dst.sge) != int(i%3) {
+		if !srqTake(srq, &dst) || dst.wrID != i || len(dst.sge) != int(i%3) {
 			t.Fatalf("take %d = %+v", i, dst)
 		}
 		if i == 2 && (dst.sge[0] != sges[0] || dst.sge[1] != sges[1] || dst.length != 7) {
@@ -90,7 +90,7 @@ func TestSRQPostRecvAndLimit(t *testing.T) {
 	if q, _ := srq.Query(); q.SRQLimit != 0 {
 		t.Errorf("limit %d after firing, want 0 (disarmed)", q.SRQLimit)
 	}
-	if srq.take(&dst) {
+	if srqTake(srq, &dst) {
 		t.Error("take from an empty SRQ")
 	}
 }
@@ -147,7 +147,7 @@ func TestSRQModify(t *testing.T) {
 	}
 	dst := recvWQE{sge: make([]SGE, 0, 1)}
 	for i := range uint64(5) {
-		if !srq.take(&dst) || dst.wrID != i {
+		if !srqTake(srq, &dst) || dst.wrID != i {
 			t.Fatalf("entry %d lost in resize: %+v", i, dst)
 		}
 	}

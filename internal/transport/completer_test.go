@@ -538,25 +538,25 @@ func TestSRQHeldWQEFlushed(t *testing.T) {
 	o.srq = true
 	a, b := newPair(t, o)
 	l := newLink(t, a, b)
-	must(t, b.qp.srq.PostRecv(&RecvWQE{WRID: 1}))
-	must(t, b.qp.srq.PostRecv(&RecvWQE{WRID: 2}))
+	must(t, b.qp.srq.(*SRQ).PostRecv(&RecvWQE{WRID: 1}))
+	must(t, b.qp.srq.(*SRQ).PostRecv(&RecvWQE{WRID: 2}))
 	l.inject(a, b, req(wire.RCSendFirst, base, false, make([]byte, 256), nil))
 	// The empty receive buffer is too short: LOC_LEN_ERR.
 	wantCompletions(t, b.rcq.take(), Completion{WRID: 1, Status: StatusLocLenErr, Opcode: WCRecv, QPN: qpnB})
-	if b.qp.srq.Len() != 1 {
-		t.Fatalf("SRQ holds %d", b.qp.srq.Len())
+	if b.qp.srq.(*SRQ).Len() != 1 {
+		t.Fatalf("SRQ holds %d", b.qp.srq.(*SRQ).Len())
 	}
 	o.srq = true
 	c, d := newPair(t, o)
 	l = newLink(t, c, d)
 	buf := d.mem.register(pd, make([]byte, 1024), 0, AccessLocalWrite)
-	must(t, d.qp.srq.PostRecv(&RecvWQE{WRID: 1, SGL: []SGE{{0, 1024, buf}}}))
-	must(t, d.qp.srq.PostRecv(&RecvWQE{WRID: 2, SGL: []SGE{{0, 1024, buf}}}))
+	must(t, d.qp.srq.(*SRQ).PostRecv(&RecvWQE{WRID: 1, SGL: []SGE{{0, 1024, buf}}}))
+	must(t, d.qp.srq.(*SRQ).PostRecv(&RecvWQE{WRID: 2, SGL: []SGE{{0, 1024, buf}}}))
 	l.inject(c, d, req(wire.RCSendFirst, base, false, make([]byte, 256), nil))
 	d.qp.SetState(StateErr)
 	wantCompletions(t, d.rcq.take(), Completion{WRID: 1, Status: StatusWRFlushErr, Opcode: WCRecv, QPN: qpnB})
-	if d.qp.srq.Len() != 1 {
-		t.Fatalf("SRQ holds %d", d.qp.srq.Len())
+	if d.qp.srq.(*SRQ).Len() != 1 {
+		t.Fatalf("SRQ holds %d", d.qp.srq.(*SRQ).Len())
 	}
 }
 

@@ -1,5 +1,7 @@
 package transport
 
+import "github.com/goroce/goroce/internal/wire"
+
 // OutPacket is a packet a QP wants sent.
 type OutPacket struct {
 	// QPN is the local QP that produced the packet.
@@ -9,7 +11,8 @@ type OutPacket struct {
 	Dest any
 	// Bytes are the transport bytes, BTH through pad, without the ICRC:
 	// the I/O layer appends it, since the ICRC covers the IP and UDP
-	// headers that layer builds.
+	// headers that layer builds. Bytes always has at least wire.ICRCLen
+	// bytes of spare capacity for it, so appending never reallocates.
 	Bytes []byte
 }
 
@@ -43,8 +46,8 @@ func (o *Output) alloc(size int) *OutPacket {
 	}
 	p := &o.pkts[o.n]
 	o.n++
-	if cap(p.Bytes) < size {
-		p.Bytes = make([]byte, 0, max(size, minPacketCap))
+	if cap(p.Bytes) < size+wire.ICRCLen {
+		p.Bytes = make([]byte, 0, max(size+wire.ICRCLen, minPacketCap))
 	}
 	p.Bytes = p.Bytes[:0]
 	return p

@@ -54,7 +54,7 @@ type Config struct {
 	Memory    Memory
 	SendCQ    CompletionQueue
 	RecvCQ    CompletionQueue
-	SRQ       *SRQ // if set, receives come from it and PostRecv fails
+	SRQ       SharedRecvQueue // if set, receives come from it and PostRecv fails
 	// SQSigAll makes every send work request signaled (sq_sig_all).
 	SQSigAll bool
 	// AtomicLocks serialises atomics on the device. All the QPs of a
@@ -75,7 +75,8 @@ type QP struct {
 	maxInline int
 	mem       Memory
 	scq, rcq  CompletionQueue
-	srq       *SRQ
+	srq       SharedRecvQueue
+	srqTake   RecvWQE // TakeRecv's destination, reused: no allocation per message
 	sigAll    bool
 	locks     *AtomicLocks
 	dest      any
@@ -111,6 +112,9 @@ type QP struct {
 
 // NewQP returns a QP in the RESET state with the default attributes.
 func NewQP(cfg Config) *QP {
+	if s, ok := cfg.SRQ.(*SRQ); ok && s == nil {
+		cfg.SRQ = nil // a nil *SRQ means no SRQ, not an SRQ that is nil
+	}
 	qp := &QP{
 		qpn:         cfg.QPN & wire.QPNMask,
 		pd:          cfg.PD,
@@ -138,7 +142,9 @@ func NewQP(cfg Config) *QP {
 		qp.rq = newRecvRing(max(cfg.MaxRecvWR, 1), qp.maxSGE)
 		qp.resp.held.store = make([]SGE, qp.maxSGE)
 	} else {
-		qp.resp.held.store = make([]SGE, qp.srq.maxSGE())
+		n := max(qp.srq.MaxRecvSGE(), 1)
+		qp.resp.held.store = make([]SGE, n)
+		qp.srqTake.SGL = make([]SGE, 0, n)
 	}
 	qp.resp.replies = make([]reply, 1) // max_dest_rd_atomic 0: READs get an invalid request NAK
 	qp.resetState()

@@ -81,12 +81,6 @@ func (s *recvSlot) set(w *RecvWQE) {
 	s.length = sglLength(w.SGL)
 }
 
-func (s *recvSlot) copyFrom(o *recvSlot) {
-	s.wrid = o.wrid
-	s.sgl = s.store[:copy(s.store[:len(o.sgl)], o.sgl)]
-	s.length = o.length
-}
-
 // recvRing is a bounded receive queue, with free-running counters as
 // sendRing.
 type recvRing struct {
@@ -156,20 +150,24 @@ func (q *SRQ) Len() int {
 	return int(q.ring.len())
 }
 
-// take moves the oldest work request into dst, reporting false if the queue
-// is empty.
-func (q *SRQ) take(dst *recvSlot) bool {
+// TakeRecv moves the oldest work request into w, reporting false if the
+// queue is empty (SharedRecvQueue).
+func (q *SRQ) TakeRecv(w *RecvWQE) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.ring.len() == 0 {
 		return false
 	}
-	dst.copyFrom(q.ring.at(q.ring.head))
+	s := q.ring.at(q.ring.head)
+	w.WRID = s.wrid
+	w.SGL = append(w.SGL[:0], s.sgl...)
 	q.ring.head++
 	return true
 }
 
-func (q *SRQ) maxSGE() int { return q.ring.maxSGE }
+// MaxRecvSGE returns the most SGEs a work request of the queue has
+// (SharedRecvQueue).
+func (q *SRQ) MaxRecvSGE() int { return q.ring.maxSGE }
 
 func sglLength(sgl []SGE) uint32 {
 	var n uint64

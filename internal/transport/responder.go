@@ -560,9 +560,16 @@ func (qp *QP) checkRemote(rkey uint32, va uint64, l uint32, need Access) bool {
 // takeRecvWQE gives the responder a receive WQE, from the SRQ or the RQ.
 func (qp *QP) takeRecvWQE() bool {
 	if qp.srq != nil {
-		if !qp.srq.take(&qp.resp.held) {
+		w := &qp.srqTake
+		if !qp.srq.TakeRecv(w) {
 			return false
 		}
+		if len(w.SGL) > len(qp.resp.held.store) {
+			// The queue grew its SGE limit after the QP was created:
+			// keep the receive, at one allocation.
+			qp.resp.held.store = make([]SGE, len(w.SGL))
+		}
+		qp.resp.held.set(w)
 		qp.resp.fromSRQ = true
 	} else {
 		if qp.rq.len() == 0 {

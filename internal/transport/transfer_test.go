@@ -125,7 +125,7 @@ func TestSendSizes(t *testing.T) {
 						rsgl := splitSGL(b.mem, dst, 0x4000, AccessLocalWrite)
 						inv := b.mem.register(pd, make([]byte, 8), 0x9000, AccessRemoteWrite)
 						if srq {
-							must(t, b.qp.srq.PostRecv(&RecvWQE{WRID: 55, SGL: rsgl}))
+							must(t, b.qp.srq.(*SRQ).PostRecv(&RecvWQE{WRID: 55, SGL: rsgl}))
 							if err := b.qp.PostRecv(&RecvWQE{WRID: 1}); err != ErrHasSRQ {
 								t.Fatalf("PostRecv on an SRQ QP: %v", err)
 							}

@@ -313,6 +313,19 @@ type Completion struct {
 	Solicited bool
 }
 
+// SharedRecvQueue is where a QP attached to a shared receive queue takes
+// its receive work requests from. SRQ implements it; so does the verbs
+// package's SRQ, which adds resizing and the limit event. Several QPs take
+// from one queue concurrently, so implementations lock.
+type SharedRecvQueue interface {
+	// TakeRecv moves the oldest receive work request into w: its WRID,
+	// and its SGEs appended to w.SGL[:0], whose capacity is at least
+	// MaxRecvSGE. It reports false if the queue is empty.
+	TakeRecv(w *RecvWQE) bool
+	// MaxRecvSGE returns the most SGEs a work request of the queue has.
+	MaxRecvSGE() int
+}
+
 // CompletionQueue receives completions. Push copies *c (which is only valid
 // during the call) and reports false if the queue is full; the transport
 // then moves the QP to the error state, as an overflowed CQ does in IBTA.

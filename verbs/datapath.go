@@ -1,0 +1,95 @@
+package verbs
+
+import (
+	"github.com/goroce/goroce/internal/transport"
+)
+
+// The transport sees the verbs objects through three small interfaces. The
+// adapters below are the verbs objects themselves under another type name,
+// so handing one to the transport costs no allocation and adds no exported
+// method to the public types.
+
+// qpMemory is a QP's view of registered memory (transport.Memory): keys are
+// resolved on the device's lock-free key table and checked against the QP's
+// PD, the bounds and the access rights before a byte moves; the
+// registration stays pinned until the transport releases it, so Dereg waits
+// for the copy to finish.
+type qpMemory QP
+
+func (m *qpMemory) Remote(_ uint32, rkey uint32, va uint64, length uint32, need transport.Access) ([]byte, transport.Ref, error) {
+	return m.resolve(rkey, va, length, need)
+}
+
+func (m *qpMemory) Local(_ uint32, lkey uint32, addr uint64, length uint32, need transport.Access) ([]byte, transport.Ref, error) {
+	return m.resolve(lkey, addr, length, need)
+}
+
+func (m *qpMemory) resolve(key uint32, va uint64, length uint32, need transport.Access) ([]byte, transport.Ref, error) {
+	r, err := m.dev.acquireMR(key, m.pd, va, int(length), AccessFlags(need))
+	if err != nil {
+		return nil, nil, transportFault(err)
+	}
+	return r.bytes(va, int(length)), r, nil
+}
+
+// transportFault maps the key table's refusal to the transport's reasons.
+func transportFault(err error) error {
+	switch err {
+	case faultPD:
+		return transport.ErrWrongPD
+	case faultAccess:
+		return transport.ErrAccessDenied
+	case faultBounds:
+		return transport.ErrOutOfBounds
+	}
+	return transport.ErrInvalidKey
+}
+
+// Release ends an access the transport began through qpMemory
+// (transport.Ref).
+func (r *mrRegion) Release() { r.release() }
+
+// cqSink is a CQ as the transport's completion queue.
+type cqSink CQ
+
+// Push adds a completion; false (a full CQ) makes the transport move the QP
+// to the error state.
+func (s *cqSink) Push(c *transport.Completion) bool {
+	return !(*CQ)(s).push(WorkCompletion{
+		WRID:            c.WRID,
+		Status:          WCStatus(c.Status),
+		Opcode:          WCOpcode(c.Opcode),
+		ByteLen:         c.ByteLen,
+		ImmData:         c.Imm,
+		InvalidatedRKey: c.InvalidatedRKey,
+		QPNum:           c.QPN,
+		SrcQP:           c.SrcQP,
+		WCFlags:         WCFlags(c.Flags),
+	}, c.Solicited)
+}
+
+// srqSource is an SRQ as the transport's shared receive queue.
+type srqSource SRQ
+
+func (s *srqSource) TakeRecv(w *transport.RecvWQE) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.rq.ring.front()
+	if s.closed || e == nil {
+		return false
+	}
+	w.WRID = e.wrID
+	w.SGL = w.SGL[:0]
+	for _, g := range e.sge {
+		w.SGL = append(w.SGL, transport.SGE{Addr: g.Addr, Length: g.Length, LKey: g.LKey})
+	}
+	s.rq.ring.pop()
+	(*SRQ)(s).checkLimitLocked()
+	return true
+}
+
+func (s *srqSource) MaxRecvSGE() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rq.maxSGE
+}

@@ -1,0 +1,204 @@
+package verbs
+
+import (
+	"container/heap"
+	"context"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goroce/goroce/internal/netio"
+	"github.com/goroce/goroce/internal/transport"
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// engine is the device's software NIC: its UDP socket, the receive goroutine
+// that runs the responder and completer of the addressed QP inline (parse,
+// ICRC check, dispatch, copy, acknowledge: no channel hop, no allocation per
+// packet), and the timer goroutine that runs retransmission, RNR waits and
+// paced READ replies.
+//
+// Lock order: QP.xmu, then engine.tmu (schedule is called with xmu held);
+// the timer goroutine never holds tmu while it takes a QP's xmu.
+type engine struct {
+	dev    *Device
+	conn   *netio.Conn
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+
+	// atomics serialises atomic operations across every QP of the device
+	// (ATOMIC_HCA).
+	atomics transport.AtomicLocks
+
+	tmu    sync.Mutex
+	timers timerHeap     // QPs with a pending deadline, earliest first
+	wake   chan struct{} // capacity 1: the earliest deadline changed
+
+	unknownQP   atomic.Uint64 // packets for no live RC QP of this device
+	wrongSource atomic.Uint64 // packets from another address than the QP's peer
+}
+
+// startEngine opens the device's socket and starts its goroutines.
+func startEngine(d *Device) (*engine, error) {
+	conn, err := netio.Open(netio.Config{Addr: d.addr, Port: d.udpPort})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e := &engine{dev: d, conn: conn, cancel: cancel, wake: make(chan struct{}, 1)}
+	e.done.Add(2)
+	go func() {
+		defer e.done.Done()
+		_ = conn.Serve(ctx, e)
+	}()
+	go func() {
+		defer e.done.Done()
+		e.runTimers(ctx)
+	}()
+	return e, nil
+}
+
+// stop ends both goroutines and closes the socket. QPs must be destroyed
+// first, so that no call into the transport is left waiting for a lock.
+func (e *engine) stop() {
+	e.cancel()
+	_ = e.conn.Close()
+	e.done.Wait()
+}
+
+// HandlePacket is the receive path (netio.Handler): the packet has parsed
+// and its ICRC matched.
+func (e *engine) HandlePacket(p *wire.Packet, from netip.AddrPort, _ netio.RecvInfo) {
+	qp := e.dev.lookupQP(uint32(p.BTH.DestQP()))
+	if qp == nil {
+		e.unknownQP.Add(1)
+		return
+	}
+	qp.xmu.Lock()
+	defer qp.xmu.Unlock()
+	switch {
+	case qp.tq == nil || qp.closed.Load():
+		e.unknownQP.Add(1)
+		return
+	case !qp.peer.IsValid() || from.Addr().Unmap() != qp.peer.Addr():
+		// An RC QP talks to one peer: the address its AV names.
+		e.wrongSource.Add(1)
+		return
+	}
+	raceSync()
+	qp.tq.HandlePacket(p, time.Now(), &qp.out)
+	raceSync()
+	qp.transmitLocked()
+}
+
+// schedule files qp's next deadline. The caller holds qp.xmu.
+func (e *engine) schedule(qp *QP) {
+	var (
+		at time.Time
+		ok bool
+	)
+	if qp.tq != nil && !qp.closed.Load() {
+		at, ok = qp.tq.Deadline()
+	}
+	e.tmu.Lock()
+	defer e.tmu.Unlock()
+	if !ok {
+		if qp.timerIndex >= 0 {
+			heap.Remove(&e.timers, qp.timerIndex)
+		}
+		return
+	}
+	if qp.timerIndex >= 0 && qp.deadline.Equal(at) {
+		return
+	}
+	qp.deadline = at
+	if qp.timerIndex >= 0 {
+		heap.Fix(&e.timers, qp.timerIndex)
+	} else {
+		heap.Push(&e.timers, qp)
+	}
+	if e.timers[0] == qp {
+		select {
+		case e.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// unschedule forgets qp's deadline (Destroy).
+func (e *engine) unschedule(qp *QP) {
+	e.tmu.Lock()
+	defer e.tmu.Unlock()
+	if qp.timerIndex >= 0 {
+		heap.Remove(&e.timers, qp.timerIndex)
+	}
+}
+
+// runTimers fires QP deadlines until ctx ends. It sleeps while no deadline
+// is pending: an idle device burns no CPU.
+func (e *engine) runTimers(ctx context.Context) {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		e.tmu.Lock()
+		var (
+			due  *QP
+			wait = time.Hour
+		)
+		if len(e.timers) > 0 {
+			if d := time.Until(e.timers[0].deadline); d <= 0 {
+				due = heap.Pop(&e.timers).(*QP)
+			} else {
+				wait = d
+			}
+		}
+		e.tmu.Unlock()
+
+		if due != nil {
+			due.xmu.Lock()
+			if due.tq != nil && !due.closed.Load() {
+				raceSync()
+				due.tq.OnTimer(time.Now(), &due.out)
+				raceSync()
+				due.transmitLocked()
+			}
+			due.xmu.Unlock()
+			continue
+		}
+		t.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.wake:
+		case <-t.C:
+		}
+	}
+}
+
+// timerHeap orders QPs by deadline (container/heap).
+type timerHeap []*QP
+
+func (h timerHeap) Len() int           { return len(h) }
+func (h timerHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
+func (h timerHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].timerIndex = i
+	h[j].timerIndex = j
+}
+func (h *timerHeap) Push(x any) {
+	qp := x.(*QP)
+	qp.timerIndex = len(*h)
+	*h = append(*h, qp)
+}
+func (h *timerHeap) Pop() any {
+	old := *h
+	qp := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	qp.timerIndex = -1
+	return qp
+}
+
+// wireQPN converts a QP number for the wire package.
+func wireQPN(q uint32) wire.QPN { return wire.QPN(q & wire.QPNMask) }
