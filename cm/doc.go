@@ -61,7 +61,7 @@
 // # Limits
 //
 // The side channel is plain TCP; librdmacm peers, which speak the IB CM on
-// QP1, are not reachable this way. The peer's UDP port is exchanged and
-// shown in RemoteInfo, but a verbs.AddressVector has no UDP port, so the
-// connection uses the port the device sends to by default.
+// QP1, are not reachable this way. Each side's device UDP port is exchanged
+// and put in the QP's address vector, so goroce peers may run devices on
+// another port than 4791 (RoCE peers always use 4791).
 package cm

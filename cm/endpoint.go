@@ -157,6 +157,7 @@ func (e *endpoint) connect(m *message, n negotiated) error {
 			HopLimit:  hopLimit,
 			IsGlobal:  true,
 			PortNum:   1,
+			UDPPort:   m.udpPort, // a goroce peer may use another port than 4791
 		},
 		MaxDestRdAtomic: n.maxDestRdAtomic,
 		MinRNRTimer:     e.s.minRNRTimer,
