@@ -134,8 +134,10 @@ func defaultDeviceAttr() DeviceAttr {
 	}
 }
 
-// Open opens a device. It validates the configuration and builds the
-// device's attributes, port and GID table; it does not touch the network.
+// Open opens a device: it validates the configuration, builds the device's
+// attributes, port and GID table, binds the UDP socket on Addr and Port
+// (failing if another device or program holds it) and starts the device's
+// receive and timer goroutines. Close stops them.
 func Open(cfg DeviceConfig) (*Device, error) {
 	const op = "Open"
 	if !cfg.Addr.IsValid() {

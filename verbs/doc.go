@@ -56,10 +56,13 @@
 //
 // # Data movement
 //
-// This package holds the object model: validation, state, queues and
-// completion delivery. The RoCEv2 transport that moves posted work requests
-// over UDP plugs into these objects; until then posted work requests stay
-// queued (or are flushed when the QP enters the error state).
+// A device is a software RoCEv2 NIC bound to a UDP socket. PostSend runs the
+// RC requester on the caller's goroutine and sends what the window allows;
+// the device's receive goroutine runs the responder (remote READ, WRITE and
+// atomics on registered memory, with no call from the target application)
+// and the completer inline, and a timer goroutine retransmits. Completions
+// arrive on the CQs. UC and UD QPs exist as objects, but posting to them
+// returns ErrNotSupported until their transports are written.
 //
 // # Concurrency
 //
