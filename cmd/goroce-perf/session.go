@@ -1,0 +1,510 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/goroce/goroce/internal/oob"
+	"github.com/goroce/goroce/verbs"
+)
+
+// exchangeTimeout bounds each out-of-band exchange once the peer is
+// connected: perftest answers every block at once, except while it runs
+// traffic, so a peer silent for this long is gone (or is not perftest).
+const exchangeTimeout = 60 * time.Second
+
+// side is one end of a test: its device and RDMA resources, the
+// out-of-band connection and what it measured.
+type side struct {
+	cfg  *config
+	role oob.Role
+	out  io.Writer
+	pc   *oob.PerftestConn
+	addr netip.Addr // the device's address
+
+	dev   *verbs.Device
+	pd    *verbs.PD
+	cq    *verbs.CQ // send completions
+	rcq   *verbs.CQ // receive completions
+	qps   []*verbs.QP
+	buf   []byte
+	mr    *verbs.MR
+	slot  int // perftest's BUFF_SIZE: bytes per QP and direction
+	mtu   verbs.MTU
+	outs  int // max_rd_atomic: READs/atomics in flight per QP
+	agree oob.PerftestAgreement
+
+	local, remote []oob.Dest
+
+	pending []result // -b: this side's result, printed summed with the peer's
+	posted  []int    // receives posted per QP in the current size (send tests)
+	perQP   []int    // work requests each QP completed in the last bandwidth run
+
+	regTime, deregTime time.Duration
+	results            []result
+	checked            bool // --check validated the data
+	progress           bool // print a progress line on long runs
+}
+
+func (s *side) ctx(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(parent, exchangeTimeout)
+}
+
+// run drives the whole test on an accepted or dialed connection, following
+// perftest's order of exchanges for the test (oob.PerftestSequence), and
+// releases everything before returning.
+func (s *side) run(ctx context.Context, nc net.Conn) (err error) {
+	pc, err := oob.NewPerftestConn(nc, oob.PerftestConfig{Role: s.role})
+	if err != nil {
+		_ = nc.Close()
+		return err
+	}
+	s.pc = pc
+	defer func() {
+		if cerr := s.teardown(); err == nil {
+			err = cerr
+		}
+	}()
+	defer func() {
+		if err != nil {
+			_ = pc.Close(context.Background()) // after an error: only closes
+		}
+	}()
+	if s.dev == nil {
+		if !s.addr.IsValid() {
+			ap, perr := netip.ParseAddrPort(nc.LocalAddr().String())
+			if perr != nil {
+				return fmt.Errorf("local address of the TCP connection: %v", perr)
+			}
+			s.addr = ap.Addr().Unmap()
+		}
+		if err := s.openDevice(); err != nil {
+			return err
+		}
+	}
+
+	// versions, sysdata, mtu
+	if err := s.step(ctx, func(c context.Context) error {
+		rv, err := pc.ExchangeVersions(c)
+		s.agree.RemoteVersion = rv
+		return err
+	}); err != nil {
+		return err
+	}
+	local := oob.SysData{CycleBuffer: defPageSize, CacheLineSize: defCacheLine}
+	if err := s.step(ctx, func(c context.Context) error {
+		remote, err := pc.ExchangeSysData(c, local)
+		s.agree.SysData = local
+		if remote != (oob.SysData{}) {
+			s.agree.SysData = local.Max(remote)
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := s.step(ctx, func(c context.Context) error {
+		remote, err := pc.ExchangeMTU(c, oob.MTU(s.mtu))
+		if err == nil {
+			s.mtu = verbs.MTU(min(oob.MTU(s.mtu), remote))
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := s.initResources(); err != nil {
+		return err
+	}
+	s.printBanner()
+
+	t := s.cfg.test
+	dests := func() error {
+		return s.step(ctx, func(c context.Context) error {
+			r, err := pc.ExchangeDests(c, s.local)
+			s.remote = r
+			return err
+		})
+	}
+	barrier := func() error { return s.step(ctx, pc.Barrier) }
+	if t.lat && t.verb != verbSend {
+		// The latency tests exchange QP 0's line once more first.
+		if err := s.step(ctx, func(c context.Context) error {
+			_, err := pc.ExchangeDest(c, s.local[0])
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	if err := dests(); err != nil {
+		return err
+	}
+	if err := s.connect(); err != nil {
+		return err
+	}
+	if t.verb == verbSend {
+		if err := barrier(); err != nil {
+			return err
+		}
+	}
+	if err := dests(); err != nil {
+		return err
+	}
+	s.printAddresses()
+	if err := s.fillForCheck(); err != nil {
+		return err
+	}
+
+	switch {
+	case t.verb == verbSend:
+		// prepare barrier traffic, per size (-a adds a barrier after
+		// each size), then close.
+		s.printTableHeader()
+		for _, size := range s.cfg.sizes() {
+			if err := s.prepareRecvs(size); err != nil {
+				return err
+			}
+			if err := barrier(); err != nil {
+				return err
+			}
+			if err := s.traffic(ctx, size); err != nil {
+				return err
+			}
+			if s.cfg.bidir {
+				if err := s.exchangeDuplex(ctx); err != nil {
+					return err
+				}
+			}
+			if s.cfg.all && !t.lat {
+				if err := barrier(); err != nil {
+					return err
+				}
+			}
+		}
+		if err := s.checkData(); err != nil {
+			return err
+		}
+		s.printLine()
+		return s.closeConn(ctx)
+
+	case !t.lat && s.cfg.bidir:
+		// Both sides run traffic: barrier, then per size barrier
+		// traffic (barrier with -a) report, then close; each side
+		// prints the sum of both directions.
+		if err := barrier(); err != nil {
+			return err
+		}
+		s.printTableHeader()
+		for _, size := range s.cfg.sizes() {
+			if err := barrier(); err != nil {
+				return err
+			}
+			if err := s.traffic(ctx, size); err != nil {
+				return err
+			}
+			if s.cfg.all {
+				if err := barrier(); err != nil {
+					return err
+				}
+			}
+			if err := s.exchangeDuplex(ctx); err != nil {
+				return err
+			}
+		}
+		if err := s.checkData(); err != nil {
+			return err
+		}
+		s.printLine()
+		return s.closeConn(ctx)
+
+	case !t.lat:
+		// WRITE, READ, atomic bandwidth: barrier traffic barrier report
+		// close. The server is passive and prints the client's report.
+		if err := barrier(); err != nil {
+			return err
+		}
+		s.printTableHeader()
+		cpu0 := cpuTime()
+		if s.role == oob.Client {
+			for _, size := range s.cfg.sizes() {
+				if err := s.traffic(ctx, size); err != nil {
+					return err
+				}
+			}
+		}
+		// The passive server waits here while the client runs.
+		if err := s.step(ctx, func(context.Context) error { return pc.Barrier(ctx) }); err != nil {
+			return err
+		}
+		cpu := cpuTime() - cpu0
+		var mine oob.BWReport
+		if n := len(s.results); n > 0 {
+			mine = s.results[n-1].bwReport()
+		}
+		var theirs oob.BWReport
+		if err := s.step(ctx, func(c context.Context) error {
+			var err error
+			theirs, err = pc.ExchangeBWReport(c, mine)
+			return err
+		}); err != nil {
+			return err
+		}
+		if s.role == oob.Server {
+			s.addRemoteResult(theirs, cpu)
+		}
+		if err := s.checkData(); err != nil {
+			return err
+		}
+		s.printLine()
+		return s.closeConn(ctx)
+
+	default:
+		// Latency: barrier traffic (per size), then close, except that
+		// ib_write_lat just closes the socket.
+		if err := barrier(); err != nil {
+			return err
+		}
+		s.printTableHeader()
+		if t.verb == verbWrite || s.role == oob.Client {
+			for _, size := range s.cfg.sizes() {
+				if err := s.traffic(ctx, size); err != nil {
+					return err
+				}
+			}
+		}
+		if err := s.checkData(); err != nil {
+			return err
+		}
+		s.printLine()
+		if t.verb == verbWrite {
+			// ib_write_lat closes the socket without a last barrier.
+			pc := s.pc
+			s.pc = nil
+			return pc.NetConn().Close()
+		}
+		return s.closeConn(ctx)
+	}
+}
+
+// exchangeDuplex exchanges the last size's report with the peer, in a
+// bidirectional run, and prints the sum of both directions, as perftest's
+// print_full_bw_report does.
+func (s *side) exchangeDuplex(ctx context.Context) error {
+	n := len(s.pending)
+	if n == 0 {
+		return errors.New("no result to report")
+	}
+	mine := s.pending[n-1]
+	s.pending = s.pending[:n-1]
+	// The peer may still be finishing its own traffic: no exchange
+	// timeout here; the traffic loops have their own stall detection.
+	theirs, err := s.pc.ExchangeBWReport(ctx, mine.bwReport())
+	if err != nil {
+		return err
+	}
+	mine.bwPeak += theirs.BWPeak
+	mine.bwAvg += theirs.BWAvg
+	mine.msgRate += theirs.MsgRateAvg
+	mine.bytes += float64(theirs.Size) * float64(theirs.Iters)
+	s.addResult(mine)
+	return nil
+}
+
+// step runs one exchange under the exchange timeout.
+func (s *side) step(ctx context.Context, f func(context.Context) error) error {
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	return f(c)
+}
+
+// closeConn runs perftest's closing barrier and closes the connection.
+// The server of ib_read_lat and ib_atomic_lat reaches it at once and waits
+// there for the whole run of the client, so it waits without the exchange
+// timeout.
+func (s *side) closeConn(ctx context.Context) error {
+	pc := s.pc
+	s.pc = nil
+	t := s.cfg.test
+	if s.role == oob.Server && t.lat && (t.verb == verbRead || t.verb == verbAtomic) {
+		return pc.Close(ctx)
+	}
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	return pc.Close(c)
+}
+
+// openDevice opens the device on s.addr, with the MTU asked for.
+func (s *side) openDevice() error {
+	cfg := verbs.DeviceConfig{Name: s.cfg.ibDev, Addr: s.addr, Port: uint16(s.cfg.udpPort)}
+	if s.cfg.mtu != 0 {
+		cfg.MTU = verbs.MTUFromBytes(s.cfg.mtu)
+	}
+	dev, err := verbs.Open(cfg)
+	if err != nil {
+		return err
+	}
+	s.dev = dev
+	pa, err := dev.QueryPort(1)
+	if err != nil {
+		return err
+	}
+	s.mtu = pa.ActiveMTU
+	return checkLimits(s.cfg, dev)
+}
+
+// checkLimits refuses a run the device cannot do, before any traffic.
+func checkLimits(cfg *config, dev *verbs.Device) error {
+	pa, err := dev.QueryPort(1)
+	if err != nil {
+		return err
+	}
+	da := dev.Query()
+	if ms := cfg.maxSize(); uint64(ms) > uint64(pa.MaxMsgSize) {
+		return fmt.Errorf("message size %d is above the device's max_msg_sz %d", ms, pa.MaxMsgSize)
+	}
+	if cfg.inline > da.MaxInlineData {
+		return fmt.Errorf("-I %d: above the device's max inline data %d", cfg.inline, da.MaxInlineData)
+	}
+	if cfg.txDepth > da.MaxQPWR {
+		return fmt.Errorf("-t %d: above the device's max_qp_wr %d", cfg.txDepth, da.MaxQPWR)
+	}
+	if cfg.qps > da.MaxQP {
+		return fmt.Errorf("-q %d: above the device's max_qp %d", cfg.qps, da.MaxQP)
+	}
+	return nil
+}
+
+const qpAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+
+// initResources creates the buffer, MR, CQs and QPs (moved to INIT) and
+// the local Dests, laid out as perftest does: per QP one slot of BUFF_SIZE
+// bytes to send from (QP i at i×slot) and one the peer targets (at
+// (qps+i)×slot), a slot being the largest message rounded up to the
+// agreed cycle buffer.
+func (s *side) initResources() error {
+	cfg := s.cfg
+	da := s.dev.Query()
+	s.outs = 1
+	if cfg.test.verb == verbRead || cfg.test.verb == verbAtomic {
+		s.outs = da.MaxQPInitRdAtom
+		if cfg.outs > 0 {
+			s.outs = min(cfg.outs, da.MaxQPInitRdAtom)
+		}
+	}
+	cycle := max(int(s.agree.SysData.CycleBuffer), defPageSize)
+	s.slot = (max(cfg.maxSize(), cycle) + cycle - 1) / cycle * cycle
+	total := 2 * cfg.qps * s.slot
+	if uint64(total) > da.MaxMRSize {
+		return fmt.Errorf("buffer of %d bytes is above the device's max_mr_size", total)
+	}
+
+	pd, err := s.dev.AllocPD()
+	if err != nil {
+		return err
+	}
+	s.pd = pd
+	s.buf = make([]byte, total)
+	start := time.Now()
+	s.mr, err = pd.RegMR(s.buf, qpAccess)
+	s.regTime = time.Since(start)
+	if err != nil {
+		return err
+	}
+	rx := 0
+	if cfg.test.verb == verbSend {
+		rx = cfg.rxDepth()
+	}
+	s.cq, err = s.dev.CreateCQ(cfg.qps*cfg.txDepth+1, nil, 0)
+	if err != nil {
+		return err
+	}
+	s.rcq, err = s.dev.CreateCQ(cfg.qps*max(rx, 1)+1, nil, 0)
+	if err != nil {
+		return err
+	}
+	for range cfg.qps {
+		qp, err := pd.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: s.cq, RecvCQ: s.rcq,
+			Cap: verbs.QPCap{MaxSendWR: cfg.txDepth, MaxRecvWR: max(rx, 1), MaxSendSGE: 1, MaxRecvSGE: 1,
+				MaxInlineData: cfg.inline}})
+		if err != nil {
+			return err
+		}
+		s.qps = append(s.qps, qp)
+		if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QPAccessFlags: qpAccess},
+			verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+			return err
+		}
+	}
+	gid, err := s.dev.QueryGID(1, cfg.gidIndex)
+	if err != nil {
+		return err
+	}
+	for i, qp := range s.qps {
+		s.local = append(s.local, oob.Dest{
+			OutReads: uint16(s.outs),
+			QPN:      qp.QPN(),
+			PSN:      randPSN(),
+			RKey:     s.mr.RKey(),
+			VAddr:    s.mr.IOVA() + uint64((cfg.qps+i)*s.slot),
+			GID:      gid,
+		})
+	}
+	return nil
+}
+
+// connect moves every QP to RTR and RTS toward the peer's Dests, with
+// perftest's attributes (ctx_connect).
+func (s *side) connect() error {
+	da := s.dev.Query()
+	for i, qp := range s.qps {
+		r := s.remote[i]
+		rdAtomic := 1
+		if s.outs > 1 {
+			rdAtomic = max(1, min(s.outs, int(r.OutReads)))
+		}
+		if err := qp.Modify(&verbs.QPAttr{
+			QPState: verbs.QPStateRTR, PathMTU: s.mtu, DestQPNum: r.QPN, RQPSN: r.PSN,
+			MaxDestRdAtomic: da.MaxQPRdAtom, MinRNRTimer: defMinRNRTimer,
+			AHAttr: verbs.AddressVector{DGID: verbs.GID(r.GID), SGIDIndex: s.cfg.gidIndex, HopLimit: defHopLimit,
+				IsGlobal: true, PortNum: 1, UDPPort: uint16(s.cfg.udpPort)},
+		}, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
+			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
+			return fmt.Errorf("QP %d to RTR: %w", i, err)
+		}
+		if err := qp.Modify(&verbs.QPAttr{
+			QPState: verbs.QPStateRTS, SQPSN: s.local[i].PSN, Timeout: defQPTimeout,
+			RetryCnt: defRetryCount, RNRRetry: defRNRRetry, MaxRdAtomic: rdAtomic,
+		}, verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|
+			verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic); err != nil {
+			return fmt.Errorf("QP %d to RTS: %w", i, err)
+		}
+		s.outs = rdAtomic
+	}
+	return nil
+}
+
+// teardown releases the resources, timing the deregistration.
+func (s *side) teardown() error {
+	if s.pc != nil {
+		_ = s.pc.Close(context.Background())
+		s.pc = nil
+	}
+	if s.dev == nil {
+		return nil
+	}
+	var errs []error
+	for _, qp := range s.qps {
+		errs = append(errs, qp.Destroy())
+	}
+	if s.mr != nil {
+		start := time.Now()
+		errs = append(errs, s.mr.Dereg())
+		s.deregTime = time.Since(start)
+	}
+	errs = append(errs, s.dev.Close())
+	s.dev = nil
+	return errors.Join(errs...)
+}
