@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The tests' devices: loopback addresses no other package's tests use.
+const (
+	serverAddr = "127.0.3.3"
+	clientAddr = "127.0.3.4"
+)
+
+// lineWriter collects a command's output and reports each complete line.
+type lineWriter struct {
+	mu      sync.Mutex
+	all     bytes.Buffer
+	partial []byte
+	lines   chan string
+}
+
+func newLineWriter() *lineWriter { return &lineWriter{lines: make(chan string, 100)} }
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.all.Write(p)
+	w.partial = append(w.partial, p...)
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		select {
+		case w.lines <- string(w.partial[:i]):
+		default:
+		}
+		w.partial = w.partial[i+1:]
+	}
+}
+
+func (w *lineWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.all.String()
+}
+
+// startServer runs the server on a free TCP port and returns its address
+// and a channel that yields run's result.
+func startServer(t *testing.T, ctx context.Context, extra ...string) (string, *lineWriter, <-chan error) {
+	t.Helper()
+	out := newLineWriter()
+	done := make(chan error, 1)
+	args := append([]string{"-server", "-addr", serverAddr, "-port", "0"}, extra...)
+	go func() { done <- run(ctx, args, out) }()
+	for {
+		select {
+		case line := <-out.lines:
+			if rest, ok := strings.CutPrefix(line, "server: listening on "); ok {
+				addr, _, _ := strings.Cut(rest, ";")
+				return addr, out, done
+			}
+		case err := <-done:
+			t.Fatalf("server ended before listening: %v\n%s", err, out)
+		case <-ctx.Done():
+			t.Fatalf("server not listening: %v\n%s", ctx.Err(), out)
+		}
+	}
+}
+
+func TestEcho(t *testing.T) {
+	tests := []struct {
+		name       string
+		serverArgs []string
+		clientArgs []string
+		messages   []string // the echoes the client must report, in order
+		clientErr  string   // substring of the client's error; "" for success
+	}{
+		{name: "default", messages: []string{"ping #1", "ping #2", "ping #3", "ping #4", "ping #5"}},
+		{name: "more than the server's slots", clientArgs: []string{"-n", "40", "-msg", "x"}},
+		{name: "multi-packet", clientArgs: []string{"-n", "2", "-msg", strings.Repeat("m", 9000)}, serverArgs: []string{"-size", "10000"}},
+		{name: "too long for the server", serverArgs: []string{"-size", "5"}, clientErr: "does not take messages of 7 bytes, only up to 5"},
+	}
+	rtt := regexp.MustCompile(`^client: echo of "(.*)" \((\d+) bytes\) in \S+$`)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			addr, serverOut, serverDone := startServer(t, ctx, tc.serverArgs...)
+
+			var clientOut bytes.Buffer
+			err := run(ctx, append([]string{"-addr", clientAddr, "-connect", addr}, tc.clientArgs...), &clientOut)
+			if tc.clientErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.clientErr) {
+					t.Fatalf("client error %v, want one containing %q", err, tc.clientErr)
+				}
+			} else if err != nil {
+				t.Fatalf("client: %v\n%s", err, &clientOut)
+			}
+			if err := <-serverDone; err != nil {
+				t.Fatalf("server: %v\n%s", err, serverOut)
+			}
+			if tc.clientErr != "" {
+				return
+			}
+
+			var echoes []string
+			for _, line := range strings.Split(clientOut.String(), "\n") {
+				if m := rtt.FindStringSubmatch(line); m != nil {
+					if m[2] != fmt.Sprint(len(m[1])) {
+						t.Errorf("line %q: wrong length", line)
+					}
+					echoes = append(echoes, m[1])
+				}
+			}
+			n := len(echoes)
+			if tc.messages != nil && strings.Join(echoes, ",") != strings.Join(tc.messages, ",") {
+				t.Errorf("echoes %q, want %q", echoes, tc.messages)
+			}
+			if !strings.Contains(clientOut.String(), fmt.Sprintf("client: %d echoes intact; round trip min ", n)) {
+				t.Errorf("client output lacks the summary of %d echoes:\n%s", n, &clientOut)
+			}
+			if want := fmt.Sprintf("server: client left after %d messages", n); !strings.Contains(serverOut.String(), want) {
+				t.Errorf("server output lacks %q:\n%s", want, serverOut)
+			}
+		})
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no address", []string{"-server"}, "-addr"},
+		{"client without server", []string{"-addr", clientAddr}, "-connect"},
+		{"no messages", []string{"-addr", clientAddr, "-connect", "127.0.3.3:1", "-n", "0"}, "-n"},
+		{"zero size", []string{"-server", "-addr", serverAddr, "-size", "0"}, "-size"},
+		{"stray argument", []string{"-addr", clientAddr, "extra"}, "unexpected argument"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			err := run(context.Background(), tc.args, &out)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("run(%q) = %v, want an error mentioning %q", tc.args, err, tc.want)
+			}
+		})
+	}
+}
+
+// The server's private data arrives from the network: any bytes must give
+// a limit or an error, and a limit must encode back to the same bytes.
+func FuzzDecodeLimit(f *testing.F) {
+	f.Add(encodeLimit(4096))
+	f.Add([]byte{})
+	f.Add([]byte{1, 2, 3, 4, 5})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		n, err := decodeLimit(b)
+		if len(b) != 4 {
+			if err == nil {
+				t.Fatalf("%d bytes decoded as %d", len(b), n)
+			}
+			return
+		}
+		if err != nil || n < 0 || !bytes.Equal(encodeLimit(n), b) {
+			t.Fatalf("%x decoded as %d, %v", b, n, err)
+		}
+	})
+}

@@ -1,0 +1,383 @@
+// Command rdma-rw shows one-sided RDMA: a client writes into, reads from and
+// atomically increments the memory of a server whose program does nothing
+// while that happens.
+//
+// Run the server, then the client, each with its own RDMA device address
+// (two loopback addresses stand for two hosts):
+//
+//	rdma-rw -server -addr 127.0.0.1
+//	rdma-rw -addr 127.0.0.2 -connect 127.0.0.1:18520
+//
+// The server registers a buffer for remote access and tells the client where
+// it is (address, rkey, length) when it accepts the connection. From then on
+// the server never posts a work request nor polls a completion queue: its
+// device answers the client's RDMA WRITE, RDMA READ and FETCH_AND_ADD on its
+// own, as a NIC does. When the client disconnects the server prints what its
+// buffer holds.
+//
+// The server's buffer is laid out as:
+//
+//	bytes 0-7   a 64-bit counter, the target of the FETCH_AND_ADD
+//	bytes 8-... room for the client's message
+//
+// The counter is in the server's native byte order: atomics apply to memory
+// as the server's CPU sees it (both ends are little-endian on common hosts).
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strconv"
+	"time"
+
+	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/verbs"
+)
+
+// Where things are in the server's buffer.
+const (
+	counterOffset = 0 // 8-byte aligned, as atomics require
+	messageOffset = 8
+)
+
+// The counter's starting value, so the client's fetch-and-add visibly
+// changes something.
+const counterStart = 100
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Stdout)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(2) // the usage is printed
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "rdma-rw:", err)
+		os.Exit(1)
+	}
+}
+
+// run parses the command line and runs the server or the client, writing
+// what it does to stdout.
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("rdma-rw", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	server := fs.Bool("server", false, "run the server (default: run the client)")
+	addr := fs.String("addr", "", "IP address of this side's RDMA device (required)")
+	port := fs.Int("port", 18520, "server: TCP port for connection setup (0 picks a free one)")
+	connect := fs.String("connect", "", "client: the server's host:port for connection setup")
+	msg := fs.String("msg", "hello over RDMA", "client: the message to write")
+	size := fs.Int("size", 64<<10, "server: size of the buffer offered to the client")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	ip, err := netip.ParseAddr(*addr)
+	if err != nil {
+		return fmt.Errorf("-addr: %v", err)
+	}
+	if *server {
+		if *size < messageOffset+1 || *size > 1<<30 {
+			return fmt.Errorf("-size must be %d bytes to 1 GiB", messageOffset+1)
+		}
+		return runServer(ctx, stdout, ip, *port, *size)
+	}
+	if *connect == "" {
+		return errors.New("the client needs -connect host:port (or pass -server)")
+	}
+	if *msg == "" {
+		return errors.New("-msg must not be empty")
+	}
+	return runClient(ctx, stdout, ip, *connect, []byte(*msg))
+}
+
+// endpoint is what every RDMA program sets up before it can connect: a device
+// (the NIC), a protection domain that ties memory to QPs, a registered buffer,
+// a completion queue and a reliable-connected queue pair.
+type endpoint struct {
+	dev *verbs.Device
+	mr  *verbs.MR
+	cq  *verbs.CQ
+	qp  *verbs.QP
+}
+
+// newEndpoint opens a device on ip and registers buf with the given rights.
+// Close the device to release everything.
+func newEndpoint(ip netip.Addr, buf []byte, access verbs.AccessFlags) (*endpoint, error) {
+	dev, err := verbs.Open(verbs.DeviceConfig{Addr: ip})
+	if err != nil {
+		return nil, err
+	}
+	e := &endpoint{dev: dev}
+	if err := e.setup(buf, access); err != nil {
+		dev.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *endpoint) setup(buf []byte, access verbs.AccessFlags) error {
+	pd, err := e.dev.AllocPD()
+	if err != nil {
+		return err
+	}
+	// Registration gives the device the right to touch buf and names it with
+	// a key: the lkey for our own work requests, the rkey for the peer's.
+	if e.mr, err = pd.RegMR(buf, access); err != nil {
+		return err
+	}
+	// The completion channel lets waitCompletion sleep instead of spinning.
+	ch, err := e.dev.CreateCompChannel()
+	if err != nil {
+		return err
+	}
+	if e.cq, err = e.dev.CreateCQ(16, ch, 0); err != nil {
+		return err
+	}
+	e.qp, err = pd.CreateQP(verbs.QPInitAttr{
+		QPType: verbs.QPTypeRC, // reliable connected: acknowledged, in order
+		SendCQ: e.cq,
+		RecvCQ: e.cq,
+		Cap:    verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1},
+	})
+	return err
+}
+
+// runServer offers a buffer to one client and waits until it leaves.
+func runServer(ctx context.Context, stdout io.Writer, ip netip.Addr, port, size int) error {
+	buf := make([]byte, size)
+	binary.NativeEndian.PutUint64(buf[counterOffset:], counterStart)
+
+	// The peer may write, read and run atomics on this memory. (Remote
+	// write and atomic rights require local write as well.)
+	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite |
+		verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	e, err := newEndpoint(ip, buf, access)
+	if err != nil {
+		return err
+	}
+	defer e.dev.Close()
+
+	l, err := cm.Listen(net.JoinHostPort(ip.String(), strconv.Itoa(port)))
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	fmt.Fprintf(stdout, "server: listening on %v; buffer of %d bytes, rkey %#x, address %#x\n",
+		l.Addr(), e.mr.Len(), e.mr.RKey(), e.mr.IOVA())
+
+	req, err := l.Accept(ctx)
+	if err != nil {
+		return err
+	}
+	// Accepting brings our QP to RTS, connected to the client's, and hands
+	// the client the three numbers it needs to address our buffer.
+	conn, err := req.Accept(ctx, e.qp, &cm.Params{PrivateData: regionOf(e.mr).encode()})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	fmt.Fprintf(stdout, "server: connected to QP %#x at %v; serving RDMA without posting or polling\n",
+		conn.Remote().QPN, conn.Remote().GID.Addr())
+
+	select {
+	case <-conn.Done():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if !errors.Is(conn.Err(), cm.ErrDisconnected) {
+		return fmt.Errorf("connection lost: %w", conn.Err())
+	}
+	// Closing the device deregisters the buffer, which waits for remote
+	// accesses in flight: afterwards the buffer is ours alone to read.
+	conn.Close()
+	if err := e.dev.Close(); err != nil {
+		return err
+	}
+	end := bytes.IndexByte(buf[messageOffset:], 0)
+	if end < 0 {
+		end = len(buf) - messageOffset
+	}
+	fmt.Fprintf(stdout, "server: client left; counter = %d, message = %q\n",
+		binary.NativeEndian.Uint64(buf[counterOffset:]), buf[messageOffset:messageOffset+end])
+	return nil
+}
+
+// runClient connects to the server, writes msg into its buffer, reads it
+// back, increments its counter and checks every result.
+func runClient(ctx context.Context, stdout io.Writer, ip netip.Addr, server string, msg []byte) error {
+	// Local memory: the message to write, room for what we read back, and
+	// room for the counter's old value that the fetch-and-add returns. Local
+	// write is what lets the device store READ and atomic results here.
+	n := len(msg)
+	buf := make([]byte, 2*n+8)
+	src, back, old := 0, n, 2*n
+	copy(buf[src:], msg)
+	e, err := newEndpoint(ip, buf, verbs.AccessLocalWrite)
+	if err != nil {
+		return err
+	}
+	defer e.dev.Close()
+
+	// Connect, giving up if the server does not answer in time. (Once
+	// connected, a server that vanishes makes work requests fail with a
+	// retry error after the transport's retries.)
+	dialCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := cm.Dial(dialCtx, server, e.qp, nil)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	remote, err := decodeRegion(conn.Remote().PrivateData)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "client: connected to %s; its buffer: %d bytes at %#x, rkey %#x\n",
+		server, remote.length, remote.addr, remote.rkey)
+	if n > int(remote.length)-messageOffset {
+		return fmt.Errorf("the message is %d bytes; the server has room for %d", n, int(remote.length)-messageOffset)
+	}
+
+	// RDMA WRITE: our bytes go straight into the server's memory. The
+	// work request names local memory with an SGE (lkey) and remote memory
+	// with an address and the server's rkey.
+	err = do(ctx, e, &verbs.SendWR{
+		Opcode: verbs.WRRDMAWrite,
+		SGList: []verbs.SGE{e.mr.SGE(src, n)},
+		RDMA:   verbs.RDMAParams{RemoteAddr: remote.addr + messageOffset, RKey: remote.rkey},
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "client: RDMA WRITE of %d bytes to %#x done\n", n, remote.addr+messageOffset)
+
+	// RDMA READ: the same bytes come back from the server's memory into
+	// another part of ours.
+	err = do(ctx, e, &verbs.SendWR{
+		Opcode: verbs.WRRDMARead,
+		SGList: []verbs.SGE{e.mr.SGE(back, n)},
+		RDMA:   verbs.RDMAParams{RemoteAddr: remote.addr + messageOffset, RKey: remote.rkey},
+	})
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(buf[back:back+n], msg) {
+		return fmt.Errorf("read back %q, wrote %q", buf[back:back+n], msg)
+	}
+	fmt.Fprintf(stdout, "client: RDMA READ of %d bytes matches what was written\n", n)
+
+	// FETCH_AND_ADD: the server's device adds 1 to the counter atomically
+	// and returns the value it had before into our memory.
+	err = do(ctx, e, &verbs.SendWR{
+		Opcode: verbs.WRAtomicFetchAndAdd,
+		SGList: []verbs.SGE{e.mr.SGE(old, 8)},
+		Atomic: verbs.AtomicParams{RemoteAddr: remote.addr + counterOffset, RKey: remote.rkey, CompareAdd: 1},
+	})
+	if err != nil {
+		return err
+	}
+	before := binary.NativeEndian.Uint64(buf[old:])
+
+	// Check the addition with one more READ of the counter.
+	err = do(ctx, e, &verbs.SendWR{
+		Opcode: verbs.WRRDMARead,
+		SGList: []verbs.SGE{e.mr.SGE(old, 8)},
+		RDMA:   verbs.RDMAParams{RemoteAddr: remote.addr + counterOffset, RKey: remote.rkey},
+	})
+	if err != nil {
+		return err
+	}
+	after := binary.NativeEndian.Uint64(buf[old:])
+	if after != before+1 {
+		return fmt.Errorf("counter went from %d to %d after adding 1", before, after)
+	}
+	fmt.Fprintf(stdout, "client: FETCH_AND_ADD +1: counter was %d, is now %d\n", before, after)
+	return nil
+}
+
+// do posts one work request and waits for its completion. SendSignaled
+// asks for a completion even on success, so we learn when the data moved.
+func do(ctx context.Context, e *endpoint, wr *verbs.SendWR) error {
+	wr.SendFlags |= verbs.SendSignaled
+	if err := e.qp.PostSend(wr); err != nil {
+		return err
+	}
+	wc, err := waitCompletion(ctx, e.cq)
+	if err != nil {
+		return err
+	}
+	if wc.Status != verbs.WCSuccess {
+		return fmt.Errorf("%v failed: %v", wr.Opcode, wc.Status)
+	}
+	return nil
+}
+
+// waitCompletion returns the next completion of cq, sleeping on the CQ's
+// completion channel while there is none.
+func waitCompletion(ctx context.Context, cq *verbs.CQ) (verbs.WorkCompletion, error) {
+	wc := make([]verbs.WorkCompletion, 1)
+	for {
+		if n, err := cq.Poll(wc); err != nil || n == 1 {
+			return wc[0], err
+		}
+		// Arm the CQ, then poll once more: a completion that arrived just
+		// before arming raises no event, and would be missed.
+		if err := cq.ReqNotify(false); err != nil {
+			return wc[0], err
+		}
+		if n, err := cq.Poll(wc); err != nil || n == 1 {
+			return wc[0], err
+		}
+		ev, err := cq.Channel().GetEvent(ctx)
+		if err != nil {
+			return wc[0], err
+		}
+		ev.AckEvents(1)
+	}
+}
+
+// region is what the server tells the client about its buffer, in the
+// private data of its connection reply: 16 bytes, big-endian.
+type region struct {
+	addr   uint64 // the buffer's address (its IOVA) as the peer uses it
+	rkey   uint32 // the remote key that grants access
+	length uint32 // bytes
+}
+
+// regionOf describes a registered buffer for the peer.
+func regionOf(mr *verbs.MR) region {
+	return region{addr: mr.IOVA(), rkey: mr.RKey(), length: uint32(mr.Len())}
+}
+
+func (r region) encode() []byte {
+	b := make([]byte, 16)
+	binary.BigEndian.PutUint64(b[0:], r.addr)
+	binary.BigEndian.PutUint32(b[8:], r.rkey)
+	binary.BigEndian.PutUint32(b[12:], r.length)
+	return b
+}
+
+// decodeRegion parses the server's private data. It comes from the
+// network, so its length is checked before any field is read.
+func decodeRegion(b []byte) (region, error) {
+	if len(b) != 16 {
+		return region{}, fmt.Errorf("the server sent %d bytes of private data, want 16 (address, rkey, length)", len(b))
+	}
+	return region{
+		addr:   binary.BigEndian.Uint64(b[0:]),
+		rkey:   binary.BigEndian.Uint32(b[8:]),
+		length: binary.BigEndian.Uint32(b[12:]),
+	}, nil
+}
