@@ -23,7 +23,9 @@ import (
 // Locking: mu serializes Modify, Query and Destroy and guards the
 // attributes; xmu serializes everything that touches the transport state
 // machines: posting, packet handling, timers and the effects of Modify. The
-// state is changed only with both held and is read atomically.
+// state is read atomically; Modify changes it with both held, and the
+// transport's own move to ERR (an error completion) is mirrored into it
+// with xmu held.
 type QP struct {
 	dev      *Device
 	pd       *PD
@@ -258,6 +260,11 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	if qp.closed.Load() {
 		return closedError(op, "qp")
 	}
+	// The current state is read under xmu: the transport may move the QP
+	// to ERR at any time, and a transition must start from the state the
+	// QP is really in (no RTS->RTS that would revive a failed QP).
+	qp.xmu.Lock()
+	defer qp.xmu.Unlock()
 	cur := qp.State()
 	next := cur
 	if mask&QPAttrState != 0 {
@@ -279,8 +286,6 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	a := qp.attr
 	applyQPAttr(&a, attr, mask)
 
-	qp.xmu.Lock()
-	defer qp.xmu.Unlock()
 	if err := qp.applyTransportLocked(op, &a, mask, cur, next); err != nil {
 		return err
 	}
@@ -397,7 +402,18 @@ func (qp *QP) transmitLocked() {
 		qp.msgs = msgs[:0]
 	}
 	qp.out.Reset()
+	qp.noteTransportErrorLocked()
 	qp.dev.eng.schedule(qp)
+}
+
+// noteTransportErrorLocked mirrors a move to ERR that the transport made by
+// itself (an error completion, exhausted retries, a CQ overrun) into the
+// QP's state, so that State and Query report ERR afterwards, as
+// ibv_query_qp does on rxe. The caller holds xmu.
+func (qp *QP) noteTransportErrorLocked() {
+	if qp.tq != nil && qp.tq.State() == transport.StateErr && qp.State() != QPStateErr {
+		qp.state.Store(int32(QPStateErr))
+	}
 }
 
 // checkAttrValues validates the values of the attributes in mask.
@@ -580,6 +596,7 @@ func (qp *QP) PostRecv(wr *RecvWR) error {
 		return errorf(op, "qp_type", ErrNotSupported, "no %v data path yet", qp.qpType)
 	}
 	err := qp.tq.PostRecv(&transport.RecvWQE{WRID: wr.WRID, SGL: qp.convertSGL(wr.SGList)})
+	qp.noteTransportErrorLocked() // a flushed receive can overrun the CQ
 	if errors.Is(err, transport.ErrRecvQueueFull) {
 		return errorf(op, "rq", ErrNoMemory, "all %d entries posted", qp.cap.MaxRecvWR)
 	}

@@ -74,11 +74,23 @@ type responder struct {
 	ackOwed   bool
 	ackSyn    wire.AETHSyndrome
 	ackPSN    psn.PSN
+
+	// failing: a request failed while earlier READ replies were still
+	// queued. The owed acknowledgement is its NAK, sent after them, and
+	// the QP enters ERR then; requests arriving meanwhile are dropped.
+	failing bool
 }
 
 // respond runs the responder on a request packet.
 func (qp *QP) respond(p *wire.Packet, info wire.OpInfo, out *Output) {
 	P := p.BTH.PSN()
+
+	// A failed request is waiting for the responses before it to leave:
+	// the responder executes nothing more.
+	if qp.resp.failing {
+		qp.counters.DroppedPackets++
+		return
+	}
 
 	// A READ or atomic is answered through the reply queue. A requester
 	// keeping to its max_rd_atomic never fills it; one that does not sees
@@ -365,6 +377,7 @@ func (qp *QP) queueReply(r reply, out *Output) {
 func (qp *QP) dropReplies() {
 	qp.resp.replyLen = 0
 	qp.resp.ackOwed = false
+	qp.resp.failing = false
 }
 
 // repliesPending reports responses waiting to be sent.
@@ -390,6 +403,9 @@ func (qp *QP) sendReplies(out *Output) {
 	if rs.replyLen == 0 && rs.ackOwed {
 		rs.ackOwed = false
 		qp.emitAck(rs.ackSyn, rs.ackPSN, out)
+		if rs.failing {
+			qp.enterError()
+		}
 	}
 }
 
@@ -404,7 +420,9 @@ func (qp *QP) continueRead(r *reply, budget *int, out *Output) bool {
 		var err error
 		data, ref, err = qp.mem.Remote(qp.pd, r.rkey, r.va, n, AccessRemoteRead)
 		if err != nil {
-			qp.classC(r.psn, wire.NAKRemoteAccessError, StatusRemAccessErr, out)
+			// The earliest response not sent fails: nothing queued
+			// behind it can go out any more.
+			qp.failNow(r.psn, wire.NAKRemoteAccessError, StatusRemAccessErr, out)
 			return false
 		}
 	}
@@ -604,7 +622,31 @@ func (qp *QP) completeRecv() {
 // classC handles a responder error of IBTA class C (and A): NAK the request
 // with code, complete a receive WQE the message held with recvStatus, and
 // move the QP to ERR.
+//
+// Responses leave in PSN order: if READ replies or atomic ACKs of earlier
+// requests are still queued, those requests were executed and their
+// responses are sent first, then the NAK, and only then does the QP enter
+// ERR (the order rxe produces, as it answers a READ in full before it looks
+// at the next request). Dropping them would leave the requester waiting
+// for responses that a NAK of a later PSN does not replace, until its
+// retries ran out.
 func (qp *QP) classC(P psn.PSN, code wire.NAKCode, recvStatus Status, out *Output) {
+	if qp.resp.hasWQE {
+		qp.wc = Completion{Status: recvStatus, Opcode: WCRecv}
+		qp.completeRecv()
+	}
+	if qp.resp.replyLen > 0 {
+		qp.counters.NakSent++
+		qp.resp.failing = true
+		qp.resp.ackOwed, qp.resp.ackSyn, qp.resp.ackPSN = true, wire.NakSyndrome(code), P
+		return
+	}
+	qp.failNow(P, code, recvStatus, out)
+}
+
+// failNow NAKs P at once, dropping whatever responses are queued, and moves
+// the QP to ERR. A receive WQE the message held completes with recvStatus.
+func (qp *QP) failNow(P psn.PSN, code wire.NAKCode, recvStatus Status, out *Output) {
 	qp.counters.NakSent++
 	qp.dropReplies() // the QP is going to ERR: what is queued is lost
 	qp.emitAck(wire.NakSyndrome(code), P, out)

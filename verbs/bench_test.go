@@ -1,0 +1,254 @@
+package verbs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// The benchmarks run an RC connection between devices on 127.0.1.1 and
+// 127.0.1.2 over the loopback interface, path MTU 4096 (a loopback
+// device's active MTU). Throughput benchmarks keep a window of requests
+// outstanding, as perftest's ib_write_bw does with its tx depth, and
+// report bytes per second; the latency benchmark is a ping-pong like
+// ib_write_lat.
+
+const benchWindow = 16
+
+// benchPair connects two ends with room for size-byte messages in a
+// window of benchWindow.
+func benchPair(b *testing.B, size int) (x, y *rcEnd) {
+	b.Helper()
+	o := endOpts{bufSize: max(2*size, 4096)}
+	x, y = newEnd(b, "127.0.1.1", o), newEnd(b, "127.0.1.2", o)
+	l := defaultLink()
+	l.mtu = MTU4096
+	connect(b, x, y, l, l)
+	return x, y
+}
+
+// runWindow posts b.N work requests built by wr(i), keeping benchWindow
+// outstanding, each signaled, and polls cq for their completions, handing
+// each to onWC if not nil.
+func runWindow(b *testing.B, qp *QP, cq *CQ, wr *SendWR, onWC func(WorkCompletion)) {
+	b.Helper()
+	var wcs [benchWindow]WorkCompletion
+	posted, done := 0, 0
+	deadline := time.Now().Add(time.Minute)
+	for done < b.N {
+		for posted < b.N && posted-done < benchWindow {
+			wr.WRID = uint64(posted)
+			if err := qp.PostSend(wr); err != nil {
+				b.Fatal(err)
+			}
+			posted++
+		}
+		n, err := cq.Poll(wcs[:])
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, wc := range wcs[:n] {
+			if wc.Status != WCSuccess {
+				b.Fatalf("completion %+v", wc)
+			}
+			if onWC != nil {
+				onWC(wc)
+			}
+		}
+		done += n
+		if n == 0 {
+			if time.Now().After(deadline) {
+				b.Fatalf("%d of %d completions in a minute", done, b.N)
+			}
+			idle()
+		}
+	}
+}
+
+func BenchmarkRCWrite(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		size int
+	}{{"4KiB", 4 << 10}, {"64KiB", 64 << 10}} {
+		b.Run(bc.name, func(b *testing.B) {
+			x, y := benchPair(b, bc.size)
+			wr := SendWR{Opcode: WRRDMAWrite, SendFlags: SendSignaled, SGList: []SGE{x.mr.SGE(0, bc.size)},
+				RDMA: RDMAParams{RemoteAddr: y.mr.IOVA(), RKey: y.mr.RKey()}}
+			b.SetBytes(int64(bc.size))
+			b.ReportAllocs()
+			b.ResetTimer()
+			runWindow(b, x.qp, x.cq, &wr, nil)
+		})
+	}
+}
+
+func BenchmarkRCRead(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		size int
+	}{{"4KiB", 4 << 10}, {"64KiB", 64 << 10}} {
+		b.Run(bc.name, func(b *testing.B) {
+			x, y := benchPair(b, bc.size)
+			wr := SendWR{Opcode: WRRDMARead, SendFlags: SendSignaled, SGList: []SGE{x.mr.SGE(0, bc.size)},
+				RDMA: RDMAParams{RemoteAddr: y.mr.IOVA(), RKey: y.mr.RKey()}}
+			b.SetBytes(int64(bc.size))
+			b.ReportAllocs()
+			b.ResetTimer()
+			runWindow(b, x.qp, x.cq, &wr, nil)
+		})
+	}
+}
+
+func BenchmarkRCSend(b *testing.B) {
+	const size = 4 << 10
+	x, y := benchPair(b, size)
+	// The receiver keeps twice the window posted and reposts each receive
+	// as it completes, on the benchmark goroutine: the receive side's
+	// work is part of the cost.
+	recv := RecvWR{SGList: []SGE{y.mr.SGE(0, size)}}
+	for range 2 * benchWindow {
+		if err := y.qp.PostRecv(&recv); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var rwcs [2 * benchWindow]WorkCompletion
+	drain := func(WorkCompletion) {
+		n, err := y.cq.Poll(rwcs[:])
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, wc := range rwcs[:n] {
+			if wc.Status != WCSuccess || wc.ByteLen != size {
+				b.Fatalf("receive completion %+v", wc)
+			}
+			if err := y.qp.PostRecv(&recv); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	wr := SendWR{Opcode: WRSend, SendFlags: SendSignaled, SGList: []SGE{x.mr.SGE(0, size)}}
+	b.SetBytes(size)
+	b.ReportAllocs()
+	b.ResetTimer()
+	runWindow(b, x.qp, x.cq, &wr, drain)
+}
+
+// BenchmarkRCWriteLatency8B is a ping-pong of 8-byte WRITEs between two
+// goroutines, one per device, as ib_write_lat runs between two processes.
+// One op is one round trip.
+//
+// ib_write_lat polls the memory the peer writes, but Go may read
+// RDMA-written bytes only after a completion (see race.go). So each hop is
+// a WRITE with immediate whose immediate carries the sequence number, and
+// each side waits for its receive completion sleeping on a completion
+// channel between polls (ib_write_lat -e): a goroutine that spins on
+// Poll holds a P that the devices' receive goroutines need.
+func BenchmarkRCWriteLatency8B(b *testing.B) {
+	o := endOpts{channel: true}
+	x, y := newEnd(b, "127.0.1.1", o), newEnd(b, "127.0.1.2", o)
+	l := defaultLink()
+	l.mtu = MTU4096
+	connect(b, x, y, l, l)
+	for _, e := range []*rcEnd{x, y} {
+		for range benchWindow {
+			if err := e.qp.PostRecv(&RecvWR{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	answered := make(chan error, 1)
+	go func() {
+		// The answering side: wait for seq, send seq back.
+		for seq := uint32(1); ; seq++ {
+			if err := awaitImm(ctx, y, seq); err != nil {
+				answered <- err
+				return
+			}
+			if err := pingImm(y, x, seq); err != nil {
+				answered <- err
+				return
+			}
+		}
+	}()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		seq := uint32(i + 1)
+		if err := pingImm(x, y, seq); err != nil {
+			b.Fatal(err)
+		}
+		if err := awaitImm(ctx, x, seq); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	cancel()
+	if err := <-answered; !errors.Is(err, context.Canceled) {
+		b.Fatal(err)
+	}
+}
+
+// pingImm WRITEs 8 bytes from one end to the other with seq as the
+// immediate. One request in eight is signaled, so that the send queue is
+// emptied without a completion per hop.
+func pingImm(from, to *rcEnd, seq uint32) error {
+	wr := SendWR{Opcode: WRRDMAWriteWithImm, ImmData: seq, SGList: []SGE{from.mr.SGE(0, 8)},
+		RDMA: RDMAParams{RemoteAddr: to.mr.IOVA() + 8, RKey: to.mr.RKey()}}
+	if seq%8 == 0 {
+		wr.SendFlags = SendSignaled
+	}
+	return from.qp.PostSend(&wr)
+}
+
+// awaitImm waits on e's CQ for the WRITE with immediate that carries seq
+// and reposts the receive it consumed. Send completions are skipped.
+func awaitImm(ctx context.Context, e *rcEnd, seq uint32) error {
+	var wcs [4]WorkCompletion
+	for {
+		// Arm before polling: a completion pushed after the poll then
+		// raises an event, so the wait below cannot miss it.
+		if err := e.cq.ReqNotify(false); err != nil {
+			return err
+		}
+		n, err := e.cq.Poll(wcs[:])
+		if err != nil {
+			return err
+		}
+		found := false
+		for _, wc := range wcs[:n] {
+			switch {
+			case wc.Status != WCSuccess:
+				return fmt.Errorf("completion %+v", wc)
+			case wc.Opcode != WCRecvRDMAWithImm:
+			case wc.ImmData != seq:
+				return fmt.Errorf("sequence %d, want %d", wc.ImmData, seq)
+			default:
+				if err := e.qp.PostRecv(&RecvWR{}); err != nil {
+					return err
+				}
+				found = true
+			}
+		}
+		if found {
+			return nil
+		}
+		if n == 0 {
+			cq, err := e.cq.Channel().GetEvent(ctx)
+			if err != nil {
+				return err
+			}
+			cq.AckEvents(1)
+		}
+	}
+}
+
+// idle is what a benchmark's polling loop does when its CQ is empty. It
+// must let the goroutine park: the devices' receive goroutines wait in the
+// runtime's network poller, which a P only consults when it has nothing
+// else to run, so with two busy-polling goroutines on a two-core machine
+// packets would sit unread until the scheduler's 10 ms background poll.
+func idle() { time.Sleep(time.Microsecond) }

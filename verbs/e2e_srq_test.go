@@ -1,0 +1,170 @@
+package verbs
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestE2ESRQTraffic follows rdma-core's test_srq: two RC QPs of one device
+// take their receives from one SRQ while two peers on other devices send to
+// them at the same time. Every receive is consumed exactly once, by the QP
+// the message arrived on, and the SRQ limit still fires once on the way.
+func TestE2ESRQTraffic(t *testing.T) {
+	const (
+		perPeer = 40
+		slot    = 256 // receive buffer per work request
+		limit   = 10
+	)
+	total := 2 * perPeer
+	dev := openDevice(t, DeviceConfig{Addr: netip.MustParseAddr("127.0.1.2")})
+	pd := mustPD(t, dev)
+	cq := mustCQ(t, dev, 2*total)
+	buf := make([]byte, total*slot)
+	mr := mustMR2(t, pd, buf, rcAccess)
+	srq, err := pd.CreateSRQ(SRQInitAttr{MaxWR: total, MaxSGE: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Receives come from two SGEs, as in test_srq.
+	for i := range total {
+		mustPostSRQ(t, srq, RecvWR{WRID: uint64(i), SGList: []SGE{mr.SGE(i*slot, 16), mr.SGE(i*slot+16, slot-16)}})
+	}
+	if err := srq.Modify(SRQAttr{SRQLimit: limit}, SRQLimit); err != nil {
+		t.Fatal(err)
+	}
+
+	// Two responder QPs on dev, each connected to a peer of its own.
+	peers := []*rcEnd{newEnd(t, "127.0.1.3", endOpts{}), newEnd(t, "127.0.1.4", endOpts{})}
+	locals := make([]*rcEnd, len(peers))
+	for i, p := range peers {
+		qp, err := pd.CreateQP(QPInitAttr{QPType: QPTypeRC, SendCQ: cq, RecvCQ: cq, SRQ: srq,
+			Cap: QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		locals[i] = &rcEnd{dev: dev, pd: pd, cq: cq, qp: qp, buf: buf, mr: mr}
+		connect(t, p, locals[i], defaultLink(), defaultLink())
+	}
+
+	// Each peer sends perPeer messages, one in flight at a time, each
+	// carrying its peer index and sequence number; both run at once.
+	var wg sync.WaitGroup
+	errs := make(chan error, len(peers))
+	for pi, p := range peers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seq := range perPeer {
+				n := 8 + (seq*37)%(slot-8)
+				binary.BigEndian.PutUint32(p.buf[0:], uint32(pi))
+				binary.BigEndian.PutUint32(p.buf[4:], uint32(seq))
+				fill(p.buf[8:n], byte(pi*100+seq))
+				wr := SendWR{WRID: uint64(seq), Opcode: WRSendWithImm, SendFlags: SendSignaled, ImmData: uint32(n),
+					SGList: []SGE{p.mr.SGE(0, n)}}
+				if err := p.qp.PostSend(&wr); err != nil {
+					errs <- err
+					return
+				}
+				if wc := pollOne(p.cq); wc.Status != WCSuccess || wc.WRID != uint64(seq) {
+					errs <- fmt.Errorf("peer %d: send %d completed %+v", pi, seq, wc)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+
+	wcs := waitN(t, cq, total)
+	seen := make([]bool, total)
+	next := []int{0, 0} // messages arrive in order per connection
+	for _, wc := range wcs {
+		if wc.Status != WCSuccess || wc.Opcode != WCRecv || wc.WCFlags&WCWithImm == 0 || wc.WRID >= uint64(total) {
+			t.Fatalf("receive completion %+v", wc)
+		}
+		if seen[wc.WRID] {
+			t.Fatalf("receive %d completed twice", wc.WRID)
+		}
+		seen[wc.WRID] = true
+		msg := buf[int(wc.WRID)*slot:]
+		pi, seq := int(binary.BigEndian.Uint32(msg)), int(binary.BigEndian.Uint32(msg[4:]))
+		if pi > 1 || seq != next[pi] {
+			t.Fatalf("receive %d holds message %d of peer %d, want message %d", wc.WRID, seq, pi, next[pi])
+		}
+		next[pi]++
+		n := int(wc.ImmData)
+		if wc.ByteLen != uint32(n) || wc.QPNum != locals[pi].qp.QPN() || wc.SrcQP != peers[pi].qp.QPN() {
+			t.Fatalf("receive %+v for peer %d: want byte_len %d qp %d src_qp %d", wc, pi, n, locals[pi].qp.QPN(), peers[pi].qp.QPN())
+		}
+		want := make([]byte, n-8)
+		fill(want, byte(pi*100+seq))
+		checkBytes(t, fmt.Sprintf("peer %d message %d", pi, seq), msg[8:n], want)
+	}
+	expectEmpty(t, cq)
+
+	// The limit fired exactly once (fewer than 10 left) and disarmed.
+	attr, err := srq.Query()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srq.mu.Lock()
+	events := srq.limitEvents
+	srq.mu.Unlock()
+	if attr.SRQLimit != 0 || events != 1 {
+		t.Fatalf("SRQ limit %d with %d events, want disarmed after one event", attr.SRQLimit, events)
+	}
+
+	// The SRQ is empty now: a further SEND waits (RNR) until a receive is
+	// posted, then lands in it; re-armed, the limit fires again.
+	if err := srq.Modify(SRQAttr{SRQLimit: 1}, SRQLimit); err != nil {
+		t.Fatal(err)
+	}
+	p := peers[1]
+	mustPostSend(t, p.qp, SendWR{WRID: 99, Opcode: WRSend, SendFlags: SendSignaled, SGList: []SGE{p.mr.SGE(0, 8)}})
+	mustPostSRQ(t, srq, RecvWR{WRID: 500, SGList: []SGE{mr.SGE(0, slot)}})
+	if wc := waitWC(t, cq); wc.WRID != 500 || wc.Status != WCSuccess || wc.QPNum != locals[1].qp.QPN() {
+		t.Fatalf("late receive %+v", wc)
+	}
+	if wc := waitWC(t, p.cq); wc.WRID != 99 || wc.Status != WCSuccess {
+		t.Fatalf("late send %+v", wc)
+	}
+	srq.mu.Lock()
+	events = srq.limitEvents
+	srq.mu.Unlock()
+	if events != 2 {
+		t.Fatalf("%d SRQ limit events, want 2", events)
+	}
+}
+
+func mustPostSRQ(t testing.TB, srq *SRQ, wr RecvWR) {
+	t.Helper()
+	if err := srq.PostRecv(&wr); err != nil {
+		t.Fatalf("SRQ.PostRecv(wr_id %d): %v", wr.WRID, err)
+	}
+}
+
+// pollOne polls cq until a completion arrives, without a testing.T, for
+// goroutines other than the test's. It gives up after 10 s with a
+// completion of status WCGeneralErr.
+func pollOne(cq *CQ) WorkCompletion {
+	var wc [1]WorkCompletion
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		n, err := cq.Poll(wc[:])
+		if err != nil {
+			break
+		}
+		if n == 1 {
+			return wc[0]
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	return WorkCompletion{Status: WCGeneralErr}
+}
