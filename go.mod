@@ -2,4 +2,7 @@ module github.com/goroce/goroce
 
 go 1.26.0
 
-require golang.org/x/sys v0.50.0
+require (
+	golang.org/x/image v0.48.0
+	golang.org/x/sys v0.50.0
+)

@@ -167,7 +167,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	both(&c.udpPort, "", "udp-port", verbs.DefaultUDPPort, "RoCEv2 UDP port of both devices (only goroce peers can change it)")
 	both(&c.check, "", "check", false, "validate the data end to end (goroce peers only)")
 	both(&c.json, "", "json", false, "print one JSON object per result line instead of the table")
-	both(&c.plot, "", "plot", "", "write plots of bandwidth against message size (use -a) and a latency CDF to FILE.svg")
+	both(&c.plot, "", "plot", "", "write plots of bandwidth against message size (use -a) and a latency CDF to FILE.svg or FILE.png")
 
 	rest := args[1:]
 	for {
@@ -265,10 +265,8 @@ func (c *config) validate(loopAddrs string) error {
 		// Both sides must stop after the same message; perftest
 		// synchronises that with timers, goroce-perf does not yet.
 		return fmt.Errorf("-D: not supported by %s yet; use -n", c.test.name)
-	case c.plot != "" && !strings.HasSuffix(strings.ToLower(c.plot), ".svg"):
-		// PNG would need text rendering, which the standard library
-		// does not have.
-		return fmt.Errorf("--plot %s: only SVG files (.svg) are supported", c.plot)
+	case c.plot != "" && plotFormat(c.plot) == "":
+		return fmt.Errorf("--plot %s: want a .svg or .png file", c.plot)
 	}
 	if c.mtu != 0 {
 		if m := verbs.MTUFromBytes(c.mtu); !m.Valid() || m.Bytes() != c.mtu {

@@ -36,15 +36,16 @@
 // both sides), then the time it took to register and deregister the
 // buffer.
 //
-// --plot FILE.svg draws the bandwidth (the typical latency in the latency
-// tests) against the message size, meant for -a, next to the cumulative
-// distribution of the per-message latencies of up to six sizes.
+// --plot FILE.svg (or FILE.png) draws the bandwidth (the typical latency
+// in the latency tests) against the message size, meant for -a, next to
+// the cumulative distribution of the per-message latencies of up to six
+// sizes.
 //
 // goroce announces perftest version 6.06 so that perftest 6.28 and later
 // skip their binary parameter negotiation (see internal/oob).
 //
 // Not supported yet: UC, UD and the other -c types, rdma_cm (-R), -D in
-// ib_send_* and ib_write_lat (both sides must stop together), PNG plots.
+// ib_send_* and ib_write_lat (both sides must stop together).
 //
 // Errors are one line on stderr. The exit status is 0 on success, 1 when
 // the test fails (connection, peer, device, data check) and 2 for a bad

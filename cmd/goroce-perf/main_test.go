@@ -330,7 +330,7 @@ func TestBadInput(t *testing.T) {
 		{"lat iterations", []string{"send_lat", "-n", "3"}, 2, "at least 5"},
 		{"bidirectional latency", []string{"write_lat", "-b"}, 2, "bandwidth tests"},
 		{"GID index 0", []string{"write_bw", "-x", "0"}, 2, "GID index 1 only"},
-		{"PNG plot", []string{"write_bw", "-a", "--plot", "x.png"}, 2, "only SVG"},
+		{"plot format", []string{"write_bw", "-a", "--plot", "x.pdf"}, 2, "want a .svg or .png file"},
 		{"duration of a send test", []string{"send_bw", "-D", "2"}, 2, "use -n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

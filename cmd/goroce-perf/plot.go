@@ -3,42 +3,156 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"html"
+	"image/color"
+	"image/png"
 	"math"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
 
-// The plot is an SVG of two panels: the bandwidth (or, in the latency
-// tests, the typical latency) against the message size, and the
-// cumulative distribution of the per-message latencies for up to
-// maxCDFCurves of the sizes.
+// The plot has two panels: the bandwidth (or, in the latency tests, the
+// typical latency) against the message size, and the cumulative
+// distribution of the per-message latencies for up to maxCDFCurves of the
+// sizes. It is laid out once, as a drawing in pixel coordinates, which
+// plotSVG and plotPNG then render: the two formats cannot disagree on
+// what the chart shows.
 const (
-	plotW, plotH    = 1000, 440
+	plotW, plotH    = 1060, 440
 	panelW, panelH  = 400, 320
 	panelY          = 60
 	maxCDFCurves    = 6
-	plotFontFamily  = "font-family=\"sans-serif\""
-	plotAxisColor   = "#333"
-	plotGridColor   = "#ddd"
 	plotLeftMargin  = 80
 	plotPanelOffset = 500
+	// The text sizes, in pixels: the SVG's font sizes, and for the PNG
+	// the fixed 7×13 face, bold for the title.
+	plotFontSize  = 12
+	plotTitleSize = 16
 )
 
-var plotColors = []string{"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf"}
+var (
+	plotBackground = color.RGBA{0xff, 0xff, 0xff, 0xff}
+	plotTextColor  = color.RGBA{0x00, 0x00, 0x00, 0xff}
+	plotAxisColor  = color.RGBA{0x33, 0x33, 0x33, 0xff}
+	plotGridColor  = color.RGBA{0xdd, 0xdd, 0xdd, 0xff}
+	plotColors     = []color.RGBA{
+		{0x1f, 0x77, 0xb4, 0xff}, {0xd6, 0x27, 0x28, 0xff}, {0x2c, 0xa0, 0x2c, 0xff},
+		{0x94, 0x67, 0xbd, 0xff}, {0xff, 0x7f, 0x0e, 0xff}, {0x17, 0xbe, 0xcf, 0xff},
+	}
+)
 
-// writePlot writes the SVG for results to path.
+// plotFormat is the image format --plot writes, chosen by the file's
+// extension: "svg", "png", or "" for one goroce-perf cannot write.
+func plotFormat(path string) string {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".svg":
+		return "svg"
+	case ".png":
+		return "png"
+	}
+	return ""
+}
+
+// writePlot writes the plot of results to path, as SVG or PNG by its
+// extension.
 func writePlot(path string, cfg *config, side string, results []result) error {
 	if len(results) == 0 {
 		return fmt.Errorf("--plot: the %s has no results to plot", side)
 	}
+	d := plotDrawing(cfg, side, results)
 	var b bytes.Buffer
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" %s font-size="12">`+"\n",
-		plotW, plotH, plotW, plotH, plotFontFamily)
-	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	fmt.Fprintf(&b, `<text x="%d" y="24" font-size="16" text-anchor="middle">%s</text>`+"\n", plotW/2,
-		html.EscapeString(fmt.Sprintf("goroce-perf %s (%s, %s)", cfg.test.name, side, cfg.conn)))
+	switch f := plotFormat(path); f {
+	case "svg":
+		plotSVG(&b, d)
+	case "png":
+		if err := png.Encode(&b, plotPNG(d)); err != nil {
+			return fmt.Errorf("--plot %s: %w", path, err)
+		}
+	default:
+		return fmt.Errorf("--plot %s: want a .svg or .png file", path)
+	}
+	return os.WriteFile(path, b.Bytes(), 0o644)
+}
+
+// A drawing is a chart laid out in pixels: its marks in painting order,
+// each later one over the earlier ones.
+type drawing struct {
+	width, height int
+	marks         []mark
+}
+
+// mark is one of rectMark, lineMark, polylineMark, dotMark and textMark.
+type mark interface{ isMark() }
+
+// rectMark is a rectangle; a zero colour (alpha 0) means no fill or no
+// outline. The outline is 1 pixel wide, centred on the edges.
+type rectMark struct {
+	x, y, w, h   float64
+	fill, stroke color.RGBA
+}
+
+// lineMark is a 1 pixel wide line.
+type lineMark struct {
+	x1, y1, x2, y2 float64
+	stroke         color.RGBA
+}
+
+// polylineMark is an open path of straight segments, with round joins.
+type polylineMark struct {
+	pts    []point
+	width  float64
+	stroke color.RGBA
+}
+
+// dotMark is a filled circle.
+type dotMark struct {
+	c    point
+	r    float64
+	fill color.RGBA
+}
+
+// textMark is one line of text. (x, y) is on its baseline, at its start,
+// middle or end as anchor says; vertical text reads upwards, its baseline
+// the vertical line through (x, y) and its glyphs left of it, like SVG's
+// rotate(-90).
+type textMark struct {
+	x, y     float64
+	s        string
+	anchor   textAnchor
+	size     int
+	vertical bool
+	fill     color.RGBA
+}
+
+type textAnchor int
+
+const (
+	anchorStart textAnchor = iota
+	anchorMiddle
+	anchorEnd
+)
+
+type point struct{ x, y float64 }
+
+func (rectMark) isMark()     {}
+func (lineMark) isMark()     {}
+func (polylineMark) isMark() {}
+func (dotMark) isMark()      {}
+func (textMark) isMark()     {}
+
+func (d *drawing) add(m mark) { d.marks = append(d.marks, m) }
+
+func (d *drawing) text(x, y float64, s string, anchor textAnchor) {
+	d.add(textMark{x: x, y: y, s: s, anchor: anchor, size: plotFontSize, fill: plotTextColor})
+}
+
+// plotDrawing lays out the plot of results, which must not be empty.
+func plotDrawing(cfg *config, side string, results []result) *drawing {
+	d := &drawing{width: plotW, height: plotH}
+	d.add(rectMark{w: plotW, h: plotH, fill: plotBackground})
+	d.add(textMark{x: plotW / 2, y: 24, s: fmt.Sprintf("goroce-perf %s (%s, %s)", cfg.test.name, side, cfg.conn),
+		anchor: anchorMiddle, size: plotTitleSize, fill: plotTextColor})
 
 	// Left panel: y against log2(size).
 	var xs, ys []float64
@@ -61,18 +175,19 @@ func writePlot(path string, cfg *config, side string, results []result) error {
 	_, ymax := minMax(ys)
 	ymax = niceCeil(ymax)
 	left := panel{x: plotLeftMargin, y: panelY, x0: x0, x1: x1, y0: 0, y1: ymax}
-	left.frame(&b, "message size [bytes]", yName)
+	var xTicks, yTicks []tick
 	for e := math.Ceil(x0); e <= x1; e++ {
 		if int(e)%2 == 1 && x1-x0 > 8 {
 			continue
 		}
-		left.xTick(&b, e, sizeLabel(int64(1)<<int(e)))
+		xTicks = append(xTicks, tick{e, sizeLabel(int64(1) << int(e))})
 	}
 	for i := 0; i <= 4; i++ {
 		v := ymax * float64(i) / 4
-		left.yTick(&b, v, strconv.FormatFloat(v, 'g', 4, 64))
+		yTicks = append(yTicks, tick{v, tickLabel(v)})
 	}
-	left.curve(&b, xs, ys, plotColors[0], true)
+	d.axes(left, "message size [bytes]", yName, xTicks, yTicks)
+	d.curve(left, xs, ys, plotColors[0], true)
 
 	// Right panel: the latency CDFs, on a log10 axis.
 	var curves []result
@@ -96,43 +211,43 @@ func writePlot(path string, cfg *config, side string, results []result) error {
 		what = "round trip"
 	}
 	if len(curves) == 0 {
-		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">no latency samples on this side</text>`+"\n",
-			plotPanelOffset+plotLeftMargin+panelW/2, panelY+panelH/2)
-	} else {
-		lo, hi := math.Inf(1), math.Inf(-1)
-		for _, r := range curves {
-			lo, hi = math.Min(lo, r.samples[0]), math.Max(hi, r.samples[len(r.samples)-1])
-		}
-		lo, hi = math.Floor(math.Log10(math.Max(lo, 1e-3))), math.Ceil(math.Log10(math.Max(hi, 1e-3)))
-		if lo == hi {
-			hi++
-		}
-		right := panel{x: plotPanelOffset + plotLeftMargin, y: panelY, x0: lo, x1: hi, y0: 0, y1: 1}
-		right.frame(&b, "latency, "+what+" [usec]", "fraction of messages")
-		for e := lo; e <= hi; e++ {
-			right.xTick(&b, e, strconv.FormatFloat(math.Pow(10, e), 'g', -1, 64))
-		}
-		for i := 0; i <= 4; i++ {
-			right.yTick(&b, float64(i)/4, strconv.FormatFloat(float64(i)/4, 'f', 2, 64))
-		}
-		for i, r := range curves {
-			var cx, cy []float64
-			n := len(r.samples)
-			step := max(1, n/500)
-			for k := 0; k < n; k += step {
-				cx = append(cx, math.Log10(math.Max(r.samples[k], 1e-3)))
-				cy = append(cy, float64(k+1)/float64(n))
-			}
-			cx = append(cx, math.Log10(math.Max(r.samples[n-1], 1e-3)))
-			cy = append(cy, 1)
-			color := plotColors[i%len(plotColors)]
-			right.curve(&b, cx, cy, color, false)
-			fmt.Fprintf(&b, `<text x="%d" y="%d" fill="%s">%s</text>`+"\n", right.x+panelW+8, right.y+14+16*i, color,
-				html.EscapeString(sizeLabel(int64(r.size))+" B"))
-		}
+		d.text(plotPanelOffset+plotLeftMargin+panelW/2, panelY+panelH/2, "no latency samples on this side", anchorMiddle)
+		return d
 	}
-	b.WriteString("</svg>\n")
-	return os.WriteFile(path, b.Bytes(), 0o644)
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, r := range curves {
+		lo, hi = math.Min(lo, r.samples[0]), math.Max(hi, r.samples[len(r.samples)-1])
+	}
+	lo, hi = math.Floor(math.Log10(math.Max(lo, 1e-3))), math.Ceil(math.Log10(math.Max(hi, 1e-3)))
+	if lo == hi {
+		hi++
+	}
+	right := panel{x: plotPanelOffset + plotLeftMargin, y: panelY, x0: lo, x1: hi, y0: 0, y1: 1}
+	xTicks, yTicks = nil, nil
+	for e := lo; e <= hi; e++ {
+		xTicks = append(xTicks, tick{e, strconv.FormatFloat(math.Pow(10, e), 'g', -1, 64)})
+	}
+	for i := 0; i <= 4; i++ {
+		yTicks = append(yTicks, tick{float64(i) / 4, strconv.FormatFloat(float64(i)/4, 'f', 2, 64)})
+	}
+	d.axes(right, "latency, "+what+" [usec]", "fraction of messages", xTicks, yTicks)
+	for i, r := range curves {
+		var cx, cy []float64
+		n := len(r.samples)
+		step := max(1, n/500)
+		for k := 0; k < n; k += step {
+			cx = append(cx, math.Log10(math.Max(r.samples[k], 1e-3)))
+			cy = append(cy, float64(k+1)/float64(n))
+		}
+		cx = append(cx, math.Log10(math.Max(r.samples[n-1], 1e-3)))
+		cy = append(cy, 1)
+		c := plotColors[i%len(plotColors)]
+		d.curve(right, cx, cy, c, false)
+		// The legend, right of the panel.
+		d.add(textMark{x: float64(right.x + panelW + 8), y: float64(right.y + 14 + 16*i), s: sizeLabel(int64(r.size)) + " B",
+			size: plotFontSize, fill: c})
+	}
+	return d
 }
 
 // panel maps data coordinates onto a panelW×panelH box at (x, y).
@@ -141,37 +256,53 @@ type panel struct {
 	x0, x1, y0, y1 float64
 }
 
+// tick is a grid line at v, in data coordinates, and its label.
+type tick struct {
+	v     float64
+	label string
+}
+
 func (p panel) px(v float64) float64 { return float64(p.x) + (v-p.x0)/(p.x1-p.x0)*panelW }
 func (p panel) py(v float64) float64 { return float64(p.y+panelH) - (v-p.y0)/(p.y1-p.y0)*panelH }
 
-func (p panel) frame(b *bytes.Buffer, xName, yName string) {
-	fmt.Fprintf(b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="%s"/>`+"\n", p.x, p.y, panelW, panelH, plotAxisColor)
-	fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="middle">%s</text>`+"\n", p.x+panelW/2, p.y+panelH+40, html.EscapeString(xName))
-	fmt.Fprintf(b, `<text transform="translate(%d,%d) rotate(-90)" text-anchor="middle">%s</text>`+"\n",
-		p.x-60, p.y+panelH/2, html.EscapeString(yName))
-}
-
-func (p panel) xTick(b *bytes.Buffer, v float64, label string) {
-	x := p.px(v)
-	fmt.Fprintf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s"/>`+"\n", x, p.y, x, p.y+panelH, plotGridColor)
-	fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", x, p.y+panelH+18, html.EscapeString(label))
-}
-
-func (p panel) yTick(b *bytes.Buffer, v float64, label string) {
-	y := p.py(v)
-	fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s"/>`+"\n", p.x, y, p.x+panelW, y, plotGridColor)
-	fmt.Fprintf(b, `<text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", p.x-6, y+4, html.EscapeString(label))
-}
-
-func (p panel) curve(b *bytes.Buffer, xs, ys []float64, color string, dots bool) {
-	var pts []string
-	for i := range xs {
-		pts = append(pts, fmt.Sprintf("%.1f,%.1f", p.px(xs[i]), p.py(ys[i])))
+// axes draws the panel's grid, frame, tick labels and axis names. The grid
+// goes first so that the frame stays on top of the outermost grid lines.
+func (d *drawing) axes(p panel, xName, yName string, xTicks, yTicks []tick) {
+	top, bottom := float64(p.y), float64(p.y+panelH)
+	l, r := float64(p.x), float64(p.x+panelW)
+	for _, t := range xTicks {
+		d.add(lineMark{p.px(t.v), top, p.px(t.v), bottom, plotGridColor})
 	}
-	fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", color, strings.Join(pts, " "))
+	for _, t := range yTicks {
+		d.add(lineMark{l, p.py(t.v), r, p.py(t.v), plotGridColor})
+	}
+	d.add(rectMark{x: l, y: top, w: panelW, h: panelH, stroke: plotAxisColor})
+	for _, t := range xTicks {
+		d.text(p.px(t.v), bottom+18, t.label, anchorMiddle)
+	}
+	for _, t := range yTicks {
+		d.text(l-6, p.py(t.v)+4, t.label, anchorEnd)
+	}
+	d.text(l+panelW/2, bottom+40, xName, anchorMiddle)
+	d.add(textMark{x: l - 60, y: top + panelH/2, s: yName, anchor: anchorMiddle, size: plotFontSize, vertical: true,
+		fill: plotTextColor})
+}
+
+// curve draws the series (xs, ys) in data coordinates, leaving out points
+// that are not numbers, with a dot on each point if dots.
+func (d *drawing) curve(p panel, xs, ys []float64, c color.RGBA, dots bool) {
+	var pts []point
+	for i := range xs {
+		pt := point{p.px(xs[i]), p.py(ys[i])}
+		if math.IsNaN(pt.x) || math.IsInf(pt.x, 0) || math.IsNaN(pt.y) || math.IsInf(pt.y, 0) {
+			continue
+		}
+		pts = append(pts, pt)
+	}
+	d.add(polylineMark{pts: pts, width: 2, stroke: c})
 	if dots {
-		for i := range xs {
-			fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", p.px(xs[i]), p.py(ys[i]), color)
+		for _, pt := range pts {
+			d.add(dotMark{c: pt, r: 3, fill: c})
 		}
 	}
 }
@@ -202,6 +333,16 @@ func niceCeil(v float64) float64 {
 		}
 	}
 	return 10 * e
+}
+
+// tickLabel prints an axis value to four significant digits without an
+// exponent, so that 20000 MB/sec reads 20000 rather than 2e+04.
+func tickLabel(v float64) string {
+	r, err := strconv.ParseFloat(strconv.FormatFloat(v, 'g', 4, 64), 64)
+	if err != nil || math.Abs(r) >= 1e9 || r != 0 && math.Abs(r) < 1e-4 {
+		return strconv.FormatFloat(v, 'g', 4, 64)
+	}
+	return strconv.FormatFloat(r, 'f', -1, 64)
 }
 
 // sizeLabel prints a power-of-two size as perftest users write it: 512,
