@@ -1,0 +1,517 @@
+#!/usr/bin/env bash
+# rxe.sh - interoperability test of goroce against Linux Soft-RoCE (rdma_rxe).
+#
+# Boots the rxe VM of ../shared/rxe-vm (Debian, rdma_rxe, perftest, rdma-core)
+# on the bridge of the network namespace "rdmatest" and runs goroce's tools in
+# that namespace against the VM's, in both roles:
+#
+#   goroce-perf write_bw, read_bw, send_bw   vs ib_write_bw, ib_read_bw, ib_send_bw
+#                                            (-x 1, MTU 1024; sizes 1, 1024, 1025, 65536)
+#   goroce-perf atomic_bw -A CMP_AND_SWAP / FETCH_AND_ADD   vs ib_atomic_bw
+#   goroce-perf write_lat                    vs ib_write_lat (64 B)
+#   goroce-pingpong -c                       vs ibv_rc_pingpong -g 1 -c (1 B, 4096 B)
+#
+# A scenario passes when both sides exit 0 and both print their result line
+# for the requested size and iteration count. perftest does not look at the
+# data it moves: there, success means every work request completed without
+# error on both sides; the pingpong scenarios (-c) check the bytes received.
+# Meanwhile br0 is captured (tcpdump, UDP port 4791), and after the run:
+#
+#   rxe counters                  no error counter of rxe0 grew (see
+#                                 ERROR_COUNTERS; one exception, explained by
+#                                 the capture, at the check)
+#   rxe counters: packets         rxe's sent_pkts+rcvd_pkts equal the
+#                                 captured packets: rxe dropped none of ours
+#                                 (it drops a bad ICRC without counting it)
+#   capture: goroce-dump --check  every RoCEv2 packet parses, fits MTU 1024
+#                                 and carries a valid ICRC
+#   capture: tshark               tshark decodes every UDP 4791 packet as
+#                                 InfiniBand (RRoCE), no header malformed
+#
+# Output: one "PASS name" or "FAIL name" line per check (details of a failure
+# follow, indented), then "N passed, M failed". Exit status 0 only when
+# nothing failed. The VMs are stopped and the namespace deleted on exit,
+# also when interrupted.
+#
+# Usage (as root, from anywhere): test/interop/rxe.sh
+# Environment:
+#   RXE_VM_DIR  the harness (default: ../shared/rxe-vm beside the repository)
+#   ONLY        run only scenarios whose name matches this extended regex
+#   OUT         keep logs, counters and the capture in this directory
+#               (default: a temporary directory, kept only when a check fails)
+#   ITERS       iterations of the bandwidth and latency tests (default 100)
+#   TIMEOUT     seconds per scenario (default 60)
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+RXE_VM_DIR=${RXE_VM_DIR:-$(cd "$ROOT/.." && pwd)/shared/rxe-vm}
+VM=$RXE_VM_DIR/rxe-vm.sh
+NS=${RXE_NETNS:-rdmatest}
+HOST_IP=10.99.0.1
+VM_IP=10.99.0.2
+MTU=1024
+ITERS=${ITERS:-100}
+PP_ITERS=10
+TIMEOUT=${TIMEOUT:-60}
+ONLY=${ONLY:-}
+# perftest and ibv_rc_pingpong both meet on this TCP port
+OOB_PORT=18515
+HW=/sys/class/infiniband/rxe0/ports/1/hw_counters
+# separates a VM job's output from the counters it appends
+MARK=--rxe-hw-counters--
+
+# rxe counters that must not grow. Which side they blame, in rxe's terms:
+#   rcvd_seq_err            rxe's completer got a PSN sequence error NAK
+#                           (from us: we saw a gap in its requests)
+#   duplicate_request,      rxe's responder got a request it had already
+#   out_of_seq_request      executed / one ahead of the expected PSN: we
+#                           retransmitted or skipped PSNs
+#   retry_exceeded_err,     rxe gave up retransmitting to us (we did not
+#   completer_retry_err     acknowledge) or had to retransmit at all
+#   rcvd_rnr_err,           we answered rxe's SENDs with RNR NAKs / it gave
+#   retry_rnr_exceeded_err  up on them: every scenario posts all its receives
+#                           before the exchange (rx depth >= iterations), so
+#                           a receiver-not-ready from goroce is a bug here
+#   send_err, link_downed   rxe could not send / lost its port
+# Not an error: send_rnr_err (rxe, as responder, asked us to wait because
+# its application had no receive posted yet: flow control that goroce must
+# obey, and a scenario that then completes shows it did), and the traffic
+# counters (sent_pkts, rcvd_pkts, rdma_sends, rdma_recvs, ack_deferred,
+# lifespan).
+ERROR_COUNTERS="rcvd_seq_err duplicate_request out_of_seq_request retry_exceeded_err
+retry_rnr_exceeded_err send_err completer_retry_err rcvd_rnr_err link_downed"
+
+# RETRANSMISSIONS_AWK reads goroce-dump's lines and prints "S L": how many
+# requests rxe resent that goroce had already answered (S) and had not (L,
+# also listed on stderr). A connection is told by its UDP source port, which
+# both directions share; goroce answers with ACKNOWLEDGE, ATOMIC_ACKNOWLEDGE
+# or READ responses carrying the PSN of the request, answering all before it.
+RETRANSMISSIONS_AWK='
+function hex(s,   i, n) {
+    n = 0
+    for (i = 1; i <= length(s); i++) n = n * 16 + index("0123456789abcdef", tolower(substr(s, i, 1))) - 1
+    return n
+}
+function response(op) { return op == "ACKNOWLEDGE" || op == "ATOMIC_ACKNOWLEDGE" || op ~ /^RDMA_READ_RESPONSE/ }
+function psn_ge(a, b) { return (a - b + 16777216) % 16777216 < 8388608 }
+# frame time src:port -> dst RC OPCODE qpn=... psn=0x...
+$4 == "→" && $6 == "RC" && $9 ~ /^psn=0x/ {
+    split($3, sp, ":"); src = sp[1]; port = sp[2]    # one UDP source port per connection
+    psn = hex(substr($9, 7)); op = $7
+    if (src == rxe && !response(op)) {
+        if ((port, psn) in seen) {
+            if ((port in answered) && psn_ge(answered[port], psn)) spurious++
+            else { late++; print "rxe resent a request goroce had not answered: " $0 > "/dev/stderr" }
+        }
+        seen[port, psn] = 1
+    } else if (src != rxe && response(op) && $0 !~ /NAK/) {
+        if (!(port in answered) || psn_ge(psn, answered[port])) answered[port] = psn
+    }
+}
+END { print spurious + 0, late + 0 }
+'
+
+log() { echo "[interop $(date +%T)] $*" >&2; }
+# die REASON: the run cannot go on; it still ends in the summary lines
+die() {
+    log "ERROR: $*"
+    echo "FAIL setup: $*"
+    FAILED=$((${FAILED:-0} + 1))
+    # tear down first (once the VM may be up), so that the summary comes last
+    if declare -F cleanup >/dev/null; then cleanup; fi
+    echo "${PASSED:-0} passed, $FAILED failed"
+    exit 2
+}
+
+[ "$(id -u)" = 0 ] || die "must run as root (network namespace, qemu, tcpdump)"
+[ -x "$VM" ] || die "harness not found: $VM (set RXE_VM_DIR)"
+export PATH=/usr/local/go/bin:$PATH
+
+if [ -n "${OUT:-}" ]; then
+    mkdir -p "$OUT" || die "cannot create $OUT"
+    WORK=$(cd "$OUT" && pwd)
+    KEEP=1
+else
+    WORK=$(mktemp -d /tmp/goroce-interop.XXXXXX)
+    KEEP=0
+fi
+BIN=$WORK/bin
+LOGS=$WORK/logs
+CAP=$WORK/br0.pcap
+mkdir -p "$BIN" "$LOGS"
+
+PASSED=0
+FAILED=0
+FAILED_NAMES=()
+TCPDUMP_PID=
+SERVER_PID=
+CHILD_PID=
+VM_UP=0
+CLEANED=0
+T_START=$SECONDS
+
+# The traps can fire inside a command whose output goes to a log file; they
+# write to the script's own stdout and stderr, saved here as fds 3 and 4.
+exec 3>&1 4>&2
+
+cleanup() {
+    [ "$CLEANED" = 1 ] && return
+    CLEANED=1
+    exec 1>&3 2>&4
+    local p
+    for p in $CHILD_PID $SERVER_PID $TCPDUMP_PID; do
+        kill "$p" 2>/dev/null
+    done
+    for p in $CHILD_PID $SERVER_PID $TCPDUMP_PID; do
+        wait "$p" 2>/dev/null
+    done
+    if [ "$VM_UP" = 1 ]; then
+        log "stopping the VM and deleting netns $NS"
+        "$VM" down >"$LOGS/down.log" 2>&1 || cat "$LOGS/down.log" >&2
+    fi
+    if [ "$KEEP" = 0 ] && [ "$FAILED" = 0 ]; then
+        rm -rf "$WORK"
+    else
+        log "logs and capture kept in $WORK"
+    fi
+}
+trap cleanup EXIT
+trap 'log "interrupted" 2>&4; exit 130' INT
+trap 'log "terminated" 2>&4; exit 143' TERM
+
+# run CMD... in the background and wait for it, so that a signal to this
+# script is handled at once (bash runs traps only between commands, but
+# "wait" returns early on a trapped signal); its pid is known to cleanup.
+run() {
+    "$@" &
+    CHILD_PID=$!
+    wait "$CHILD_PID"
+    local rc=$?
+    CHILD_PID=
+    return $rc
+}
+
+pass() {
+    echo "PASS $1"
+    PASSED=$((PASSED + 1))
+}
+
+# fail NAME [DETAIL-FILE...]: prints the tail of each file, indented.
+fail() {
+    local name=$1 f
+    shift
+    echo "FAIL $name"
+    for f in "$@"; do
+        [ -s "$f" ] || continue
+        echo "    --- $(basename "$f") (last lines)"
+        tail -n 20 "$f" | sed 's/^/    /'
+    done
+    FAILED=$((FAILED + 1))
+    FAILED_NAMES+=("$name")
+}
+
+selected() { [ -z "$ONLY" ] || [[ $1 =~ $ONLY ]]; }
+
+# ----------------------------------------------------------------------------- setup
+log "building goroce-perf, goroce-pingpong, goroce-dump into $BIN"
+(cd "$ROOT" && go build -o "$BIN/" ./cmd/goroce-perf ./cmd/goroce-pingpong ./cmd/goroce-dump) \
+    || die "go build failed"
+
+log "building the VM image (idempotent)"
+run "$VM" build >"$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log" >&2; die "rxe-vm.sh build failed"; }
+for t in tcpdump tshark ss; do
+    command -v "$t" >/dev/null || die "$t not found (rxe-vm.sh build installs it)"
+done
+
+# A VM left over from an interrupted run would hold the addresses and ports.
+if "$VM" status 2>/dev/null | grep -q ': running'; then
+    log "a VM of the harness is running: taking it down first"
+    "$VM" down >>"$LOGS/down.log" 2>&1
+fi
+VM_UP=1
+run "$VM" net-up >"$LOGS/start.log" 2>&1 || { cat "$LOGS/start.log" >&2; die "net-up failed"; }
+t0=$SECONDS
+run "$VM" start vm0 "$VM_IP" >>"$LOGS/start.log" 2>&1 || { tail -30 "$LOGS/start.log" >&2; die "VM start failed"; }
+log "vm0 ($VM_IP) ready after $((SECONDS - t0)) s"
+
+# snapshot FILE: the VM's counters now, as name:value lines
+snapshot() {
+    run "$VM" exec vm0 --timeout 30 -- "cd $HW && grep . *" >"$1" 2>"$1.err"
+}
+snapshot "$WORK/counters.0" || die "cannot read rxe counters: $(cat "$WORK/counters.0.err")"
+cp "$WORK/counters.0" "$WORK/counters.prev"
+
+# The capture, in the namespace: everything goroce and rxe send each other.
+# --immediate-mode: without it the kernel hands packets over in blocks, and
+# the last packets of the run would still be in the ring when tcpdump stops;
+# -B 65536 (KiB) and -s 2048 (br0's frames are at most 1514 bytes): the ring
+# has a slot of the snap length per packet, so with tcpdump's default snap
+# length (256 KiB) it would hold only 256 packets, and on a busy machine the
+# bursts of 64 KiB messages overran it while tcpdump waited for a CPU.
+ip netns exec "$NS" tcpdump -i br0 -n -s 2048 -B 65536 -U --immediate-mode -w "$CAP" udp port 4791 2>"$LOGS/tcpdump.log" &
+TCPDUMP_PID=$!
+for _ in $(seq 1 100); do
+    grep -q 'listening on' "$LOGS/tcpdump.log" && break
+    kill -0 "$TCPDUMP_PID" 2>/dev/null || break
+    sleep 0.1
+done
+grep -q 'listening on' "$LOGS/tcpdump.log" || die "tcpdump did not start: $(cat "$LOGS/tcpdump.log")"
+
+# ----------------------------------------------------------------------------- scenarios
+# vm_cmd TOOL-COMMAND: the VM job: the tool under a timeout, then the
+# counters after the marker; the job's status is the tool's.
+vm_cmd() {
+    echo "timeout $TIMEOUT $1; rc=\$?; echo $MARK; cd $HW && grep . *; exit \$rc"
+}
+
+# logname NAME: the scenario's name as a file name
+logname() {
+    local n=${1//\//_}
+    echo "${n//=/}"
+}
+
+# split_vm_out NAME FILE: moves the counters the VM job appended to
+# counters.FILE and keeps the tool's output in FILE.vm.log; records which
+# error counters the scenario raised.
+split_vm_out() {
+    local name=$1 f=$2 raw=$LOGS/$2.vm.raw
+    sed "/^$MARK\$/,\$d" "$raw" >"$LOGS/$f.vm.log"
+    if grep -q "^$MARK\$" "$raw"; then
+        sed "1,/^$MARK\$/d" "$raw" >"$WORK/counters.$f"
+        counter_deltas "$WORK/counters.prev" "$WORK/counters.$f" |
+            awk -v n="$name" -v errs="$ERROR_COUNTERS" '
+                BEGIN { split(errs, e); for (i in e) bad[e[i]] = 1 }
+                $1 in bad && $2 > 0 { print n ": " $1 " +" $2 }' >>"$WORK/counter-errors"
+        cp "$WORK/counters.$f" "$WORK/counters.prev"
+    fi
+    rm -f "$raw"
+}
+
+# counter_deltas OLD NEW: "name delta" for every counter that changed
+counter_deltas() {
+    awk -F: 'NR == FNR { old[$1] = $2; next } $2 != old[$1] { print $1, $2 - old[$1] }' "$1" "$2"
+}
+
+# has_result SIZE ITERS FILE: the perftest-format result row
+# ("#bytes #iterations ...") for this size and count is in FILE
+has_result() {
+    grep -Eq "^ *$1 +$2 +[0-9]" "$3"
+}
+
+# has_pingpong ITERS FILE: ibv_rc_pingpong's closing line is in FILE
+has_pingpong() {
+    grep -Eq "^$1 iters in [0-9.]+ seconds" "$2"
+}
+
+# wait_listen_host: goroce's server is listening on the OOB port
+wait_listen_host() {
+    local i
+    for i in $(seq 1 100); do
+        ip netns exec "$NS" ss -Hltn "sport = :$OOB_PORT" | grep -q . && return 0
+        kill -0 "$SERVER_PID" 2>/dev/null || return 1
+        sleep 0.1
+    done
+    return 1
+}
+
+# wait_listen_vm: the VM's server is listening on the OOB port
+wait_listen_vm() {
+    run "$VM" exec vm0 --timeout 30 -- \
+        "for i in \$(seq 1 150); do ss -Hltn 'sport = :$OOB_PORT' | grep -q . && exit 0; sleep 0.1; done; exit 1" \
+        >/dev/null 2>&1
+}
+
+# vm_server NAME CHECK VM-TOOL-COMMAND HOST-TOOL-COMMAND
+#   the VM serves, goroce connects. CHECK is a command run with each side's
+#   log as its last argument; it must succeed for both.
+vm_server() {
+    local name=$1 check=$2 vmc=$3 hostc=$4 id hrc vrc f
+    selected "$name" || return 0
+    f=$(logname "$name")
+    local t0=$SECONDS
+    id=$("$VM" exec vm0 --bg -- "$(vm_cmd "$vmc")")
+    wait_listen_vm || log "$name: the VM's server is not listening yet, trying anyway"
+    # shellcheck disable=SC2086
+    run ip netns exec "$NS" timeout -k 5 "$TIMEOUT" $hostc >"$LOGS/$f.host.log" 2>&1
+    hrc=$?
+    run "$VM" wait vm0 "$id" $((TIMEOUT + 30)) >"$LOGS/$f.vm.raw" 2>&1
+    vrc=$?
+    split_vm_out "$name" "$f"
+    finish "$name" "$f" "$check" "$hrc" "$vrc" $((SECONDS - t0))
+}
+
+# host_server NAME CHECK HOST-TOOL-COMMAND VM-TOOL-COMMAND
+#   goroce serves, the VM connects.
+host_server() {
+    local name=$1 check=$2 hostc=$3 vmc=$4 hrc vrc f
+    selected "$name" || return 0
+    f=$(logname "$name")
+    local t0=$SECONDS
+    # shellcheck disable=SC2086
+    ip netns exec "$NS" timeout -k 5 "$TIMEOUT" $hostc >"$LOGS/$f.host.log" 2>&1 &
+    SERVER_PID=$!
+    wait_listen_host || log "$name: goroce's server is not listening, trying anyway"
+    run "$VM" exec vm0 --timeout $((TIMEOUT + 30)) -- "$(vm_cmd "$vmc")" >"$LOGS/$f.vm.raw" 2>&1
+    vrc=$?
+    wait "$SERVER_PID"
+    hrc=$?
+    SERVER_PID=
+    split_vm_out "$name" "$f"
+    finish "$name" "$f" "$check" "$hrc" "$vrc" $((SECONDS - t0))
+}
+
+finish() {
+    local name=$1 f=$2 check=$3 hrc=$4 vrc=$5 secs=$6 why=()
+    [ "$hrc" = 0 ] || why+=("goroce exit status $hrc")
+    [ "$vrc" = 0 ] || why+=("rxe side exit status $vrc")
+    # shellcheck disable=SC2086
+    $check "$LOGS/$f.host.log" || why+=("no result line from goroce")
+    # shellcheck disable=SC2086
+    $check "$LOGS/$f.vm.log" || why+=("no result line from the rxe side")
+    log "$name: ${secs} s"
+    if [ ${#why[@]} = 0 ]; then
+        pass "$name"
+    else
+        fail "$name" "$LOGS/$f.host.log" "$LOGS/$f.vm.log"
+        local w
+        for w in "${why[@]}"; do echo "    $w"; done
+    fi
+}
+
+P="$BIN/goroce-perf"
+PP="$BIN/goroce-pingpong"
+
+# bandwidth: every verb, sizes around the 1024-byte MTU, both roles
+for t in write read send; do
+    for s in 1 1024 1025 65536; do
+        args="-x 1 -m $MTU -n $ITERS -s $s"
+        vm_server "${t}_bw/s=$s/goroce-client" "has_result $s $ITERS" \
+            "ib_${t}_bw -d rxe0 $args" "$P ${t}_bw --bind $HOST_IP $args $VM_IP"
+        host_server "${t}_bw/s=$s/goroce-server" "has_result $s $ITERS" \
+            "$P ${t}_bw --bind $HOST_IP $args" "ib_${t}_bw -d rxe0 $args $HOST_IP"
+    done
+done
+
+# atomics: both operations, both roles (always 8 bytes)
+for a in CMP_AND_SWAP FETCH_AND_ADD; do
+    args="-x 1 -m $MTU -n $ITERS -A $a"
+    vm_server "atomic_bw/$a/goroce-client" "has_result 8 $ITERS" \
+        "ib_atomic_bw -d rxe0 $args" "$P atomic_bw --bind $HOST_IP $args $VM_IP"
+    host_server "atomic_bw/$a/goroce-server" "has_result 8 $ITERS" \
+        "$P atomic_bw --bind $HOST_IP $args" "ib_atomic_bw -d rxe0 $args $HOST_IP"
+done
+
+# latency: WRITE ping-pong, both roles
+args="-x 1 -m $MTU -n $ITERS -s 64"
+vm_server "write_lat/s=64/goroce-client" "has_result 64 $ITERS" \
+    "ib_write_lat -d rxe0 $args" "$P write_lat --bind $HOST_IP $args $VM_IP"
+host_server "write_lat/s=64/goroce-server" "has_result 64 $ITERS" \
+    "$P write_lat --bind $HOST_IP $args" "ib_write_lat -d rxe0 $args $HOST_IP"
+
+# ibv_rc_pingpong: SEND/RECV with the data checked on both sides (-c);
+# 4096 bytes (the default) is four MTU-sized packets, 1 byte a single one
+for s in 1 4096; do
+    args="-g 1 -m $MTU -n $PP_ITERS -s $s -c"
+    vm_server "rc_pingpong/s=$s/goroce-client" "has_pingpong $PP_ITERS" \
+        "ibv_rc_pingpong -d rxe0 $args" "$PP --bind $HOST_IP $args $VM_IP"
+    host_server "rc_pingpong/s=$s/goroce-server" "has_pingpong $PP_ITERS" \
+        "$PP --bind $HOST_IP $args" "ibv_rc_pingpong -d rxe0 $args $HOST_IP"
+done
+
+# ----------------------------------------------------------------------------- checks
+sleep 0.5 # the last ACKs
+kill -INT "$TCPDUMP_PID" 2>/dev/null
+wait "$TCPDUMP_PID"
+TCPDUMP_PID=
+grep -E 'captured|dropped' "$LOGS/tcpdump.log" | sed 's/^/[tcpdump] /' >&2
+snapshot "$WORK/counters.1" || die "cannot read rxe counters: $(cat "$WORK/counters.1.err")"
+
+echo "rxe0 hw_counters (before -> after):"
+awk -F: 'NR == FNR { old[$1] = $2; next } $1 != "lifespan" {
+        printf "    %-24s %10d -> %d\n", $1, old[$1], $2 }' "$WORK/counters.0" "$WORK/counters.1"
+
+# The capture, decoded once for the checks below.
+"$BIN/goroce-dump" --check --mtu "$MTU" "$CAP" >"$LOGS/goroce-dump.log" 2>&1
+dump_rc=$?
+
+# rxe counters: no error counter grew. completer_retry_err is the exception
+# when the capture explains it: rxe arms its retransmission timer when it
+# sends into an idle timer and does not push it back on later ACKs, so in a
+# run longer than the timeout (ibv_rc_pingpong: 67 ms) it may fire just after
+# a new request went out and resend that request although goroce has
+# answered everything before it. That is rxe's doing; a retransmission of a
+# request goroce had not yet answered is not.
+awk -v rxe="$VM_IP" "$RETRANSMISSIONS_AWK" "$LOGS/goroce-dump.log" \
+    >"$WORK/retransmissions.count" 2>"$WORK/retransmissions.txt"
+read -r spurious late <"$WORK/retransmissions.count"
+echo "rxe retransmissions in the capture: $spurious of requests goroce had answered, $late of requests it had not"
+errs=$(counter_deltas "$WORK/counters.0" "$WORK/counters.1" |
+    awk -v errs="$ERROR_COUNTERS" -v excused=$((late == 0 && spurious > 0)) '
+        BEGIN { split(errs, e); for (i in e) bad[e[i]] = 1 }
+        $1 == "completer_retry_err" && excused { next }
+        $1 in bad && $2 > 0 { print $1 " +" $2 }')
+if [ -z "$errs" ]; then
+    pass "rxe counters"
+else
+    echo "$errs" >"$WORK/counter-errors.total"
+    fail "rxe counters" "$WORK/counter-errors.total" "$WORK/counter-errors" "$WORK/retransmissions.txt"
+fi
+
+# rxe counters: packets: rxe counted every RoCEv2 packet on the wire, so it
+# dropped none of goroce's (a bad ICRC is dropped without a counter)
+captured=$(tshark -r "$CAP" -Y 'udp.dstport == 4791' -T fields -e frame.number 2>/dev/null | wc -l)
+rxe_pkts=$(counter_deltas "$WORK/counters.0" "$WORK/counters.1" |
+    awk '$1 == "sent_pkts" || $1 == "rcvd_pkts" { n += $2 } END { print n + 0 }')
+echo "captured RoCEv2 packets: $captured; rxe sent_pkts+rcvd_pkts: $rxe_pkts"
+if [ "$captured" -gt 0 ] && [ "$captured" = "$rxe_pkts" ]; then
+    pass "rxe counters: packets"
+else
+    {
+        echo "captured $captured RoCEv2 packets, rxe counted $rxe_pkts"
+        grep 'dropped by kernel' "$LOGS/tcpdump.log"
+        [ "$FAILED" = 0 ] || echo "(after a failed scenario this follows: rxe does not count" \
+            "packets that reach a QP its tool destroyed when it stopped)"
+    } >"$WORK/packets.txt"
+    fail "rxe counters: packets" "$WORK/packets.txt"
+fi
+
+# capture: goroce-dump: every packet parses, payloads fit the MTU, ICRC ok
+summary=$(tail -n 1 "$LOGS/goroce-dump.log")
+echo "goroce-dump: $summary"
+if [ $dump_rc = 0 ] && [[ $summary =~ ^check:\ ([0-9]+)\ RoCEv2 ]] && [ "${BASH_REMATCH[1]}" -gt 0 ]; then
+    pass "capture: goroce-dump --check"
+else
+    grep -E 'malformed|BAD' "$LOGS/goroce-dump.log" | head -n 20 >"$WORK/goroce-dump.bad"
+    fail "capture: goroce-dump --check" "$WORK/goroce-dump.bad" "$LOGS/goroce-dump.log"
+fi
+
+# capture: tshark decodes every UDP 4791 packet as InfiniBand (4.0 does it by
+# default, "RRoCE") and finds no malformed header. tshark also guesses at
+# what the payload of a SEND or RDMA WRITE carries (RPC over RDMA, an
+# EtherType, ...) and reports a malformed packet when the guess fails; the
+# payload is perftest's buffer, so such a frame, whose last decoded layer is
+# the guessed protocol rather than infiniband, is counted apart.
+ib=$(tshark -r "$CAP" -Y 'infiniband' -T fields -e frame.number 2>/dev/null | wc -l)
+tshark -r "$CAP" -Y '_ws.malformed' -T fields -e frame.number -e frame.protocols \
+    >"$WORK/tshark.malformed" 2>"$LOGS/tshark.err"
+# tshark warns about running as root; anything else on stderr is a problem
+sed -i '/^Running as user "root"/d' "$LOGS/tshark.err"
+malformed=$(awk '$2 !~ /infiniband/ || $2 ~ /:infiniband$/' "$WORK/tshark.malformed" | wc -l)
+guessed=$(awk '$2 ~ /:infiniband:/' "$WORK/tshark.malformed" | wc -l)
+echo "tshark: $ib InfiniBand packets of $captured, $malformed malformed" \
+    "($guessed more with a payload tshark misread as another protocol)"
+if [ "$captured" -gt 0 ] && [ "$ib" = "$captured" ] && [ "$malformed" = 0 ] && [ ! -s "$LOGS/tshark.err" ]; then
+    pass "capture: tshark"
+else
+    awk '$2 !~ /infiniband/ || $2 ~ /:infiniband$/ { print "frame " $1 ": " $2 }' \
+        "$WORK/tshark.malformed" >"$WORK/tshark.bad"
+    tshark -r "$CAP" -Y '!infiniband' 2>/dev/null | head -n 20 >>"$WORK/tshark.bad"
+    fail "capture: tshark" "$WORK/tshark.bad" "$LOGS/tshark.err"
+fi
+
+# Tear down before the summary, so that its line is the last of the run.
+cleanup
+log "total $((SECONDS - T_START)) s"
+for n in "${FAILED_NAMES[@]}"; do echo "failed: $n"; done
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" = 0 ]
