@@ -37,6 +37,12 @@ type engine struct {
 
 	unknownQP   atomic.Uint64 // packets for no live RC QP of this device
 	wrongSource atomic.Uint64 // packets from another address than the QP's peer
+
+	// cmu guards retired, the summed counters of destroyed QPs, and each
+	// QP's folded flag. Lock order: QP.xmu, then cmu; it is never held
+	// across QPs, so Device.Counters does not hold up traffic.
+	cmu     sync.Mutex
+	retired Counters
 }
 
 // startEngine opens the device's socket and starts its goroutines.

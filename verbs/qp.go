@@ -54,6 +54,8 @@ type QP struct {
 
 	timerIndex int       // position in the engine's timer heap; -1 if absent
 	deadline   time.Time // when the transport wants OnTimer; guarded by engine.tmu
+
+	folded bool // counters added to the device's totals; guarded by engine.cmu
 }
 
 // CreateQP creates a queue pair in the RESET state (ibv_create_qp).
@@ -548,6 +550,10 @@ func (qp *QP) Destroy() error {
 	}
 	qp.disconnectLocked()
 	qp.out.Reset()
+	// Fold the QP's counters into the device's totals in the same xmu
+	// section that closes it: Device.Counters sees it either live or
+	// folded, never both nor neither.
+	qp.dev.eng.retire(qp)
 	qp.xmu.Unlock()
 	qp.mu.Unlock()
 	qp.dev.eng.unschedule(qp)

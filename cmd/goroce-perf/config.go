@@ -108,6 +108,7 @@ type config struct {
 	check         bool
 	json          bool
 	plot          string
+	counters      bool
 }
 
 // parseArgs parses "TEST [flags] [server-host] [flags]".
@@ -167,6 +168,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	both(&c.udpPort, "", "udp-port", verbs.DefaultUDPPort, "RoCEv2 UDP port of both devices (only goroce peers can change it)")
 	both(&c.check, "", "check", false, "validate the data end to end (goroce peers only)")
 	both(&c.json, "", "json", false, "print one JSON object per result line instead of the table")
+	both(&c.counters, "", "counters", false, "print the device's counters (rxe's hw_counters and goroce's own) at the end")
 	both(&c.plot, "", "plot", "", "write plots of bandwidth against message size (use -a) and a latency CDF to FILE.svg or FILE.png")
 
 	rest := args[1:]

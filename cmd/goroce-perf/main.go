@@ -36,6 +36,11 @@
 // both sides), then the time it took to register and deregister the
 // buffer.
 //
+// --counters prints, at the end, the device's counters (verbs.Counters)
+// once it is closed: one "name value" line each, rxe's hw_counters first in
+// rxe's order and names (sent_pkts, rcvd_pkts, duplicate_request, ...), then
+// goroce's own; with --json, one object {"side": ..., "counters": {...}}.
+//
 // --plot FILE.svg (or FILE.png) draws the bandwidth (the typical latency
 // in the latency tests) against the message size, meant for -a, next to
 // the cumulative distribution of the per-message latencies of up to six
@@ -129,6 +134,11 @@ func (s *side) finish(w io.Writer) error {
 	s.printExtras(w)
 	if err := s.printJSON(w); err != nil {
 		return err
+	}
+	if s.cfg.counters {
+		if err := s.printCounters(w); err != nil {
+			return err
+		}
 	}
 	if s.cfg.plot != "" && (s.role == oob.Client || !s.cfg.loopback) {
 		return writePlot(s.cfg.plot, s.cfg, s.role.String(), s.results)

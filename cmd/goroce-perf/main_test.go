@@ -689,3 +689,76 @@ func TestClientAgainstReferenceServer(t *testing.T) {
 		})
 	}
 }
+
+// TestCounters: --counters prints each side's device counters after its
+// report, all of them in verbs.Counters.Each's order, and the traffic shows
+// in them; with --json as one object per side.
+func TestCounters(t *testing.T) {
+	var names []string
+	verbs.Counters{}.Each(func(name string, _ uint64) { names = append(names, name) })
+	t.Run("text", func(t *testing.T) {
+		code, out, errs := runCmd(t, 60*time.Second, "write_bw", "-s", "4096", "-n", "20", "--loopback",
+			"--loopback-addrs", loopAddrs(50), "-p", "0", "--counters")
+		if code != 0 || errs != "" {
+			t.Fatalf("exit %d, stderr %q, stdout:\n%s", code, errs, out)
+		}
+		lines := strings.Split(out, "\n")
+		var sides int
+		for i, l := range lines {
+			if !strings.HasSuffix(l, "device counters:") {
+				continue
+			}
+			sides++
+			if len(lines) < i+1+len(names) {
+				t.Fatalf("counters cut short:\n%s", out)
+			}
+			values := map[string]uint64{}
+			for j, name := range names {
+				f := strings.Fields(lines[i+1+j])
+				if len(f) != 2 || f[0] != name {
+					t.Fatalf("line %q, want counter %s:\n%s", lines[i+1+j], name, out)
+				}
+				v, err := strconv.ParseUint(f[1], 10, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				values[name] = v
+			}
+			// 20 WRITEs of 4 pages each way, acknowledged: both sides sent
+			// and received packets.
+			if values["sent_pkts"] == 0 || values["rcvd_pkts"] == 0 {
+				t.Errorf("%s: sent_pkts %d, rcvd_pkts %d, want both > 0", l, values["sent_pkts"], values["rcvd_pkts"])
+			}
+		}
+		if sides != 2 {
+			t.Fatalf("%d counter blocks, want 2 (client and server):\n%s", sides, out)
+		}
+	})
+	t.Run("json", func(t *testing.T) {
+		code, out, errs := runCmd(t, 60*time.Second, "send_bw", "-s", "1000", "-n", "10", "--loopback",
+			"--loopback-addrs", loopAddrs(51), "-p", "0", "--counters", "--json")
+		if code != 0 || errs != "" {
+			t.Fatalf("exit %d, stderr %q, stdout:\n%s", code, errs, out)
+		}
+		var sides []string
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			var o struct {
+				Side     string            `json:"side"`
+				Counters map[string]uint64 `json:"counters"`
+			}
+			if err := json.Unmarshal([]byte(l), &o); err != nil {
+				t.Fatalf("line %q: %v", l, err)
+			}
+			if o.Counters == nil {
+				continue // a result line
+			}
+			sides = append(sides, o.Side)
+			if len(o.Counters) != len(names) || o.Counters["sent_pkts"] == 0 || o.Counters["rcvd_pkts"] == 0 {
+				t.Errorf("%s counters %v: want all %d, sent_pkts and rcvd_pkts > 0", o.Side, o.Counters, len(names))
+			}
+		}
+		if len(sides) != 2 {
+			t.Fatalf("counters of %q, want client and server:\n%s", sides, out)
+		}
+	})
+}

@@ -420,3 +420,22 @@ func (p *progress) finish() {
 		fmt.Fprint(p.out, "\r\x1b[K")
 	}
 }
+
+// printCounters prints the device counters read at teardown, one
+// "name value" line each in verbs.Counters.Each's order, or with --json
+// one object holding them all.
+func (s *side) printCounters(w io.Writer) error {
+	if s.cfg.json {
+		m := map[string]uint64{}
+		s.counters.Each(func(name string, v uint64) { m[name] = v })
+		return json.NewEncoder(w).Encode(struct {
+			Side     string            `json:"side"`
+			Counters map[string]uint64 `json:"counters"`
+		}{s.role.String(), m})
+	}
+	fmt.Fprintf(w, " goroce %s device counters:\n", s.role)
+	s.counters.Each(func(name string, v uint64) {
+		fmt.Fprintf(w, " %-22s %d\n", name, v)
+	})
+	return nil
+}

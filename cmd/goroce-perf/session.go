@@ -47,8 +47,9 @@ type side struct {
 
 	regTime, deregTime time.Duration
 	results            []result
-	checked            bool // --check validated the data
-	progress           bool // print a progress line on long runs
+	checked            bool           // --check validated the data
+	counters           verbs.Counters // the device's, read after Close (--counters)
+	progress           bool           // print a progress line on long runs
 }
 
 func (s *side) ctx(parent context.Context) (context.Context, context.CancelFunc) {
@@ -505,6 +506,9 @@ func (s *side) teardown() error {
 		s.deregTime = time.Since(start)
 	}
 	errs = append(errs, s.dev.Close())
+	// Destroyed QPs leave their counters in the device's: read now, they
+	// cover the whole run.
+	s.counters = s.dev.Counters()
 	s.dev = nil
 	return errors.Join(errs...)
 }

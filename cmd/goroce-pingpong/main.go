@@ -23,7 +23,7 @@
 // # Options
 //
 // Those of ibv_rc_pingpong that apply to a software RoCE device, with the
-// same defaults, plus --bind:
+// same defaults, plus --bind and --counters:
 //
 //	-p, --port=PORT       TCP port to listen on or connect to (18515)
 //	-d, --ib-dev=NAME     name of the local goroce device (goroce0)
@@ -37,6 +37,7 @@
 //	-g, --gid-idx=INDEX   local GID index (1: the GID of the device address)
 //	-c, --chk             validate the received data
 //	    --bind=ADDR       IP address of the local device
+//	    --counters        print the device's counters at the end
 //
 // A goroce device is opened on an IP address, which is also its GID and the
 // source of its RoCEv2 packets. Without --bind the client uses the address
@@ -55,6 +56,11 @@
 // check that the last message received carries it: ibv_rc_pingpong's check,
 // made on every byte. A page that differs is reported as "invalid data in
 // page N" and makes the exit status 1.
+//
+// With --counters each side prints, after its report and once its device is
+// closed, the device's counters (verbs.Counters), one "name value" line
+// each, in rxe's hw_counters order and names (sent_pkts, rcvd_pkts,
+// duplicate_request, ...) followed by goroce's own.
 //
 // Messages are received into and sent from one buffer, as in
 // ibv_rc_pingpong, so each side echoes what it last received.
@@ -129,6 +135,7 @@ type options struct {
 	gidIndex int
 	chk      bool
 	bind     netip.Addr // invalid if not given
+	counters bool       // print the device's counters at the end
 }
 
 func (o *options) server() bool { return o.host == "" }
@@ -154,6 +161,7 @@ Options:
   -c, --chk              validate received buffer
       --bind=<addr>      IP address of the local device (default: the
                          address the TCP connection uses)
+      --counters         print the device's counters at the end
 `
 
 // maxMessage is the largest message an RC QP carries (2^31 bytes).
@@ -187,6 +195,7 @@ func parseArgs(args []string) (*options, error) {
 	fs.BoolVar(&o.chk, "c", false, "")
 	fs.BoolVar(&o.chk, "chk", false, "")
 	fs.StringVar(&bind, "bind", "", "")
+	fs.BoolVar(&o.counters, "counters", false, "")
 
 	var positional []string
 	for {
@@ -353,7 +362,24 @@ func (p *program) pingpong(ctx context.Context, o *options) (err error) {
 			return fmt.Errorf("%w in %d page(s)", errInvalidData, len(bad))
 		}
 	}
-	return pp.close()
+	// Closing destroys the QP, whose counters stay in the device's: read
+	// after, they include everything the run did.
+	dev := pp.dev
+	if err := pp.close(); err != nil {
+		return err
+	}
+	if o.counters {
+		printCounters(p.stdout, dev.Counters())
+	}
+	return nil
+}
+
+// printCounters prints c, one "name value" line per counter, in the order
+// of verbs.Counters.Each (rxe's first).
+func printCounters(w io.Writer, c verbs.Counters) {
+	c.Each(func(name string, v uint64) {
+		fmt.Fprintf(w, "%-22s %d\n", name, v)
+	})
 }
 
 // setup opens the device on addr, creates the QP in INIT with its receives

@@ -429,6 +429,7 @@ func TestParseArgs(t *testing.T) {
 		{[]string{"-n", "5", "--", "-host"}, with(func(o *options) { o.host, o.iters = "-host", 5 }), ""},
 		{[]string{"--bind", "::ffff:10.0.0.2"}, with(func(o *options) { o.bind = netip.MustParseAddr("10.0.0.2") }), ""},
 		{[]string{"-p", "0"}, with(func(o *options) { o.tcpPort = 0 }), ""},
+		{[]string{"--counters"}, with(func(o *options) { o.counters = true }), ""},
 		{[]string{"-p", "0", "h"}, options{}, "--port 0"},
 		{[]string{"-p", "65536"}, options{}, "--port 65536"},
 		{[]string{"-m", "1000"}, options{}, "--mtu 1000"},
@@ -511,4 +512,46 @@ func TestSizeMismatch(t *testing.T) {
 	srv := wait(t, done, "server")
 	oneLineError(t, "server", srv, "failed status local length error (1) for wr_id 1")
 	oneLineError(t, "client", cli, "for wr_id 2")
+}
+
+// TestCounters: with --counters each side prints its device's counters
+// after the report, every one of them in verbs.Counters.Each's order, and
+// the traffic shows in them.
+func TestCounters(t *testing.T) {
+	args := []string{"-n", "5", "--counters"}
+	hostPort, done := startServer(t, &program{}, args)
+	cli := runProgram(context.Background(), &program{}, clientArgs(t, hostPort, args...))
+	srv := wait(t, done, "server")
+	var names []string
+	verbs.Counters{}.Each(func(name string, _ uint64) { names = append(names, name) })
+	for _, o := range []struct {
+		who string
+		outcome
+	}{{"server", srv}, {"client", cli}} {
+		if o.code != 0 || o.stderr != "" {
+			t.Fatalf("%s: exit %d, stderr %q, stdout %q", o.who, o.code, o.stderr, o.stdout)
+		}
+		r := parseReport(t, o.who, o.stdout)
+		if len(r.extra) != len(names) {
+			t.Fatalf("%s: %d lines after the report, want %d counters:\n%s", o.who, len(r.extra), len(names), o.stdout)
+		}
+		values := map[string]uint64{}
+		for i, line := range r.extra {
+			f := strings.Fields(line)
+			if len(f) != 2 || f[0] != names[i] {
+				t.Fatalf("%s: counter line %q, want %s and a value", o.who, line, names[i])
+			}
+			v, err := strconv.ParseUint(f[1], 10, 64)
+			if err != nil {
+				t.Fatalf("%s: counter line %q: %v", o.who, line, err)
+			}
+			values[f[0]] = v
+		}
+		// 5 round trips: at least 5 SENDs each way, each acknowledged.
+		for _, name := range []string{"sent_pkts", "rcvd_pkts", "rdma_sends", "rdma_recvs"} {
+			if values[name] < 5 {
+				t.Errorf("%s: %s %d, want 5 or more", o.who, name, values[name])
+			}
+		}
+	}
 }

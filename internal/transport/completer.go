@@ -281,6 +281,9 @@ func (qp *QP) completeHead(st Status) {
 	if s.started && s.wqe.Opcode.isReadOrAtomic() {
 		qp.req.rdAtomic--
 	}
+	if st == StatusSuccess && s.wqe.Opcode.isSend() {
+		qp.counters.RDMASends++
+	}
 	if st == StatusSuccess && !qp.sigAll && s.wqe.Flags&SendSignaled == 0 {
 		return
 	}

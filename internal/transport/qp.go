@@ -539,8 +539,8 @@ type Counters struct {
 	OutOfSeqRequest  uint64 // requests ahead of the expected PSN (out_of_seq_request)
 	SeqNakSent       uint64 // PSN sequence error NAKs sent (one per gap)
 	RcvdSeqErr       uint64 // PSN sequence error NAKs received (rcvd_seq_err)
-	RNRNakSent       uint64 // rcvd_rnr_err in rxe's naming: RNR NAKs sent
-	RNRNakReceived   uint64 // RNR NAKs received
+	RNRNakSent       uint64 // RNR NAKs sent (send_rnr_err in rxe's naming)
+	RNRNakReceived   uint64 // RNR NAKs received (rcvd_rnr_err)
 	NakSent          uint64 // other NAKs sent (invalid request, access, operational)
 	NakReceived      uint64 // other NAKs received
 	RetryExceeded    uint64 // RETRY_EXC_ERR completions (retry_exceeded_err)
@@ -552,6 +552,8 @@ type Counters struct {
 	StaleResponses   uint64 // ACKs and READ responses ignored: duplicate, stale, ahead or out of order
 	CQOverflow       uint64 // completions refused by a full CQ
 	LocalErrors      uint64 // local protection or length errors
+	RDMASends        uint64 // SEND work requests completed successfully, signaled or not (rdma_sends)
+	RDMARecvs        uint64 // receive work requests completed successfully (rdma_recvs)
 }
 
 // Counters returns the QP's counters.

@@ -616,6 +616,9 @@ func (qp *QP) completeRecv() {
 		qp.rq.head++
 	}
 	qp.resp.hasWQE = false
+	if qp.wc.Status == StatusSuccess {
+		qp.counters.RDMARecvs++
+	}
 	qp.push(qp.rcq)
 }
 

@@ -1,0 +1,279 @@
+package verbs
+
+// Counters are event counts of a device or of one QP, in the spirit of
+// rxe's hw_counters (/sys/class/infiniband/rxe0/ports/1/hw_counters): the
+// fields that have an rxe counter carry its name and meaning, the others
+// describe what goroce's software NIC sees besides. Counters only grow; a
+// difference of two readings counts what happened in between.
+//
+// Device.Counters adds the counters of every QP of the device, live or
+// destroyed, to those of its socket and receive path; QP.Counters returns
+// one QP's share, in which the device-wide fields (marked "device only")
+// are zero.
+//
+// Each lists the counters by name in a fixed order, rxe's first.
+type Counters struct {
+	// SentPkts counts packets sent (sent_pkts). For a device, the packets
+	// the socket took; for a QP, the packets its transport produced,
+	// including any the socket then refused (SendErr).
+	SentPkts uint64
+	// RcvdPkts counts packets received (rcvd_pkts). For a device, the
+	// packets that parsed and passed the ICRC check, including those then
+	// dropped for an unknown QP or a wrong source; for a QP, the packets
+	// handed to its transport.
+	RcvdPkts uint64
+	// DuplicateRequest counts requests behind the expected PSN, which the
+	// responder acknowledges or answers again (duplicate_request).
+	DuplicateRequest uint64
+	// OutOfSeqRequest counts requests ahead of the expected PSN: a packet
+	// was lost (out_of_seq_request).
+	OutOfSeqRequest uint64
+	// RcvdRNRErr counts RNR NAKs the requester received (rcvd_rnr_err).
+	RcvdRNRErr uint64
+	// SendRNRErr counts RNR NAKs the responder sent for want of a posted
+	// receive (send_rnr_err).
+	SendRNRErr uint64
+	// RcvdSeqErr counts PSN sequence error NAKs the requester received
+	// (rcvd_seq_err).
+	RcvdSeqErr uint64
+	// AckDeferred counts requests the responder accepted without an
+	// immediate ACK, coalescing the acknowledgement with a later one. rxe's
+	// ack_deferred counts deferred completer runs instead; both measure
+	// work postponed under load.
+	AckDeferred uint64
+	// RetryExceededErr counts work requests completed with
+	// WCRetryExcErr: the transport retries ran out (retry_exceeded_err).
+	RetryExceededErr uint64
+	// RetryRNRExceededErr counts work requests completed with
+	// WCRNRRetryExcErr (retry_rnr_exceeded_err).
+	RetryRNRExceededErr uint64
+	// CompleterRetryErr counts go-back-N restarts of the requester after
+	// a timeout or a sequence error NAK (completer_retry_err).
+	CompleterRetryErr uint64
+	// SendErr counts packets the kernel refused to send (send_err); device
+	// only. The transport's retransmission recovers them.
+	SendErr uint64
+	// RDMASends counts SEND work requests that completed successfully,
+	// signaled or not (rdma_sends).
+	RDMASends uint64
+	// RDMARecvs counts receive work requests that completed successfully
+	// (rdma_recvs).
+	RDMARecvs uint64
+
+	// SentBytes and RcvdBytes count the UDP payload bytes, ICRC included,
+	// of the packets sent and of every datagram read; device only.
+	SentBytes uint64
+	RcvdBytes uint64
+	// Malformed counts datagrams dropped before the ICRC check: not a
+	// well-formed RoCEv2 packet or too large; device only.
+	Malformed uint64
+	// ICRCErrors counts packets dropped because their ICRC did not match;
+	// device only.
+	ICRCErrors uint64
+	// ICRCIDRecovered counts packets accepted after recovering a non-zero
+	// IPv4 identification from their ICRC (as Linux rxe sends them), with
+	// a 16-bit check instead of the full 32; device only.
+	ICRCIDRecovered uint64
+	// DroppedUnknownQP counts packets addressed to no live RC QP of the
+	// device; device only.
+	DroppedUnknownQP uint64
+	// DroppedWrongSource counts packets for a QP from another address than
+	// its peer's; device only.
+	DroppedWrongSource uint64
+	// DroppedPkts counts packets the transport dropped: wrong transport,
+	// QP, P_Key, or a QP state that takes no packets.
+	DroppedPkts uint64
+	// DroppedBusy counts READ and atomic requests dropped because the
+	// responder already held max_dest_rd_atomic of them; the requester's
+	// retry resends them.
+	DroppedBusy uint64
+	// SentSeqErr counts PSN sequence error NAKs the responder sent, one
+	// per gap.
+	SentSeqErr uint64
+	// SentNAKs and RcvdNAKs count the other NAKs (invalid request, remote
+	// access, remote operational error) sent and received.
+	SentNAKs uint64
+	RcvdNAKs uint64
+	// RetryTimeouts counts expiries of the retransmission timer with work
+	// outstanding.
+	RetryTimeouts uint64
+	// StaleResponses counts ACKs and READ responses ignored as duplicate,
+	// stale, ahead of what was sent, or out of order.
+	StaleResponses uint64
+	// CQOverruns counts completions refused by a full CQ, each of which
+	// moved its QP to the error state.
+	CQOverruns uint64
+	// LocalErrors counts local protection and length errors.
+	LocalErrors uint64
+	// CaptureErrors counts packets the capture tap failed to write;
+	// device only.
+	CaptureErrors uint64
+}
+
+// counterField names one field of Counters.
+type counterField struct {
+	name string
+	ptr  func(*Counters) *uint64
+}
+
+// counterFields lists the fields of Counters in the order Each reports
+// them: rxe's hw_counters in rxe's order, then goroce's own. Add and Each
+// both use it, so a field missing here is caught by the tests.
+var counterFields = [...]counterField{
+	{"sent_pkts", func(c *Counters) *uint64 { return &c.SentPkts }},
+	{"rcvd_pkts", func(c *Counters) *uint64 { return &c.RcvdPkts }},
+	{"duplicate_request", func(c *Counters) *uint64 { return &c.DuplicateRequest }},
+	{"out_of_seq_request", func(c *Counters) *uint64 { return &c.OutOfSeqRequest }},
+	{"rcvd_rnr_err", func(c *Counters) *uint64 { return &c.RcvdRNRErr }},
+	{"send_rnr_err", func(c *Counters) *uint64 { return &c.SendRNRErr }},
+	{"rcvd_seq_err", func(c *Counters) *uint64 { return &c.RcvdSeqErr }},
+	{"ack_deferred", func(c *Counters) *uint64 { return &c.AckDeferred }},
+	{"retry_exceeded_err", func(c *Counters) *uint64 { return &c.RetryExceededErr }},
+	{"retry_rnr_exceeded_err", func(c *Counters) *uint64 { return &c.RetryRNRExceededErr }},
+	{"completer_retry_err", func(c *Counters) *uint64 { return &c.CompleterRetryErr }},
+	{"send_err", func(c *Counters) *uint64 { return &c.SendErr }},
+	{"rdma_sends", func(c *Counters) *uint64 { return &c.RDMASends }},
+	{"rdma_recvs", func(c *Counters) *uint64 { return &c.RDMARecvs }},
+
+	{"sent_bytes", func(c *Counters) *uint64 { return &c.SentBytes }},
+	{"rcvd_bytes", func(c *Counters) *uint64 { return &c.RcvdBytes }},
+	{"malformed", func(c *Counters) *uint64 { return &c.Malformed }},
+	{"icrc_err", func(c *Counters) *uint64 { return &c.ICRCErrors }},
+	{"icrc_id_recovered", func(c *Counters) *uint64 { return &c.ICRCIDRecovered }},
+	{"dropped_unknown_qp", func(c *Counters) *uint64 { return &c.DroppedUnknownQP }},
+	{"dropped_wrong_source", func(c *Counters) *uint64 { return &c.DroppedWrongSource }},
+	{"dropped_pkts", func(c *Counters) *uint64 { return &c.DroppedPkts }},
+	{"dropped_busy", func(c *Counters) *uint64 { return &c.DroppedBusy }},
+	{"sent_seq_err", func(c *Counters) *uint64 { return &c.SentSeqErr }},
+	{"sent_naks", func(c *Counters) *uint64 { return &c.SentNAKs }},
+	{"rcvd_naks", func(c *Counters) *uint64 { return &c.RcvdNAKs }},
+	{"retry_timeouts", func(c *Counters) *uint64 { return &c.RetryTimeouts }},
+	{"stale_responses", func(c *Counters) *uint64 { return &c.StaleResponses }},
+	{"cq_overruns", func(c *Counters) *uint64 { return &c.CQOverruns }},
+	{"local_err", func(c *Counters) *uint64 { return &c.LocalErrors }},
+	{"capture_err", func(c *Counters) *uint64 { return &c.CaptureErrors }},
+}
+
+// Each calls fn with the name and value of every counter, zero or not, in
+// a fixed order: rxe's hw_counters first, in rxe's order and under rxe's
+// names (sent_pkts, rcvd_pkts, duplicate_request, ...), then goroce's own
+// in the same snake_case style.
+func (c Counters) Each(fn func(name string, value uint64)) {
+	for _, f := range counterFields {
+		fn(f.name, *f.ptr(&c))
+	}
+}
+
+// Add returns the sum of c and o, field by field.
+func (c Counters) Add(o Counters) Counters {
+	for _, f := range counterFields {
+		*f.ptr(&c) += *f.ptr(&o)
+	}
+	return c
+}
+
+// Counters returns the device's counters: those of its socket and receive
+// path plus the sum over its QPs, live and destroyed. It takes each live
+// QP's lock in turn, briefly, and never holds a lock across QPs, so traffic
+// goes on while it runs; the result is therefore not one instant's
+// snapshot, but no event is counted twice or lost. Counters may be called
+// after Close.
+func (d *Device) Counters() Counters {
+	e := d.eng
+	type share struct {
+		qp *QP
+		c  Counters
+	}
+	var live []share
+	d.qps.Range(func(_, v any) bool {
+		qp := v.(*QP)
+		qp.xmu.Lock()
+		// A closed QP folded its counters into e.retired under xmu.
+		if !qp.closed.Load() {
+			live = append(live, share{qp, qp.countersLocked()})
+		}
+		qp.xmu.Unlock()
+		return true
+	})
+
+	// A QP read above may have been destroyed since, folding its counters
+	// (by then at least as large) into e.retired: it counts there and not
+	// here. Both are decided under cmu, which Destroy holds to fold.
+	e.cmu.Lock()
+	c := e.retired
+	for _, s := range live {
+		if !s.qp.folded {
+			c = c.Add(s.c)
+		}
+	}
+	e.cmu.Unlock()
+
+	// The engine's drops first: the socket counters, read after, then
+	// include every packet they dropped.
+	c.DroppedUnknownQP = e.unknownQP.Load()
+	c.DroppedWrongSource = e.wrongSource.Load()
+	n := e.conn.Counters()
+	c.SentPkts = n.TxPackets.Load()
+	c.SentBytes = n.TxBytes.Load()
+	c.RcvdPkts = n.Delivered.Load()
+	c.RcvdBytes = n.RxBytes.Load()
+	c.Malformed = n.Malformed.Load()
+	c.ICRCErrors = n.ICRCErrors.Load()
+	c.ICRCIDRecovered = n.ICRCIDRecovered.Load()
+	c.SendErr = n.SendErrors.Load()
+	c.CaptureErrors = n.CaptureErrors.Load()
+	return c
+}
+
+// Counters returns the QP's counters: what its transport state machines
+// counted (packets sent and received, duplicates, NAKs, retries, ...) and
+// its completed SENDs and receives. The device-wide fields (SendErr, the
+// byte counts, ICRC, malformed and drop counts) are zero. A destroyed QP
+// keeps the counters it had; they also remain in Device.Counters.
+func (qp *QP) Counters() Counters {
+	qp.xmu.Lock()
+	defer qp.xmu.Unlock()
+	return qp.countersLocked()
+}
+
+// countersLocked gathers the QP's counters. The caller holds xmu.
+func (qp *QP) countersLocked() Counters {
+	var c Counters
+	if qp.tq == nil {
+		return c
+	}
+	t := qp.tq.Counters()
+	c.SentPkts = t.SentPackets
+	c.RcvdPkts = t.ReceivedPackets
+	c.DuplicateRequest = t.DuplicateRequest
+	c.OutOfSeqRequest = t.OutOfSeqRequest
+	c.RcvdRNRErr = t.RNRNakReceived
+	c.SendRNRErr = t.RNRNakSent
+	c.RcvdSeqErr = t.RcvdSeqErr
+	c.AckDeferred = t.AckDeferred
+	c.RetryExceededErr = t.RetryExceeded
+	c.RetryRNRExceededErr = t.RNRRetryExceeded
+	c.CompleterRetryErr = t.CompleterRetry
+	c.DroppedPkts = t.DroppedPackets
+	c.DroppedBusy = t.DroppedBusy
+	c.SentSeqErr = t.SeqNakSent
+	c.SentNAKs = t.NakSent
+	c.RcvdNAKs = t.NakReceived
+	c.RetryTimeouts = t.Timeouts
+	c.StaleResponses = t.StaleResponses
+	c.CQOverruns = t.CQOverflow
+	c.LocalErrors = t.LocalErrors
+	c.RDMASends = t.RDMASends
+	c.RDMARecvs = t.RDMARecvs
+	return c
+}
+
+// retire folds the final counters of a QP being destroyed into the
+// device's totals. The caller holds qp.xmu and has marked the QP closed.
+func (e *engine) retire(qp *QP) {
+	c := qp.countersLocked()
+	e.cmu.Lock()
+	defer e.cmu.Unlock()
+	e.retired = e.retired.Add(c)
+	qp.folded = true
+}
