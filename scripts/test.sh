@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # The test command: unit, property, simulation and fuzz-seed tests, with the
-# race detector. Pass -short to skip the slower cases; extra args go to go test.
+# race detector, then the netio and verbs tests again with fault injection
+# built in (-tags goroce_faults). Pass -short to skip the slower cases; extra
+# args go to go test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
 go test -race -count=1 -timeout 15m "$@" ./...
+# The fault-injection tap exists only under the goroce_faults tag; its tests
+# (and the packages' other tests, rebuilt with the tap) run here.
+go test -race -count=1 -timeout 5m -tags goroce_faults "$@" ./internal/netio ./verbs

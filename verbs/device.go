@@ -49,6 +49,12 @@ type DeviceConfig struct {
 	// most 2^24-2 (the QP numbers other than 0 and 1), MaxMRSize at most
 	// 2^63-1, the others at most 2^31-1.
 	Limits *DeviceAttr
+
+	// FaultInjection, if not nil, makes the device drop, duplicate,
+	// corrupt, delay and reorder the packets it receives. It is for
+	// tests only and needs a binary built with the goroce_faults tag;
+	// Open fails otherwise (see Faults).
+	FaultInjection *Faults
 }
 
 // Device is an open goroce RDMA device (struct ibv_context): one port, one
@@ -171,6 +177,9 @@ func Open(cfg DeviceConfig) (*Device, error) {
 			return nil, err
 		}
 	}
+	if err := checkFaults(op, cfg.FaultInjection); err != nil {
+		return nil, err
+	}
 	ifid := interfaceID(addr.WithZone(""), udpPort)
 	attr.NodeGUID = GUID(binary.BigEndian.Uint64(ifid[:]))
 	attr.SysImageGUID = attr.NodeGUID
@@ -205,7 +214,7 @@ func Open(cfg DeviceConfig) (*Device, error) {
 		srqs:           make(map[*SRQ]struct{}),
 		ahs:            make(map[*AH]struct{}),
 	}
-	eng, err := startEngine(d)
+	eng, err := startEngine(d, netioFaults(cfg.FaultInjection))
 	if err != nil {
 		return nil, errorf(op, "Addr", ErrInvalidArgument, "cannot bind %v: %v", netip.AddrPortFrom(addr, udpPort), err)
 	}

@@ -45,9 +45,10 @@ type engine struct {
 	retired Counters
 }
 
-// startEngine opens the device's socket and starts its goroutines.
-func startEngine(d *Device) (*engine, error) {
-	conn, err := netio.Open(netio.Config{Addr: d.addr, Port: d.udpPort})
+// startEngine opens the device's socket, with the fault-injection tap
+// faults unless nil, and starts its goroutines.
+func startEngine(d *Device, faults *netio.Faults) (*engine, error) {
+	conn, err := netio.Open(netio.Config{Addr: d.addr, Port: d.udpPort, Faults: faults})
 	if err != nil {
 		return nil, err
 	}

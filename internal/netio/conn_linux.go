@@ -61,6 +61,10 @@ type Config struct {
 	// By default the identification is recovered from the ICRC, which
 	// leaves a 16-bit check for such packets (see icrc_recv.go).
 	StrictICRC bool
+	// Faults, if not nil, turns on the fault-injection tap, for tests
+	// only: Open fails with ErrFaultsNotBuilt unless the binary was built
+	// with the goroce_faults tag (see Faults).
+	Faults *Faults
 }
 
 func (cfg Config) withDefaults() (Config, error) {
@@ -125,6 +129,7 @@ type Conn struct {
 
 	counters Counters
 	tap      atomic.Pointer[captureTap]
+	faults   *faultTap // nil unless Config.Faults; used by Serve only
 	closing  atomic.Bool
 
 	mu      sync.Mutex
@@ -142,6 +147,10 @@ func Open(cfg Config) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	faults, err := newFaultTap(cfg.Faults, cfg.MaxDatagramSize)
+	if err != nil {
+		return nil, err
+	}
 	local := netip.AddrPortFrom(cfg.Addr, cfg.Port)
 	uc, rc, err := listen(local, receiveSocket, &cfg)
 	if err != nil {
@@ -153,6 +162,7 @@ func Open(cfg Config) (*Conn, error) {
 		v6:      cfg.Addr.Is6(),
 		uc:      uc,
 		rc:      rc,
+		faults:  faults,
 		senders: make(map[uint16]*Sender),
 		aliases: make(map[uint16]uint16),
 	}, nil

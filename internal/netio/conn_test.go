@@ -193,6 +193,11 @@ func TestExchange(t *testing.T) {
 			}
 			n := uint64(len(packets))
 			ac, bc := a.Counters(), b.Counters()
+			// The receive loop adds a batch's counts after it has handed
+			// the batch to the handler: wait for them.
+			for deadline := time.Now().Add(waitTimeout); bc.Delivered.Load() < n && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
 			if ac.TxPackets.Load() != n || ac.TxBytes.Load() != txBytes || ac.SendErrors.Load() != 0 {
 				t.Errorf("sender counters: %d packets, %d bytes, %d errors; want %d, %d, 0",
 					ac.TxPackets.Load(), ac.TxBytes.Load(), ac.SendErrors.Load(), n, txBytes)

@@ -35,4 +35,14 @@ type Counters struct {
 
 	// CaptureErrors counts packets the capture tap failed to write.
 	CaptureErrors atomic.Uint64
+
+	// The fault-injection tap (Config.Faults) counts the faults it
+	// applied to received datagrams: datagrams dropped, duplicated (one
+	// extra copy each), corrupted (one bit flipped; each such copy is then
+	// counted in ICRCErrors or Malformed) and held back (delayed or
+	// reordered). They stay zero without the tap.
+	FaultDropped    atomic.Uint64
+	FaultDuplicated atomic.Uint64
+	FaultCorrupted  atomic.Uint64
+	FaultDelayed    atomic.Uint64
 }

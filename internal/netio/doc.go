@@ -37,6 +37,14 @@
 // [Conn.SetCapture] writes every packet sent or accepted to a pcap file
 // with the IP and UDP headers rebuilt, for tshark and goroce-dump.
 //
+// # Fault injection
+//
+// For tests, Config.Faults drops, duplicates, corrupts, delays and reorders
+// received datagrams before they are parsed, deterministically from a seed;
+// corrupted datagrams are then dropped by the ICRC check like any damaged
+// packet. The tap is compiled only with the goroce_faults build tag: without
+// it Open refuses Faults ([ErrFaultsNotBuilt]).
+//
 // The socket code is Linux-specific (recvmmsg, sendmmsg, IP_PKTINFO,
 // UDP_NO_CHECK6_RX, socket filters).
 package netio

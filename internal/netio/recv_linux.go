@@ -2,6 +2,7 @@ package netio
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"os"
@@ -114,14 +115,31 @@ func (c *Conn) Serve(ctx context.Context, h Handler) error {
 			c.uc.SetReadDeadline(time.Time{})
 		}()
 	}
+	ft := c.faults
+	if ft != nil {
+		ft.disarm()
+	}
 	for {
+		if ft != nil {
+			// Wake the read when the next held datagram is due.
+			if err := ft.arm(ctx, c); err != nil {
+				if c.closing.Load() {
+					return nil
+				}
+				return err
+			}
+		}
 		rx.reset()
+		rx.batch.n = 0
 		err := c.rc.Read(rx.batch.fn)
 		switch {
 		case c.closing.Load():
 			return nil
 		case ctx.Err() != nil:
 			return ctx.Err()
+		case ft != nil && errors.Is(err, os.ErrDeadlineExceeded):
+			// The fault tap's deadline: deliver what is due.
+			ft.disarm()
 		case err != nil:
 			return err
 		case rx.batch.errno != 0:
@@ -155,64 +173,90 @@ func (c *Conn) stopServing() {
 	c.mu.Unlock()
 }
 
-// deliver processes the datagrams of the last recvmmsg; false means the
-// Conn was closed meanwhile and the rest was dropped.
+// rxTally counts what one pass of the receive loop did, added to the
+// Counters once per batch.
+type rxTally struct {
+	rxBytes, malformed, icrcErrors, recovered, delivered uint64
+}
+
+// deliver processes the datagrams of the last recvmmsg (and, with the fault
+// tap, the held datagrams now due); false means the Conn was closed
+// meanwhile and the rest was dropped.
 func (c *Conn) deliver(rx *receiver, h Handler) bool {
-	var rxBytes, malformed, icrcErrors, recovered, delivered uint64
+	var tl rxTally
 	defer func() {
 		ctr := &c.counters
 		ctr.RxPackets.Add(uint64(rx.batch.n))
-		ctr.RxBytes.Add(rxBytes)
-		ctr.Malformed.Add(malformed)
-		ctr.ICRCErrors.Add(icrcErrors)
-		ctr.ICRCIDRecovered.Add(recovered)
-		ctr.Delivered.Add(delivered)
+		ctr.RxBytes.Add(tl.rxBytes)
+		ctr.Malformed.Add(tl.malformed)
+		ctr.ICRCErrors.Add(tl.icrcErrors)
+		ctr.ICRCIDRecovered.Add(tl.recovered)
+		ctr.Delivered.Add(tl.delivered)
 	}()
-	var ids *idRecoverer
-	if !c.cfg.StrictICRC {
-		ids = &rx.ids
+	ft := c.faults
+	var now time.Duration
+	if ft != nil {
+		// Held datagrams due by now arrived before this batch.
+		now = ft.now()
+		if !ft.release(c, rx, h, &tl, now) {
+			return false
+		}
 	}
-	tap := c.tap.Load()
 	for i := range rx.batch.n {
 		if c.closing.Load() {
 			return false
 		}
 		m := &rx.batch.hdrs[i]
 		data := rx.bufs[i*rx.size : i*rx.size+min(int(m.Len), rx.size)]
-		rxBytes += uint64(len(data))
+		tl.rxBytes += uint64(len(data))
 		from, ok := rx.batch.names[i].decode(m.Hdr.Namelen)
 		if !ok || m.Hdr.Flags&unix.MSG_TRUNC != 0 {
-			malformed++
+			tl.malformed++
 			continue
 		}
 		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
-		info := RecvInfo{Local: c.local}
+		local := c.local
 		oob := rx.oob[i*oobSize : i*oobSize+min(int(m.Hdr.Controllen), oobSize)]
 		if a, ok := pktinfoDst(oob); ok {
-			info.Local = netip.AddrPortFrom(a.Unmap(), c.local.Port())
+			local = netip.AddrPortFrom(a.Unmap(), c.local.Port())
 		}
-		if from.Addr().Is6() != info.Local.Addr().Is6() {
-			malformed++
+		if ft != nil {
+			ft.admit(c, rx, h, data, from, local, &tl, now)
 			continue
 		}
-		if rx.pkt.Parse(data, 0) != nil {
-			malformed++
-			continue
-		}
-		res, id := checkICRC(ids, from, info.Local, data)
-		switch res {
-		case icrcBad:
-			icrcErrors++
-			continue
-		case icrcRecovered:
-			recovered++
-			info.IPID, info.IDRecovered = id, true
-		}
-		if tap != nil {
-			tap.record(&c.counters, from, info.Local, info.IPID, data, false)
-		}
-		delivered++
-		h.HandlePacket(&rx.pkt, from, info)
+		c.accept(rx, h, data, from, local, &tl)
 	}
 	return true
+}
+
+// accept parses one datagram received from from on local, checks its ICRC
+// and hands it to h, or counts why it was dropped.
+func (c *Conn) accept(rx *receiver, h Handler, data []byte, from, local netip.AddrPort, tl *rxTally) {
+	if from.Addr().Is6() != local.Addr().Is6() {
+		tl.malformed++
+		return
+	}
+	if rx.pkt.Parse(data, 0) != nil {
+		tl.malformed++
+		return
+	}
+	var ids *idRecoverer
+	if !c.cfg.StrictICRC {
+		ids = &rx.ids
+	}
+	info := RecvInfo{Local: local}
+	res, id := checkICRC(ids, from, local, data)
+	switch res {
+	case icrcBad:
+		tl.icrcErrors++
+		return
+	case icrcRecovered:
+		tl.recovered++
+		info.IPID, info.IDRecovered = id, true
+	}
+	if tap := c.tap.Load(); tap != nil {
+		tap.record(&c.counters, from, local, info.IPID, data, false)
+	}
+	tl.delivered++
+	h.HandlePacket(&rx.pkt, from, info)
 }
