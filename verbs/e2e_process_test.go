@@ -51,7 +51,7 @@ func TestHelperProcess(t *testing.T) {
 // runTarget is the child's side: it opens a device, registers memory and
 // waits while the parent works on it.
 func runTarget(in io.Reader, out io.Writer) error {
-	dev, err := Open(DeviceConfig{Addr: netip.MustParseAddr(targetAddr)})
+	dev, err := Open(DeviceConfig{Addr: mustAddr(targetAddr)})
 	if err != nil {
 		return err
 	}
@@ -85,7 +85,7 @@ func runTarget(in io.Reader, out io.Writer) error {
 	if _, err := fmt.Sscanf(lines.Text(), "initiator %d %d", &rqpn, &rpsn); err != nil {
 		return fmt.Errorf("initiator line %q: %v", lines.Text(), err)
 	}
-	if err := bringUp(qp, rqpn, rpsn, targetPSN, netip.MustParseAddr(initiatorAddr)); err != nil {
+	if err := bringUp(qp, rqpn, rpsn, targetPSN, mustAddr(initiatorAddr)); err != nil {
 		return err
 	}
 	fmt.Fprintln(out, "ready")
@@ -189,7 +189,7 @@ func TestE2ETwoProcesses(t *testing.T) {
 		t.Fatalf("target advertises psn %#x, %d bytes", rpsn, length)
 	}
 	a := newEnd(t, initiatorAddr, endOpts{})
-	if err := bringUp(a.qp, rqpn, rpsn, initiatorPSN, netip.MustParseAddr(targetAddr)); err != nil {
+	if err := bringUp(a.qp, rqpn, rpsn, initiatorPSN, mustAddr(targetAddr)); err != nil {
 		t.Fatal(err)
 	}
 	fmt.Fprintf(toChild, "initiator %d %d\n", a.qp.QPN(), initiatorPSN)

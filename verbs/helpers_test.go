@@ -2,11 +2,37 @@ package verbs
 
 import (
 	"errors"
-	"github.com/goroce/goroce/internal/transport"
 	"net/netip"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/goroce/goroce/internal/transport"
 )
+
+// testNet is the third octet of the loopback addresses the tests' devices
+// bind (127.0.testNet.x): 1 unless GOROCE_TEST_NET says otherwise, so that
+// two runs of this package on one machine (say, with and without
+// -tags goroce_faults, or by two developers) don't fight over the ports.
+var testNet = func() byte {
+	if n, err := strconv.Atoi(os.Getenv("GOROCE_TEST_NET")); err == nil && n > 0 && n < 255 {
+		return byte(n)
+	}
+	return 1
+}()
+
+// testAddr moves an address of 127.0.1.0/24 to 127.0.testNet.0/24.
+func testAddr(a netip.Addr) netip.Addr {
+	if !a.Is4() {
+		return a
+	}
+	if b := a.As4(); b[0] == 127 && b[1] == 0 && b[2] == 1 {
+		b[2] = testNet
+		return netip.AddrFrom4(b)
+	}
+	return a
+}
 
 // openDevice opens a loopback device closed at the end of the test.
 func openDevice(t testing.TB, cfg DeviceConfig) *Device {
@@ -14,6 +40,7 @@ func openDevice(t testing.TB, cfg DeviceConfig) *Device {
 	if !cfg.Addr.IsValid() {
 		cfg.Addr = netip.MustParseAddr("127.0.1.1")
 	}
+	cfg.Addr = testAddr(cfg.Addr)
 	d, err := Open(cfg)
 	if err != nil {
 		t.Fatalf("Open(%+v): %v", cfg, err)
@@ -22,7 +49,7 @@ func openDevice(t testing.TB, cfg DeviceConfig) *Device {
 	return d
 }
 
-func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+func mustAddr(s string) netip.Addr { return testAddr(netip.MustParseAddr(s)) }
 
 func newDevice(t testing.TB) *Device { return openDevice(t, DeviceConfig{}) }
 
