@@ -55,6 +55,10 @@ type DeviceConfig struct {
 	// tests only and needs a binary built with the goroce_faults tag;
 	// Open fails otherwise (see Faults).
 	FaultInjection *Faults
+
+	// NoStatsEndpoint turns off the Unix socket on which the device
+	// serves its counters to goroce-stat (see Device.StatsEndpoint).
+	NoStatsEndpoint bool
 }
 
 // Device is an open goroce RDMA device (struct ibv_context): one port, one
@@ -75,6 +79,8 @@ type Device struct {
 	mrs *keyTable[mrRegion]
 
 	eng *engine // the socket and the data path's goroutines
+
+	stats *statsEndpoint // nil without one (NoStatsEndpoint, or it failed)
 
 	// qps maps QP numbers to QPs; sync.Map loads are lock-free, which is
 	// what the receive path's dispatch by destination QPN needs.
@@ -226,6 +232,10 @@ func Open(cfg DeviceConfig) (*Device, error) {
 		qp:  resource{name: "max_qp", limit: int64(attr.MaxQP)},
 		srq: resource{name: "max_srq", limit: int64(attr.MaxSRQ)},
 		ah:  resource{name: "max_ah", limit: int64(attr.MaxAH)},
+	}
+	if !cfg.NoStatsEndpoint {
+		// Best effort: a device without an endpoint works the same.
+		d.stats, _ = startStatsEndpoint(d)
 	}
 	return d, nil
 }
@@ -407,6 +417,9 @@ func (d *Device) Close() error {
 	}
 	for pd := range pds {
 		pd.forceDealloc()
+	}
+	if d.stats != nil {
+		d.stats.close()
 	}
 	d.eng.stop()
 	return nil
