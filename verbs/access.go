@@ -45,9 +45,10 @@ const (
 	accessRemote = AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
 
 	// accessQP are the flags meaningful as a QP's qp_access_flags: which
-	// incoming RDMA operations the responder accepts. LOCAL_WRITE is
-	// tolerated because common code (pyverbs, perftest) sets it.
-	accessQP = AccessLocalWrite | accessRemote
+	// incoming RDMA operations the responder accepts, FLUSH included
+	// (rdma-core's tests set both flush flags on their QPs). LOCAL_WRITE
+	// is tolerated because common code (pyverbs, perftest) sets it.
+	accessQP = AccessLocalWrite | accessRemote | AccessFlushGlobal | AccessFlushPersistent
 )
 
 var accessNames = [...]string{

@@ -1,6 +1,10 @@
 package verbs
 
-import "sync/atomic"
+import (
+	"encoding/binary"
+	"net/netip"
+	"sync/atomic"
+)
 
 // AddressVector is the path to a remote port (struct ibv_ah_attr with its
 // struct ibv_global_route flattened): used by ModifyQP's ah_attr for RC and
@@ -58,7 +62,8 @@ func (d *Device) checkAV(op, field string, av *AddressVector) error {
 type AH struct {
 	pd     *PD
 	av     AddressVector
-	closed atomic.Bool // read lock-free by PostSend
+	dst    netip.AddrPort // the remote device: DGID's address, UDPPort
+	closed atomic.Bool    // read lock-free by PostSend
 }
 
 // CreateAH creates an address handle (ibv_create_ah).
@@ -78,7 +83,11 @@ func (pd *PD) CreateAH(av AddressVector) (*AH, error) {
 		pd.unuse()
 		return nil, err
 	}
-	ah := &AH{pd: pd, av: av}
+	port := av.UDPPort
+	if port == 0 {
+		port = DefaultUDPPort
+	}
+	ah := &AH{pd: pd, av: av, dst: netip.AddrPortFrom(av.DGID.Addr(), port)}
 	if err := d.register(op, func() { d.ahs[ah] = struct{}{} }); err != nil {
 		d.res.ah.release()
 		pd.unuse()
@@ -105,4 +114,69 @@ func (ah *AH) Destroy() error {
 	d.res.ah.release()
 	ah.pd.unuse()
 	return nil
+}
+
+// GRHSize is the size of the Global Route Header area at the start of every
+// UD receive buffer (sizeof(struct ibv_grh)): a UD receive places the
+// packet's IP header there and the payload after it, and its completion's
+// ByteLen counts these 40 bytes. On RoCEv2 an IPv4 packet's 20-byte header
+// fills bytes 20 to 39 after 20 zero bytes; an IPv6 packet's header fills
+// all 40, as Linux rxe writes them.
+const GRHSize = 40
+
+// InitAHFromWC returns the address vector that answers the sender of a UD
+// receive completion (ibv_init_ah_from_wc): the source address of the IP
+// header in grh, the first GRHSize bytes of the receive buffer, becomes
+// the destination GID, and the local GID the packet was sent to selects
+// the source GID index. The hop limit and traffic class are those of the
+// received header. wc must have WCGRH set.
+func (d *Device) InitAHFromWC(port int, wc *WorkCompletion, grh []byte) (AddressVector, error) {
+	const op = "InitAHFromWC"
+	if err := d.checkPort(op, "port_num", port); err != nil {
+		return AddressVector{}, err
+	}
+	switch {
+	case wc == nil:
+		return AddressVector{}, newError(op, "wc", ErrInvalidArgument, "nil")
+	case wc.WCFlags&WCGRH == 0:
+		return AddressVector{}, newError(op, "wc.wc_flags", ErrInvalidArgument, "no GRH: not a UD receive")
+	case len(grh) < GRHSize:
+		return AddressVector{}, errorf(op, "grh", ErrInvalidArgument, "%d bytes, want %d", len(grh), GRHSize)
+	}
+	av := AddressVector{IsGlobal: true, PortNum: port, FlowLabel: binary.BigEndian.Uint32(grh) & 0xFFFFF}
+	var local GID
+	if ip4 := grh[20:40]; grh[0]>>4 != 6 && ip4[0] == 0x45 {
+		// An IPv4 header after 20 zero bytes (libibverbs tells the
+		// forms apart by the version nibbles and the header checksum).
+		av.DGID = GIDFromAddr(netip.AddrFrom4([4]byte(ip4[12:16])))
+		local = GIDFromAddr(netip.AddrFrom4([4]byte(ip4[16:20])))
+		av.HopLimit, av.TrafficClass = ip4[8], ip4[1]
+		av.FlowLabel = 0
+	} else if grh[0]>>4 == 6 {
+		av.DGID, local = GID(grh[8:24]), GID(grh[24:40])
+		av.HopLimit = grh[7]
+		av.TrafficClass = uint8(binary.BigEndian.Uint32(grh) >> 20)
+	} else {
+		return AddressVector{}, newError(op, "grh", ErrInvalidArgument, "neither an IPv4 nor an IPv6 header")
+	}
+	for i, e := range d.gids {
+		if e.GID == local && !local.IsZero() {
+			av.SGIDIndex = i
+			return av, nil
+		}
+	}
+	return AddressVector{}, errorf(op, "grh", ErrInvalidArgument, "destination %v is not a GID of the device", local)
+}
+
+// CreateAHFromWC creates an address handle to the sender of a UD receive
+// completion (ibv_create_ah_from_wc): InitAHFromWC, then CreateAH.
+func (pd *PD) CreateAHFromWC(wc *WorkCompletion, grh []byte, port int) (*AH, error) {
+	if pd == nil {
+		return nil, newError("CreateAHFromWC", "pd", ErrInvalidArgument, "nil")
+	}
+	av, err := pd.dev.InitAHFromWC(port, wc, grh)
+	if err != nil {
+		return nil, err
+	}
+	return pd.CreateAH(av)
 }

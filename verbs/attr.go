@@ -70,6 +70,12 @@ const (
 	DeviceManagedFlowSteer   DeviceCapFlags = 1 << 29
 	DeviceRawScatterFCS      DeviceCapFlags = 1 << 34
 	DevicePCIWriteEndPadding DeviceCapFlags = 1 << 36
+	// FLUSH placement types and ATOMIC_WRITE (IB_UVERBS_DEVICE_*; kernel
+	// values that libibverbs passes through in device_cap_flags_ex
+	// without naming them).
+	DeviceFlushGlobal     DeviceCapFlags = 1 << 38
+	DeviceFlushPersistent DeviceCapFlags = 1 << 39
+	DeviceAtomicWrite     DeviceCapFlags = 1 << 40
 )
 
 // AtomicCap is the scope of atomic operations (enum ibv_atomic_cap).

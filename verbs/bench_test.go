@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 )
@@ -194,15 +195,22 @@ func BenchmarkRCWriteLatency8B(b *testing.B) {
 
 // pingImm WRITEs 8 bytes from one end to the other with seq as the
 // immediate. One request in eight is signaled, so that the send queue is
-// emptied without a completion per hop.
+// emptied without a completion per hop. The work request comes from a pool:
+// PostSend does not keep it, and a benchmark's allocations should be the
+// library's.
 func pingImm(from, to *rcEnd, seq uint32) error {
-	wr := SendWR{Opcode: WRRDMAWriteWithImm, ImmData: seq, SGList: []SGE{from.mr.SGE(0, 8)},
+	wr := pingWRs.Get().(*SendWR)
+	defer pingWRs.Put(wr)
+	*wr = SendWR{Opcode: WRRDMAWriteWithImm, ImmData: seq, SGList: append(wr.SGList[:0], from.mr.SGE(0, 8)),
 		RDMA: RDMAParams{RemoteAddr: to.mr.IOVA() + 8, RKey: to.mr.RKey()}}
 	if seq%8 == 0 {
 		wr.SendFlags = SendSignaled
 	}
-	return from.qp.PostSend(&wr)
+	return from.qp.PostSend(wr)
 }
+
+// pingWRs holds pingImm's work requests.
+var pingWRs = sync.Pool{New: func() any { return &SendWR{SGList: make([]SGE, 0, 1)} }}
 
 // awaitImm waits on e's CQ for the WRITE with immediate that carries seq
 // and reposts the receive it consumed. Send completions are skipped.

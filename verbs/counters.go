@@ -100,14 +100,39 @@ type Counters struct {
 	// StaleResponses counts ACKs and READ responses ignored as duplicate,
 	// stale, ahead of what was sent, or out of order.
 	StaleResponses uint64
-	// CQOverruns counts completions refused by a full CQ, each of which
-	// moved its QP to the error state.
+	// CQOverruns counts completions a CQ refused, full or in error after
+	// an overrun (see CQ); the first one refused moved its QP to the
+	// error state.
 	CQOverruns uint64
 	// LocalErrors counts local protection and length errors.
 	LocalErrors uint64
 	// CaptureErrors counts packets the capture tap failed to write;
 	// device only.
 	CaptureErrors uint64
+	// DroppedMsgs counts UC messages dropped because a packet of theirs
+	// was lost (a PSN gap) or failed a responder check: the rest of the
+	// message is discarded, silently, until the next FIRST or ONLY.
+	DroppedMsgs uint64
+	// DroppedNoRecv counts UC and UD messages dropped for want of a posted
+	// receive (RC answers with an RNR NAK instead).
+	DroppedNoRecv uint64
+	// QKeyViolations counts UD datagrams dropped because their Q_Key was
+	// not the QP's (rxe's port qkey_viol_cntr).
+	QKeyViolations uint64
+
+	// ICRCIDPredicted counts packets accepted with a full 32-bit ICRC
+	// check for a non-zero IPv4 identification that follows the previous
+	// packet's from the same source (segments of a GSO send); device only.
+	ICRCIDPredicted uint64
+	// TxGSO counts datagrams sent with UDP segmentation offload, each of
+	// which left as several packets; device only.
+	TxGSO uint64
+	// RxGRO counts coalesced datagrams the kernel delivered (UDP GRO),
+	// each split back into its packets; device only.
+	RxGRO uint64
+	// GSOFallbacks counts send sockets that stopped using segmentation
+	// offload because the kernel refused it; device only.
+	GSOFallbacks uint64
 }
 
 // counterField names one field of Counters.
@@ -152,6 +177,13 @@ var counterFields = [...]counterField{
 	{"cq_overruns", func(c *Counters) *uint64 { return &c.CQOverruns }},
 	{"local_err", func(c *Counters) *uint64 { return &c.LocalErrors }},
 	{"capture_err", func(c *Counters) *uint64 { return &c.CaptureErrors }},
+	{"dropped_msgs", func(c *Counters) *uint64 { return &c.DroppedMsgs }},
+	{"dropped_no_recv", func(c *Counters) *uint64 { return &c.DroppedNoRecv }},
+	{"qkey_violations", func(c *Counters) *uint64 { return &c.QKeyViolations }},
+	{"icrc_id_predicted", func(c *Counters) *uint64 { return &c.ICRCIDPredicted }},
+	{"tx_gso", func(c *Counters) *uint64 { return &c.TxGSO }},
+	{"rx_gro", func(c *Counters) *uint64 { return &c.RxGRO }},
+	{"gso_fallbacks", func(c *Counters) *uint64 { return &c.GSOFallbacks }},
 }
 
 // Each calls fn with the name and value of every counter, zero or not, in
@@ -220,6 +252,10 @@ func (d *Device) Counters() Counters {
 	c.Malformed = n.Malformed.Load()
 	c.ICRCErrors = n.ICRCErrors.Load()
 	c.ICRCIDRecovered = n.ICRCIDRecovered.Load()
+	c.ICRCIDPredicted = n.ICRCIDPredicted.Load()
+	c.TxGSO = n.TxGSO.Load()
+	c.RxGRO = n.RxGRO.Load()
+	c.GSOFallbacks = n.GSOFallbacks.Load()
 	c.SendErr = n.SendErrors.Load()
 	c.CaptureErrors = n.CaptureErrors.Load()
 	return c
@@ -265,6 +301,9 @@ func (qp *QP) countersLocked() Counters {
 	c.LocalErrors = t.LocalErrors
 	c.RDMASends = t.RDMASends
 	c.RDMARecvs = t.RDMARecvs
+	c.DroppedMsgs = t.DroppedMessages
+	c.DroppedNoRecv = t.DroppedNoRecv
+	c.QKeyViolations = t.QKeyViolations
 	return c
 }
 

@@ -5,11 +5,29 @@ import "sync"
 // CQ is a completion queue (struct ibv_cq): a bounded ring of work
 // completions filled by the device and drained by Poll.
 //
-// A CQ never grows by itself. When the device produces a completion and the
-// ring is full, the completion is dropped and the overrun is recorded (a CQ
-// overrun is an error in the IBA: the QPs feeding the CQ can no longer be
-// trusted to report every work request). Size the CQ for the work requests
-// that can complete between two polls.
+// A CQ never grows by itself: size it for the work requests that can
+// complete between two polls. When the device produces a completion and
+// the ring is full, the CQ overruns, which the IBA treats as a CQ error
+// (IBTA 10.10.2.3, 11.6.3.1):
+//
+//   - the CQ enters an error state for good and the device raises one
+//     EventCQErr for it;
+//   - the completion that did not fit is lost, and so is every later one:
+//     from then on the CQ accepts no completion (Counters.CQOverruns counts
+//     them all);
+//   - each QP whose completion was refused moves to ERR and raises
+//     EventQPFatal (a Local Work Queue Catastrophic Error): its work requests
+//     not completed by then will never complete, since their flush
+//     completions are refused too. A QP that completes nothing into the CQ
+//     after the overrun is not affected;
+//   - the completions the CQ accepted before the overrun stay, and Poll
+//     returns them as usual.
+//
+// So "every work request completes exactly once" holds on every QP that
+// raised no EventQPFatal; on those that did, what the CQ holds is a prefix
+// of their completions and the rest is lost. Recovery is to destroy the
+// failed QPs and the CQ (or move the QPs to RESET and give them a new CQ
+// by recreating them).
 type CQ struct {
 	dev        *Device
 	ch         *CompChannel
@@ -22,7 +40,9 @@ type CQ struct {
 	count    int // completions in the ring
 	arm      cqArm
 	overruns uint64 // completions dropped because the ring was full
+	overrun  bool   // the CQ overran: it is in error and accepts nothing
 	users    int    // QPs sending or receiving into this CQ
+	wait     cqWait // goroutines blocked in Wait (wait.go)
 
 	// Completion-channel state, guarded by ch.mu.
 	evPending   int  // events queued on the channel for this CQ
@@ -113,8 +133,9 @@ func (cq *CQ) Poll(wc []WorkCompletion) (int, error) {
 
 // push appends a completion produced by the device. solicited reports a
 // receive completion of a message with the Solicited Event bit. It returns
-// true if the ring was full: the completion is dropped and the overrun
-// recorded. push never allocates.
+// true if the CQ refused it: the ring was full, or was full once before
+// (the CQ is in error, see CQ). The first overrun raises EventCQErr. push
+// never allocates.
 func (cq *CQ) push(wc WorkCompletion, solicited bool) (overflow bool) {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
@@ -122,12 +143,17 @@ func (cq *CQ) push(wc WorkCompletion, solicited bool) (overflow bool) {
 		return true
 	}
 	size := len(cq.ring)
-	if cq.count == size {
+	if cq.overrun || cq.count == size {
 		cq.overruns++
+		if !cq.overrun {
+			cq.overrun = true
+			cq.dev.events().post(AsyncEvent{Type: EventCQErr, CQ: cq})
+		}
 		return true
 	}
 	cq.ring[(cq.head+cq.count)%size] = wc
 	cq.count++
+	cq.wakeWaiterLocked()
 	// A solicited-only request is also satisfied by an unsuccessful
 	// completion (the IBA's Request Completion Notification rule), so a
 	// consumer sleeping on solicited events learns of errors.
@@ -240,6 +266,7 @@ func (cq *CQ) destroy(force bool) error {
 	}
 	cq.closed = true
 	cq.ring, cq.count = nil, 0
+	cq.wakeWaiterLocked()
 	cq.mu.Unlock()
 	cq.dev.unregister(func() { delete(cq.dev.cqs, cq) })
 	cq.dev.res.cq.release()

@@ -82,7 +82,20 @@ func TestCQPushPollOverflow(t *testing.T) {
 	if !cq.push(wcWithID(3), false) || cq.overrunCount() != 1 {
 		t.Fatal("push into a full CQ did not report the overrun")
 	}
-	// Partial poll, then wrap around the ring.
+	// The overrun put the CQ in error: it keeps what it holds and accepts
+	// nothing more, even with room (see TestCQOverrunState).
+	if n, _ := cq.Poll(buf[:1]); n != 1 || buf[0].WRID != 0 {
+		t.Fatalf("Poll(1) after the overrun = %d %v", n, buf[:1])
+	}
+	if !cq.push(wcWithID(9), false) || cq.overrunCount() != 2 {
+		t.Fatal("a CQ in error accepted a completion")
+	}
+
+	// Partial poll, then wrap around the ring, on a CQ that never overran.
+	cq = mustCQ(t, d, 3)
+	for i := range uint64(3) {
+		cq.push(wcWithID(i), false)
+	}
 	if n, _ := cq.Poll(buf[:2]); n != 2 || buf[0].WRID != 0 || buf[1].WRID != 1 {
 		t.Fatalf("Poll(2) = %d %v", n, buf[:2])
 	}

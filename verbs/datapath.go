@@ -17,6 +17,9 @@ import (
 type qpMemory QP
 
 func (m *qpMemory) Remote(_ uint32, rkey uint32, va uint64, length uint32, need transport.Access) ([]byte, transport.Ref, error) {
+	if KeyIsMW(rkey) {
+		return m.resolveMW(rkey, va, length, need) // a memory window (mw.go)
+	}
 	return m.resolve(rkey, va, length, need)
 }
 

@@ -45,7 +45,7 @@ type DeviceConfig struct {
 	// MaxQPInitRdAtom, MaxResRdAtom, MaxAH, MaxSRQ, MaxSRQWR, MaxSRQSGE
 	// and MaxInlineData replaces the default; the other fields are
 	// ignored. A value the implementation cannot honour is an error:
-	// MaxMR is at most 0x40000 (the memory key index range), MaxQP at
+	// MaxMR is at most 0xEFFFFF (the memory key index range), MaxQP at
 	// most 2^24-2 (the QP numbers other than 0 and 1), MaxMRSize at most
 	// 2^63-1, the others at most 2^31-1.
 	Limits *DeviceAttr
@@ -55,6 +55,16 @@ type DeviceConfig struct {
 	// tests only and needs a binary built with the goroce_faults tag;
 	// Open fails otherwise (see Faults).
 	FaultInjection *Faults
+
+	// NoOffload turns off UDP segmentation and receive offload (GSO and
+	// GRO): every packet is its own datagram on its way through the
+	// kernel. GSO sends a run of equal-size packets of one flow as one
+	// datagram the kernel (or the NIC) cuts up, numbering the IPv4
+	// identification of segment i as i, which goroce's ICRCs account
+	// for; a NIC that numbers them differently in hardware would make
+	// the ICRCs wrong for strict receivers such as rxe. Also useful
+	// when a middlebox should see (and drop) single packets.
+	NoOffload bool
 
 	// NoStatsEndpoint turns off the Unix socket on which the device
 	// serves its counters to goroce-stat (see Device.StatsEndpoint).
@@ -77,6 +87,8 @@ type Device struct {
 
 	// mrs maps lkeys and rkeys to memory regions; lookups are lock-free.
 	mrs *keyTable[mrRegion]
+	// mws maps memory window rkeys to windows, lock-free as well.
+	mws *keyTable[MW]
 
 	eng *engine // the socket and the data path's goroutines
 
@@ -102,6 +114,7 @@ type Device struct {
 // DeviceConfig.Limits asks.
 const (
 	capMaxMR  = mrIndexMax - mrIndexMin + 1 // the MR key index range
+	capMaxMW  = mwIndexMax - mwIndexMin + 1 // the MW key index range
 	capMaxQP  = qpnMax - qpnMin + 1         // the QPN space minus QP0 and QP1
 	capMaxInt = math.MaxInt32               // 32-bit fields of ibv structures
 )
@@ -120,10 +133,12 @@ func defaultDeviceAttr() DeviceAttr {
 		MaxQP:        0x10000,
 		MaxQPWR:      0x4000,
 		// Only what is implemented: RNR NAKs, SRQ resize, a system image
-		// GUID, CUR_STATE in ModifyQP, and UD address handles pinned to
-		// the port.
+		// GUID, CUR_STATE in ModifyQP, UD address handles pinned to the
+		// port, memory windows of type 1 and 2B, FLUSH of both
+		// placement types and ATOMIC_WRITE (rxe's bits for these).
 		DeviceCapFlags: DeviceRCRNRNAKGen | DeviceSRQResize | DeviceSysImageGUID |
-			DeviceCurrQPStateMod | DeviceUDAVPortEnforce,
+			DeviceCurrQPStateMod | DeviceUDAVPortEnforce | DeviceMemWindow | DeviceMemWindowType2B |
+			DeviceFlushGlobal | DeviceFlushPersistent | DeviceAtomicWrite,
 		MaxSGE:          32,
 		MaxSGERD:        32,
 		MaxCQ:           16384,
@@ -134,8 +149,8 @@ func defaultDeviceAttr() DeviceAttr {
 		MaxQPInitRdAtom: 128,
 		MaxResRdAtom:    0x3f000,
 		AtomicCap:       AtomicHCA,
-		MaxMW:           0,      // memory windows are not implemented yet
-		MaxAH:           0x7fff, // rxe: 100, too few for UD servers
+		MaxMW:           capMaxMW, // the whole MW key range (rxe: 0x20000)
+		MaxAH:           0x7fff,   // rxe: 100, too few for UD servers
 		MaxSRQ:          960,
 		MaxSRQWR:        0x4000,
 		MaxSRQSGE:       32, // rxe: 27, a kernel WQE layout limit that does not apply here
@@ -213,6 +228,7 @@ func Open(cfg DeviceConfig) (*Device, error) {
 		gids:           gids,
 		numCompVectors: runtime.NumCPU(),
 		mrs:            newKeyTable[mrRegion](mrIndexMin, mrIndexMax),
+		mws:            newKeyTable[MW](mwIndexMin, mwIndexMax),
 		nextQPN:        qpnMin + rand.Uint32N(qpnMax-qpnMin+1),
 		pds:            make(map[*PD]struct{}),
 		cqs:            make(map[*CQ]struct{}),
@@ -220,7 +236,7 @@ func Open(cfg DeviceConfig) (*Device, error) {
 		srqs:           make(map[*SRQ]struct{}),
 		ahs:            make(map[*AH]struct{}),
 	}
-	eng, err := startEngine(d, netioFaults(cfg.FaultInjection))
+	eng, err := startEngine(d, netioFaults(cfg.FaultInjection), cfg.NoOffload)
 	if err != nil {
 		return nil, errorf(op, "Addr", ErrInvalidArgument, "cannot bind %v: %v", netip.AddrPortFrom(addr, udpPort), err)
 	}
@@ -228,6 +244,7 @@ func Open(cfg DeviceConfig) (*Device, error) {
 	d.res = resources{
 		pd:  resource{name: "max_pd", limit: int64(attr.MaxPD)},
 		mr:  resource{name: "max_mr", limit: int64(attr.MaxMR)},
+		mw:  resource{name: "max_mw", limit: int64(attr.MaxMW)},
 		cq:  resource{name: "max_cq", limit: int64(attr.MaxCQ)},
 		qp:  resource{name: "max_qp", limit: int64(attr.MaxQP)},
 		srq: resource{name: "max_srq", limit: int64(attr.MaxSRQ)},
@@ -456,7 +473,7 @@ func (d *Device) isClosed() bool {
 
 // resources counts objects against the device limits.
 type resources struct {
-	pd, mr, cq, qp, srq, ah resource
+	pd, mr, mw, cq, qp, srq, ah resource
 }
 
 // resource is one counted kind of object. acquire and release are

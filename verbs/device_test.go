@@ -89,14 +89,14 @@ func TestQueryDevice(t *testing.T) {
 		{"MaxQPWR", a.MaxQPWR, 0x4000},
 		{"MaxSGE", a.MaxSGE, 32},
 		{"MaxCQE", a.MaxCQE, 0x7fff},
-		{"MaxMR", a.MaxMR, 0x40000},
+		{"MaxMR", a.MaxMR, 0xEFFFFF},
 		{"MaxPD", a.MaxPD, 0x7ffc},
 		{"MaxQPRdAtom", a.MaxQPRdAtom, 128},
 		{"MaxSRQWR", a.MaxSRQWR, 0x4000},
 		{"MaxPKeys", a.MaxPKeys, 1},
 		{"PhysPortCnt", a.PhysPortCnt, 1},
 		{"MaxInlineData", a.MaxInlineData, 400},
-		{"MaxMW", a.MaxMW, 0},
+		{"MaxMW", a.MaxMW, 0x100000},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -109,8 +109,8 @@ func TestQueryDevice(t *testing.T) {
 	if a.NodeGUID == 0 || a.SysImageGUID != a.NodeGUID {
 		t.Errorf("GUIDs %v %v", a.NodeGUID, a.SysImageGUID)
 	}
-	if a.DeviceCapFlags&DeviceMemWindow != 0 {
-		t.Error("device claims memory windows")
+	if mw := DeviceMemWindow | DeviceMemWindowType2B; a.DeviceCapFlags&mw != mw {
+		t.Error("device does not claim memory windows of type 1 and 2B")
 	}
 	if a.MaxMRSize != def.MaxMRSize {
 		t.Errorf("MaxMRSize = %d", a.MaxMRSize)

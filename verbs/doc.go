@@ -19,6 +19,7 @@
 //	PD.CreateAH / AH.Destroy        ibv_create_ah / ibv_destroy_ah
 //	PD.CreateQP, QP.Modify, Query,  ibv_create_qp, ibv_modify_qp,
 //	  PostSend, PostRecv, Destroy     ibv_query_qp, ibv_post_send, ...
+//	Device.GetAsyncEvent            ibv_get_async_event
 //
 // Constants keep the libibverbs values (AccessRemoteWrite is
 // IBV_ACCESS_REMOTE_WRITE = 2, QPAttrAV is IBV_QP_AV = 1<<7, WCRecv is
@@ -63,6 +64,51 @@
 // and the completer inline, and a timer goroutine retransmits. Completions
 // arrive on the CQs. UC and UD QPs exist as objects, but posting to them
 // returns ErrNotSupported until their transports are written.
+//
+// # Asynchronous events
+//
+// Device.GetAsyncEvent returns the device's asynchronous events in the
+// order they were raised (AsyncEventType has the values of enum
+// ibv_event_type). goroce raises:
+//
+//   - EventQPAccessErr: the QP's responder refused a remote access (bad or
+//     stale rkey, a region of another PD, a missing right, a range out of
+//     bounds) in a request no receive work request is charged with: a
+//     WRITE, a READ, an atomic (IBTA C9-222.1.1, and the rxe patch "Generate
+//     async error for r_key violations"). The QP is in ERR; the requester
+//     got a NAK and completes its work request with WCRemAccessErr.
+//   - EventQPReqErr: likewise for an invalid request (a bad opcode
+//     sequence, a length over 2^31 or not matching the payload, a payload
+//     over the path MTU, a misaligned atomic, an operation the QP's access
+//     flags do not enable).
+//     A responder error that a receive work request is charged with (a SEND
+//     longer than the buffer, a buffer the device cannot write, a WRITE with
+//     immediate to a bad rkey) is reported by that receive's completion
+//     instead, with no event.
+//   - EventCQErr: a CQ overran (see CQ). EventQPFatal: a QP whose
+//     completion the CQ refused; it is in ERR.
+//   - EventSRQLimitReached: an armed SRQ (SRQ.Modify with SRQLimit) fell
+//     below its limit; the limit is disarmed.
+//   - EventQPLastWQEReached: a QP attached to an SRQ entered ERR, by Modify
+//     or by an error: no further receive of the SRQ will be consumed by it.
+//
+// Requester errors are reported by completions only, as in libibverbs.
+// EventCommEst is not raised (nor is it by rxe): RTR already accepts
+// packets. Port, GID, P_Key and path migration events never occur on a
+// goroce device. At most 256 events wait to be read; newer ones are
+// dropped and counted (Device.AsyncEventsDropped), so that an application
+// that ignores them cannot stall the receive path or grow its memory.
+//
+// # Hostile peers
+//
+// The receive path takes any datagram: malformed ones, bad ICRCs, unknown
+// QPs, other sources than a QP's peer, foreign P_Keys and opcodes of
+// another transport are dropped and counted (Counters); requests outside
+// the PSN window are NAKed once (ahead) or treated as duplicates (behind)
+// and never executed twice; every memory access is checked against the
+// QP's PD, the region's rights and bounds (with no overflow) before a byte
+// moves, and a READ answers only with bytes of its region. Per-QP state is
+// fixed at Modify time, so a flood of requests costs no memory.
 //
 // # Concurrency
 //

@@ -17,7 +17,10 @@ import (
 // that runs the responder and completer of the addressed QP inline (parse,
 // ICRC check, dispatch, copy, acknowledge: no channel hop, no allocation per
 // packet), and the timer goroutine that runs retransmission, RNR waits and
-// paced READ replies.
+// paced READ replies. What the packets of one receive batch make an RC QP
+// send (ACKs, requests the ACKs let out) is sent once at the end of the
+// batch (EndBatch), in one sendmmsg with as few GSO datagrams as netio can
+// make of it.
 //
 // Lock order: QP.xmu, then engine.tmu (schedule is called with xmu held);
 // the timer goroutine never holds tmu while it takes a QP's xmu.
@@ -35,6 +38,17 @@ type engine struct {
 	timers timerHeap     // QPs with a pending deadline, earliest first
 	wake   chan struct{} // capacity 1: the earliest deadline changed
 
+	async *asyncQueue // asynchronous events for GetAsyncEvent
+
+	// pending lists the QPs whose output the receive goroutine sends at
+	// the end of the batch (transmitAfterBatch); only that goroutine
+	// touches it.
+	pending []*QP
+	// now and nowUses are rxNow's clock reading and how many packets
+	// used it; receive goroutine only.
+	now     time.Time
+	nowUses int
+
 	unknownQP   atomic.Uint64 // packets for no live RC QP of this device
 	wrongSource atomic.Uint64 // packets from another address than the QP's peer
 
@@ -47,13 +61,13 @@ type engine struct {
 
 // startEngine opens the device's socket, with the fault-injection tap
 // faults unless nil, and starts its goroutines.
-func startEngine(d *Device, faults *netio.Faults) (*engine, error) {
-	conn, err := netio.Open(netio.Config{Addr: d.addr, Port: d.udpPort, Faults: faults})
+func startEngine(d *Device, faults *netio.Faults, noOffload bool) (*engine, error) {
+	conn, err := netio.Open(netio.Config{Addr: d.addr, Port: d.udpPort, Faults: faults, NoGSO: noOffload, NoGRO: noOffload})
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &engine{dev: d, conn: conn, cancel: cancel, wake: make(chan struct{}, 1)}
+	e := &engine{dev: d, conn: conn, cancel: cancel, wake: make(chan struct{}, 1), async: newAsyncQueue()}
 	e.done.Add(2)
 	go func() {
 		defer e.done.Done()
@@ -72,14 +86,19 @@ func (e *engine) stop() {
 	e.cancel()
 	_ = e.conn.Close()
 	e.done.Wait()
+	e.async.close()
 }
 
 // HandlePacket is the receive path (netio.Handler): the packet has parsed
 // and its ICRC matched.
-func (e *engine) HandlePacket(p *wire.Packet, from netip.AddrPort, _ netio.RecvInfo) {
+func (e *engine) HandlePacket(p *wire.Packet, from netip.AddrPort, info netio.RecvInfo) {
 	qp := e.dev.lookupQP(uint32(p.BTH.DestQP()))
 	if qp == nil {
 		e.unknownQP.Add(1)
+		return
+	}
+	if qp.qpType == QPTypeUD {
+		e.handleDatagram(qp, p, from, info)
 		return
 	}
 	qp.xmu.Lock()
@@ -94,10 +113,93 @@ func (e *engine) HandlePacket(p *wire.Packet, from netip.AddrPort, _ netio.RecvI
 		return
 	}
 	raceSync()
-	qp.tq.HandlePacket(p, time.Now(), &qp.out)
+	qp.tq.HandlePacket(p, e.rxNow(), &qp.out)
+	raceSync()
+	e.transmitAfterBatch(qp)
+}
+
+// rxNowEvery is how many packets of a batch share one reading of the clock.
+const rxNowEvery = 16
+
+// rxNow returns the time for the transport's handling of a received
+// packet. Reading the clock for every packet of a 64 KiB run costs more
+// than the packet's transport work; the packets of a batch arrived
+// together, so one reading serves rxNowEvery of them, which bounds its
+// staleness to their handling (microseconds, against timers of
+// milliseconds). Only the receive goroutine calls it.
+func (e *engine) rxNow() time.Time {
+	if e.nowUses == 0 {
+		e.now = time.Now()
+	}
+	e.nowUses = (e.nowUses + 1) % rxNowEvery
+	return e.now
+}
+
+// transmitAfterBatch leaves what the transport produced for qp in its
+// Output until the end of the receive batch (EndBatch), so that what one
+// batch of packets causes (the ACKs of a GRO run, the requests a run of
+// ACKs lets out) goes out in one send, as larger GSO super-packets, rather
+// than one system call per packet. A PostSend or timer in between sends it
+// with its own. The caller holds qp.xmu and is the receive goroutine.
+func (e *engine) transmitAfterBatch(qp *QP) {
+	if n := len(e.pending); n > 0 && e.pending[n-1] == qp {
+		return
+	}
+	for _, q := range e.pending {
+		if q == qp {
+			return
+		}
+	}
+	e.pending = append(e.pending, qp)
+}
+
+// EndBatch sends what the packets of a receive batch caused
+// (netio.BatchEnder): it runs on the receive goroutine after each batch.
+func (e *engine) EndBatch() {
+	for i, qp := range e.pending {
+		qp.xmu.Lock()
+		if !qp.closed.Load() {
+			qp.transmitLocked()
+		}
+		qp.xmu.Unlock()
+		e.pending[i] = nil
+	}
+	e.pending = e.pending[:0]
+	e.nowUses = 0
+}
+
+// handleDatagram is the receive path of a UD QP: datagrams come from any
+// address, and the transport writes the IP header they came with into the
+// GRH area of the receive buffer. QP1 (GSI) is not a goroce QP: CM MADs
+// count as packets for an unknown QP.
+func (e *engine) handleDatagram(qp *QP, p *wire.Packet, from netip.AddrPort, info netio.RecvInfo) {
+	nh := transport.NetHeader{
+		Src:  from.Addr().Unmap(),
+		Dst:  info.Local.Addr().Unmap(),
+		IPID: info.IPID,
+		// The socket reports neither the TTL nor the traffic class:
+		// Linux's default TTL stands in for it, as in the capture tap.
+		HopLimit: datagramHopLimit,
+	}
+	if !nh.Dst.IsValid() {
+		nh.Dst = e.dev.addr
+	}
+	qp.xmu.Lock()
+	defer qp.xmu.Unlock()
+	if qp.closed.Load() {
+		e.unknownQP.Add(1)
+		return
+	}
+	raceSync()
+	qp.tq.HandlePacketFrom(p, &nh, time.Now(), &qp.out)
 	raceSync()
 	qp.transmitLocked()
 }
+
+// datagramHopLimit is the TTL or hop limit written into the GRH of a UD
+// receive: Linux's default, which goroce and rxe peers send with unless an
+// AH says otherwise.
+const datagramHopLimit = 64
 
 // schedule files qp's next deadline. The caller holds qp.xmu.
 func (e *engine) schedule(qp *QP) {

@@ -15,14 +15,17 @@ import (
 // The lkey and rkey of a memory region are equal. Index 0 is never used, so
 // the key 0 is never valid.
 //
-// Memory regions use indices 1..0x40000 and memory windows (not implemented
-// yet) 0x40001..0x60000, the ranges of rxe, so KeyIsMW is a range test on
-// the index.
+// Memory regions use indices 1..0xEFFFFF and memory windows
+// 0xF00000..0xFFFFFF (each range its own table), so KeyIsMW is a range test
+// on the index. rxe stops at 0x40000 regions and 0x20000 windows; keys are
+// opaque to peers, and a userspace device has no reason to cap a process
+// at 256 K registrations (the table grows in 4096-slot chunks as used). A window's key byte is chosen by its binds (the consumer
+// key of IBA 10.6.7.2), starting from the table's generation at AllocMW.
 const (
-	mrIndexMin = 0x00001
-	mrIndexMax = 0x40000
-	mwIndexMin = 0x40001
-	mwIndexMax = 0x60000
+	mrIndexMin = 0x000001
+	mrIndexMax = 0xEFFFFF
+	mwIndexMin = 0xF00000
+	mwIndexMax = 0xFFFFFF
 )
 
 // KeyIsMW reports whether an rkey falls in the memory-window index range

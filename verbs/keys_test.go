@@ -74,7 +74,7 @@ func TestKeyTableReuseDelay(t *testing.T) {
 
 func TestKeyTableLookupEdges(t *testing.T) {
 	tbl := newKeyTable[keyed](mwIndexMin, mwIndexMax)
-	for _, key := range []uint32{0, 0xff, mwIndexMin<<8 | 7, mwIndexMax<<8 | 0xff, (mwIndexMax + 1) << 8, 0xffffffff} {
+	for _, key := range []uint32{0, 0xff, mwIndexMin<<8 | 7, mwIndexMax<<8 | 0xff, (mwIndexMin - 1) << 8, 0xffffffff} {
 		if tbl.lookup(key) != nil {
 			t.Errorf("lookup(%#x) found something in an empty table", key)
 		}
@@ -95,7 +95,7 @@ func TestKeyIsMW(t *testing.T) {
 		want bool
 	}{
 		{0, false}, {1<<8 | 5, false}, {mrIndexMax<<8 | 0xff, false},
-		{mwIndexMin << 8, true}, {mwIndexMax<<8 | 0xff, true}, {(mwIndexMax + 1) << 8, false},
+		{mwIndexMin << 8, true}, {mwIndexMax<<8 | 0xff, true}, {(mwIndexMin - 1) << 8, false},
 	}
 	for _, tt := range tests {
 		if got := KeyIsMW(tt.key); got != tt.want {

@@ -32,22 +32,26 @@ type MR struct {
 
 	reg atomic.Pointer[mrRegion] // the current registration; never nil
 
-	// boundMWs counts memory windows bound to the region; Dereg fails
-	// while it is non-zero (IBA 10.6.7.2.6). Memory windows are not
-	// implemented yet; binding will increment it.
+	// boundMWs counts memory windows bound to the region; Dereg and Rereg
+	// fail while it is non-zero (IBA 10.6.7.2.6). A bind increments it
+	// with mu held, so it cannot race with their check; unbinding
+	// decrements it once the window's accesses have drained.
 	boundMWs atomic.Int32
 }
 
-// mrRegion is one registration of an MR: key, PD, memory and rights. It never
-// changes after publication, so readers need no lock; refs counts accesses
-// in flight.
+// mrRegion is one registration of an MR, or one binding of a memory window
+// onto an MR: key, PD, memory and rights. It never changes after
+// publication, so readers need no lock; refs counts accesses in flight.
 type mrRegion struct {
-	mr     *MR
+	mr     *MR // for a window's binding, the region it is bound to
 	key    uint32
 	pd     *PD
 	buf    []byte
 	iova   uint64
 	access AccessFlags
+	// qp, for the binding of a type 2 window, is the only QP that may use
+	// it (rxe_lookup_mw); nil for regions and type 1 windows.
+	qp *QP
 
 	refs    atomic.Int64  // accesses in flight, plus regionDead once revoked
 	drained chan struct{} // closed by the last release after revocation

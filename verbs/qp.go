@@ -44,7 +44,7 @@ type QP struct {
 	closed atomic.Bool
 
 	xmu    sync.Mutex
-	tq     *transport.QP    // nil for UC and UD: no data path yet
+	tq     *transport.QP    // the transport state machines (RC, UC or UD)
 	out    transport.Output // packets produced under xmu
 	msgs   []netio.Message  // their batch for the socket
 	sgl    []transport.SGE  // work request conversion scratch
@@ -172,25 +172,40 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 		rollback()
 		return nil, err
 	}
-	if qp.qpType == QPTypeRC {
-		cfg := transport.Config{
-			QPN:         qp.qpn,
-			MaxSendWR:   c.MaxSendWR,
-			MaxRecvWR:   c.MaxRecvWR,
-			MaxSGE:      max(c.MaxSendSGE, c.MaxRecvSGE),
-			MaxInline:   c.MaxInlineData,
-			Memory:      (*qpMemory)(qp),
-			SendCQ:      (*cqSink)(qp.sendCQ),
-			RecvCQ:      (*cqSink)(qp.recvCQ),
-			SQSigAll:    qp.sqSigAll,
-			AtomicLocks: &d.eng.atomics,
-		}
-		if qp.srq != nil {
-			cfg.SRQ = (*srqSource)(qp.srq)
-		}
-		qp.tq = transport.NewQP(cfg)
+	cfg := transport.Config{
+		Type:        transportQPType(qp.qpType),
+		QPN:         qp.qpn,
+		MaxSendWR:   c.MaxSendWR,
+		MaxRecvWR:   c.MaxRecvWR,
+		MaxSGE:      max(c.MaxSendSGE, c.MaxRecvSGE),
+		MaxInline:   c.MaxInlineData,
+		Memory:      (*qpMemory)(qp),
+		SendCQ:      (*cqSink)(qp.sendCQ),
+		RecvCQ:      (*cqSink)(qp.recvCQ),
+		SQSigAll:    qp.sqSigAll,
+		AtomicLocks: &d.eng.atomics,
+	}
+	if qp.srq != nil {
+		cfg.SRQ = (*srqSource)(qp.srq)
+	}
+	qp.tq = transport.NewQP(cfg)
+	if qp.qpType == QPTypeUD {
+		// A UD QP has no path MTU attribute: a datagram is bounded
+		// by the port's active MTU (rxe takes the port's too).
+		_ = qp.tq.SetPathMTU(d.port.ActiveMTU.Bytes())
 	}
 	return qp, nil
+}
+
+// transportQPType converts a QP type the transport implements.
+func transportQPType(t QPType) transport.QPType {
+	switch t {
+	case QPTypeUC:
+		return transport.TypeUC
+	case QPTypeUD:
+		return transport.TypeUD
+	}
+	return transport.TypeRC
 }
 
 // QPN returns the QP number.
@@ -267,6 +282,9 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	// QP is really in (no RTS->RTS that would revive a failed QP).
 	qp.xmu.Lock()
 	defer qp.xmu.Unlock()
+	// A move to ERR the receive path has not mirrored yet (its output
+	// waits for the end of the batch) counts, with its events.
+	qp.noteTransportErrorLocked()
 	cur := qp.State()
 	next := cur
 	if mask&QPAttrState != 0 {
@@ -293,6 +311,9 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	}
 	qp.attr = a
 	qp.state.Store(int32(next))
+	if next == QPStateErr && cur != QPStateErr {
+		qp.raiseQPEventsLocked(false)
+	}
 	return nil
 }
 
@@ -309,6 +330,14 @@ func (qp *QP) applyTransportLocked(op string, a *QPAttr, mask QPAttrMask, cur, n
 		if err := qp.connectLocked(op, a); err != nil {
 			return err
 		}
+	}
+	if qp.qpType == QPTypeUD && qp.sender == nil && next != QPStateReset && next != QPStateErr {
+		if err := qp.openDatagramLocked(op); err != nil {
+			return err
+		}
+	}
+	if mask&QPAttrQKey != 0 {
+		tq.SetQKey(a.QKey)
 	}
 	var errs []error
 	set := func(bit QPAttrMask, err error) {
@@ -380,6 +409,17 @@ func (qp *QP) connectLocked(op string, a *QPAttr) error {
 	return nil
 }
 
+// openDatagramLocked takes the UDP source port of a UD QP: rxe gives each
+// QP one derived from its number at creation, used for every destination.
+func (qp *QP) openDatagramLocked(op string) error {
+	sender, err := qp.dev.eng.conn.Sender(netio.SourcePortForQPN(wireQPN(qp.qpn)))
+	if err != nil {
+		return errorf(op, "qp_state", ErrNoMemory, "UDP source port: %v", err)
+	}
+	qp.sender = sender
+	return nil
+}
+
 // disconnectLocked gives back the source port.
 func (qp *QP) disconnectLocked() {
 	if qp.sender != nil {
@@ -397,7 +437,11 @@ func (qp *QP) transmitLocked() {
 	if len(pkts) > 0 && qp.sender != nil {
 		msgs := qp.msgs[:0]
 		for i := range pkts {
-			msgs = append(msgs, netio.Message{Dst: qp.peer, Packet: pkts[i].Bytes})
+			dst := qp.peer
+			if ah, ok := pkts[i].Dest.(*AH); ok {
+				dst = ah.dst // a UD send: the WR's address handle
+			}
+			msgs = append(msgs, netio.Message{Dst: dst, Packet: pkts[i].Bytes})
 		}
 		_, _ = qp.sender.SendBatch(msgs)
 		clear(msgs) // drop references to the packet buffers
@@ -415,6 +459,7 @@ func (qp *QP) transmitLocked() {
 func (qp *QP) noteTransportErrorLocked() {
 	if qp.tq != nil && qp.tq.State() == transport.StateErr && qp.State() != QPStateErr {
 		qp.state.Store(int32(QPStateErr))
+		qp.raiseQPEventsLocked(true)
 	}
 }
 
@@ -574,8 +619,9 @@ func (qp *QP) Destroy() error {
 // ("srq") or the request has more SGEs than max_recv_sge ("num_sge"), and
 // with ErrNoMemory when the receive queue is full ("rq"). In ERR the request
 // completes at once with WCWRFlushErr. The SGEs' keys are checked when a
-// message arrives, as in hardware. UC and UD QPs have no data path yet
-// (ErrNotSupported). PostRecv does not allocate.
+// message arrives, as in hardware. On a UD QP each buffer must hold the
+// 40-byte GRH area before the payload (GRHSize). PostRecv does not
+// allocate.
 func (qp *QP) PostRecv(wr *RecvWR) error {
 	const op = "PostRecv"
 	switch {
@@ -597,9 +643,6 @@ func (qp *QP) PostRecv(wr *RecvWR) error {
 	}
 	if state := qp.State(); state == QPStateReset {
 		return errorf(op, "qp_state", ErrInvalidState, "cannot post receives in %v", state)
-	}
-	if qp.tq == nil {
-		return errorf(op, "qp_type", ErrNotSupported, "no %v data path yet", qp.qpType)
 	}
 	err := qp.tq.PostRecv(&transport.RecvWQE{WRID: wr.WRID, SGL: qp.convertSGL(wr.SGList)})
 	qp.noteTransportErrorLocked() // a flushed receive can overrun the CQ
@@ -636,6 +679,10 @@ func transportPostError(op string, err error) error {
 		return newError(op, "num_sge", ErrInvalidArgument, err.Error())
 	case errors.Is(err, transport.ErrInlineTooLong):
 		return newError(op, "sg_list", ErrInvalidArgument, err.Error())
+	case errors.Is(err, transport.ErrMessageTooLong):
+		return newError(op, "sg_list", ErrInvalidArgument, err.Error())
+	case errors.Is(err, transport.ErrBadOpcodeForType):
+		return newError(op, "opcode", ErrInvalidArgument, err.Error())
 	}
 	return newError(op, "wr", ErrInvalidArgument, err.Error())
 }
@@ -648,85 +695,141 @@ func transportPostError(op string, err error) error {
 // completed at once with WCWRFlushErr in SQE and ERR (as libibverbs
 // providers do); RESET, INIT and RTR fail with ErrInvalidState. The request
 // is checked as rxe does: the opcode must be valid for the QP type
-// (ErrInvalidArgument) and implemented (ErrNotSupported: LOCAL_INV,
-// BIND_MW, TSO, FLUSH, ATOMIC_WRITE); at most max_send_sge SGEs
-// ("num_sge"); a message of at most 2^31 bytes; atomics move exactly 8
-// bytes; SendInline only for sends and writes and at most max_inline_data
-// bytes; READ and atomics need max_rd_atomic > 0. A full send queue fails
+// (ErrInvalidArgument) and implemented (ErrNotSupported: TSO); at most
+// max_send_sge SGEs ("num_sge"); a message of at most 2^31 bytes; atomics
+// and ATOMIC_WRITE move exactly 8 bytes; SendInline only for sends and
+// writes and at most max_inline_data bytes; READ, atomics, FLUSH and
+// ATOMIC_WRITE need max_rd_atomic > 0; BIND_MW, LOCAL_INV and FLUSH carry
+// no data (see mw.go and SendWR for their own fields). A full send queue fails
 // with ErrNoMemory ("sq"). A misaligned atomic is the responder's to refuse:
 // it completes with WCRemInvReqErr, as on rxe and hardware.
 //
 // Except with SendInline, SGEs are not resolved at post time: their keys and
 // bounds are checked when the device reads them, as in hardware, and a bad
-// one completes the request with WCLocProtErr. UC and UD QPs have no data
-// path yet (ErrNotSupported). PostSend does not allocate.
+// one completes the request with WCLocProtErr.
+//
+// On a UC QP the request completes when its last packet leaves: nothing
+// acknowledges it. On a UD QP UD names the destination (an AH of the QP's
+// PD, the remote QPN and Q_Key; a Q_Key with the high bit set sends the
+// QP's own), and the message must fit in one packet of the port's active
+// MTU ("sg_list"). PostSend does not allocate.
 func (qp *QP) PostSend(wr *SendWR) error {
 	const op = "PostSend"
-	switch {
-	case qp.closed.Load():
-		return closedError(op, "qp")
-	case wr == nil:
+	if wr == nil {
 		return newError(op, "wr", ErrInvalidArgument, "nil")
+	}
+	info, err := qp.checkSendWR(op, wr)
+	if err != nil {
+		return err
+	}
+	qp.xmu.Lock()
+	defer qp.xmu.Unlock()
+	err = qp.postSendLocked(op, wr, info)
+	// Even after an error: qp.out may hold what the receive path left
+	// for the end of its batch.
+	qp.transmitLocked()
+	return err
+}
+
+// PostSendList posts the work requests of wrs in order, as ibv_post_send
+// posts a chained list, and then transmits what they made ready in one
+// batch: one system call for many small requests where PostSend makes one
+// each (perftest's -l/--post_list). Each request is checked and queued as
+// PostSend does. It returns how many were posted: on an error, wrs[n] is
+// the request that failed (ibv_post_send's bad_wr), the ones before it are
+// posted and will complete, and none after it is. PostSendList does not
+// allocate.
+func (qp *QP) PostSendList(wrs []SendWR) (int, error) {
+	const op = "PostSendList"
+	qp.xmu.Lock()
+	defer qp.xmu.Unlock()
+	for i := range wrs {
+		info, err := qp.checkSendWR(op, &wrs[i])
+		if err == nil {
+			err = qp.postSendLocked(op, &wrs[i], info)
+		}
+		if err != nil {
+			qp.transmitLocked()
+			return i, err
+		}
+	}
+	qp.transmitLocked()
+	return len(wrs), nil
+}
+
+// checkSendWR runs the checks of a send work request that need no lock.
+func (qp *QP) checkSendWR(op string, wr *SendWR) (opcodeInfo, error) {
+	if qp.closed.Load() {
+		return opcodeInfo{}, closedError(op, "qp")
 	}
 	info := lookupOpcode(wr.Opcode)
 	switch {
 	case !info.known:
-		return errorf(op, "opcode", ErrInvalidArgument, "%v", wr.Opcode)
+		return opcodeInfo{}, errorf(op, "opcode", ErrInvalidArgument, "%v", wr.Opcode)
 	case !info.validFor(qp.qpType):
-		return errorf(op, "opcode", ErrInvalidArgument, "%v is not valid on a %v QP", wr.Opcode, qp.qpType)
+		return opcodeInfo{}, errorf(op, "opcode", ErrInvalidArgument, "%v is not valid on a %v QP", wr.Opcode, qp.qpType)
 	case !info.supported:
-		return errorf(op, "opcode", ErrNotSupported, "%v", wr.Opcode)
+		return opcodeInfo{}, errorf(op, "opcode", ErrNotSupported, "%v", wr.Opcode)
 	}
 	if unknown := wr.SendFlags &^ sendFlagsKnown; unknown != 0 {
-		return errorf(op, "send_flags", ErrInvalidArgument, "unknown bits %#x", uint32(unknown))
+		return opcodeInfo{}, errorf(op, "send_flags", ErrInvalidArgument, "unknown bits %#x", uint32(unknown))
 	}
 	if wr.SendFlags&SendIPCsum != 0 {
-		return newError(op, "send_flags", ErrNotSupported, "IP checksum offload")
+		return opcodeInfo{}, newError(op, "send_flags", ErrNotSupported, "IP checksum offload")
 	}
 	if len(wr.SGList) > qp.cap.MaxSendSGE {
-		return errorf(op, "num_sge", ErrInvalidArgument, "%d exceeds max_send_sge %d", len(wr.SGList), qp.cap.MaxSendSGE)
+		return opcodeInfo{}, errorf(op, "num_sge", ErrInvalidArgument, "%d exceeds max_send_sge %d", len(wr.SGList), qp.cap.MaxSendSGE)
 	}
 	length := sgListLength(wr.SGList)
 	if length > maxMessageSize {
-		return errorf(op, "sg_list", ErrInvalidArgument, "message of %d bytes exceeds 2^31", length)
+		return opcodeInfo{}, errorf(op, "sg_list", ErrInvalidArgument, "message of %d bytes exceeds 2^31", length)
 	}
 	if info.atomic && (length != 8 || len(wr.SGList) != 1) {
-		return errorf(op, "sg_list", ErrInvalidArgument, "atomic operand of %d bytes in %d SGEs, want one of 8", length, len(wr.SGList))
+		return opcodeInfo{}, errorf(op, "sg_list", ErrInvalidArgument, "atomic operand of %d bytes in %d SGEs, want one of 8", length, len(wr.SGList))
 	}
 	inline := wr.SendFlags&SendInline != 0
 	if inline {
 		if !info.inline {
-			return errorf(op, "send_flags", ErrInvalidArgument, "%v cannot carry inline data", wr.Opcode)
+			return opcodeInfo{}, errorf(op, "send_flags", ErrInvalidArgument, "%v cannot carry inline data", wr.Opcode)
 		}
 		if length > uint64(qp.cap.MaxInlineData) {
-			return errorf(op, "sg_list", ErrInvalidArgument, "%d bytes of inline data exceed max_inline_data %d", length, qp.cap.MaxInlineData)
+			return opcodeInfo{}, errorf(op, "sg_list", ErrInvalidArgument, "%d bytes of inline data exceed max_inline_data %d", length, qp.cap.MaxInlineData)
 		}
+	}
+	if qp.qpType == QPTypeUC && wr.Opcode == WRSendWithInv {
+		// rxe's opcode table admits it, but IBTA gives UC no opcode
+		// with an IETH: rxe's requester then fails the request.
+		return opcodeInfo{}, newError(op, "opcode", ErrNotSupported, "SEND_WITH_INV on a UC QP: no UC opcode carries an IETH")
 	}
 	if qp.qpType == QPTypeUD {
 		ah := wr.UD.AH
 		switch {
 		case ah == nil:
-			return newError(op, "ud.ah", ErrInvalidArgument, "missing")
+			return opcodeInfo{}, newError(op, "ud.ah", ErrInvalidArgument, "missing")
 		case ah.pd != qp.pd:
-			return newError(op, "ud.ah", ErrInvalidArgument, "in another protection domain")
+			return opcodeInfo{}, newError(op, "ud.ah", ErrInvalidArgument, "in another protection domain")
 		case ah.closed.Load():
-			return closedError(op, "ud.ah")
+			return opcodeInfo{}, closedError(op, "ud.ah")
 		case wr.UD.RemoteQPN > 0xFFFFFF:
-			return errorf(op, "ud.remote_qpn", ErrInvalidArgument, "%#x exceeds 24 bits", wr.UD.RemoteQPN)
+			return opcodeInfo{}, errorf(op, "ud.remote_qpn", ErrInvalidArgument, "%#x exceeds 24 bits", wr.UD.RemoteQPN)
+		case length > uint64(qp.dev.port.ActiveMTU.Bytes()):
+			return opcodeInfo{}, errorf(op, "sg_list", ErrInvalidArgument, "UD message of %d bytes exceeds the MTU %d: a datagram is one packet", length, qp.dev.port.ActiveMTU.Bytes())
 		}
 	}
+	return info, nil
+}
 
-	qp.xmu.Lock()
-	defer qp.xmu.Unlock()
+// postSendLocked queues a checked send work request in the transport,
+// which builds the packets it may send now into qp.out; the caller holds
+// xmu and transmits them.
+func (qp *QP) postSendLocked(op string, wr *SendWR, info opcodeInfo) error {
+	inline := wr.SendFlags&SendInline != 0
 	if qp.closed.Load() {
 		return closedError(op, "qp")
 	}
 	state := qp.State()
 	if state < QPStateRTS {
 		return errorf(op, "qp_state", ErrInvalidState, "cannot post sends in %v", state)
-	}
-	if qp.tq == nil {
-		return errorf(op, "qp_type", ErrNotSupported, "no %v data path yet", qp.qpType)
 	}
 	if state == QPStateSQE {
 		// The send queue is in error: new work flushes (IBA 10.8.3.5).
@@ -742,9 +845,15 @@ func (qp *QP) PostSend(wr *SendWR) error {
 		Imm:            wr.ImmData,
 		InvalidateRKey: wr.InvalidateRKey,
 	}
+	if qp.qpType == QPTypeUD {
+		w.RemoteQPN, w.RemoteQKey, w.Dest = wr.UD.RemoteQPN, wr.UD.RemoteQKey, wr.UD.AH
+	}
 	if info.atomic {
 		w.RemoteAddr, w.RKey = wr.Atomic.RemoteAddr, wr.Atomic.RKey
 		w.CompareAdd, w.Swap = wr.Atomic.CompareAdd, wr.Atomic.Swap
+	}
+	if err := qp.extendedWQE(op, wr, &w); err != nil {
+		return err
 	}
 	if inline {
 		data, err := qp.gatherInline(op, wr.SGList)
@@ -757,10 +866,8 @@ func (qp *QP) PostSend(wr *SendWR) error {
 	}
 	raceSync()
 	if err := qp.tq.PostSend(&w, time.Now(), &qp.out); err != nil {
-		qp.out.Reset()
 		return transportPostError(op, err)
 	}
-	qp.transmitLocked()
 	return nil
 }
 

@@ -40,8 +40,7 @@ type SRQ struct {
 	limit  int // armed low watermark; 0 = disarmed
 	users  int // QPs using the SRQ
 
-	// limitEvents counts SRQ limit events (IBV_EVENT_SRQ_LIMIT_REACHED)
-	// raised; the asynchronous event path will deliver them.
+	// limitEvents counts SRQ limit events (EventSRQLimitReached) raised.
 	limitEvents uint64
 }
 
@@ -152,15 +151,14 @@ func (s *SRQ) PostRecv(wr *RecvWR) error {
 	return nil
 }
 
-// take moves the oldest receive work request into dst for a QP and applies
-// the limit rule. It reports false when the SRQ is empty.
 // checkLimitLocked fires the SRQ limit when the queue drops below the
-// armed watermark, disarming it (IBA: one event per arm). The caller holds
-// s.mu.
+// armed watermark, disarming it (IBA: one event per arm), and raises
+// EventSRQLimitReached. The caller holds s.mu.
 func (s *SRQ) checkLimitLocked() {
 	if s.limit > 0 && s.rq.ring.len() < s.limit {
 		s.limit = 0
 		s.limitEvents++
+		s.pd.dev.events().post(AsyncEvent{Type: EventSRQLimitReached, SRQ: s})
 	}
 }
 

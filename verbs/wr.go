@@ -1,6 +1,10 @@
 package verbs
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/goroce/goroce/internal/transport"
+)
 
 // SGE is a scatter/gather entry (struct ibv_sge): Length bytes at address
 // Addr of the memory region with local key LKey. Addr is in the region's
@@ -32,13 +36,13 @@ const (
 	WRRDMARead          WROpcode = 4  // IBV_WR_RDMA_READ (RC)
 	WRAtomicCmpAndSwp   WROpcode = 5  // IBV_WR_ATOMIC_CMP_AND_SWP (RC)
 	WRAtomicFetchAndAdd WROpcode = 6  // IBV_WR_ATOMIC_FETCH_AND_ADD (RC)
-	WRLocalInv          WROpcode = 7  // IBV_WR_LOCAL_INV (not supported)
-	WRBindMW            WROpcode = 8  // IBV_WR_BIND_MW (not supported)
+	WRLocalInv          WROpcode = 7  // IBV_WR_LOCAL_INV (RC)
+	WRBindMW            WROpcode = 8  // IBV_WR_BIND_MW (RC, UC)
 	WRSendWithInv       WROpcode = 9  // IBV_WR_SEND_WITH_INV (RC, UC)
 	WRTSO               WROpcode = 10 // IBV_WR_TSO (RAW_PACKET only; not supported)
 	WRDriver1           WROpcode = 11 // IBV_WR_DRIVER1 (not supported)
-	WRFlush             WROpcode = 14 // IBV_WR_FLUSH (not supported)
-	WRAtomicWrite       WROpcode = 15 // IBV_WR_ATOMIC_WRITE (not supported)
+	WRFlush             WROpcode = 14 // IBV_WR_FLUSH (RC)
+	WRAtomicWrite       WROpcode = 15 // IBV_WR_ATOMIC_WRITE (RC)
 )
 
 var wrOpcodeNames = map[WROpcode]string{
@@ -104,13 +108,13 @@ var opcodeTable = [...]opcodeInfo{
 	WRRDMARead:          {known: true, qpTypes: rcOnly, supported: true, wc: WCRDMARead},
 	WRAtomicCmpAndSwp:   {known: true, qpTypes: rcOnly, supported: true, atomic: true, wc: WCCompSwap},
 	WRAtomicFetchAndAdd: {known: true, qpTypes: rcOnly, supported: true, atomic: true, wc: WCFetchAdd},
-	WRLocalInv:          {known: true, qpTypes: rcOnly, wc: WCLocalInv},
-	WRBindMW:            {known: true, qpTypes: rcUC, wc: WCBindMW},
+	WRLocalInv:          {known: true, qpTypes: rcOnly, supported: true, wc: WCLocalInv},
+	WRBindMW:            {known: true, qpTypes: rcUC, supported: true, wc: WCBindMW},
 	WRSendWithInv:       {known: true, qpTypes: rcUC, supported: true, inline: true, wc: WCSend},
 	WRTSO:               {known: true, wc: WCTSO},
 	WRDriver1:           {known: true},
-	WRFlush:             {known: true, qpTypes: rcOnly, wc: WCFlush},
-	WRAtomicWrite:       {known: true, qpTypes: rcOnly, wc: WCAtomicWrite},
+	WRFlush:             {known: true, qpTypes: rcOnly, supported: true, wc: WCFlush},
+	WRAtomicWrite:       {known: true, qpTypes: rcOnly, supported: true, wc: WCAtomicWrite},
 }
 
 // lookupOpcode returns what is known of op; known is false for values
@@ -167,11 +171,52 @@ type UDParams struct {
 	RemoteQKey uint32 // with the high bit set, the QP's own Q_Key is used
 }
 
+// FlushType is the placement type of a FLUSH (enum ibv_placement_type): a
+// set of bits.
+type FlushType uint8
+
+// FLUSH placement types, with the libibverbs values.
+const (
+	FlushGlobal     FlushType = 1 << 0 // IBV_FLUSH_GLOBAL: global visibility
+	FlushPersistent FlushType = 1 << 1 // IBV_FLUSH_PERSISTENT: persistence
+)
+
+// FlushLevel is the selectivity level of a FLUSH (enum
+// ibv_selectivity_level).
+type FlushLevel uint8
+
+// FLUSH selectivity levels, with the libibverbs values.
+const (
+	FlushRange FlushLevel = 0 // IBV_FLUSH_RANGE: [RemoteAddr, RemoteAddr+Length)
+	FlushMR    FlushLevel = 1 // IBV_FLUSH_MR: the whole region (or window) of RKey
+)
+
+// FlushParams are the operands of a FLUSH (ibv_wr_flush's arguments). The
+// target's memory must grant the rights of Type: AccessFlushGlobal for
+// FlushGlobal, AccessFlushPersistent for FlushPersistent, and so must the
+// target QP's access flags; otherwise the FLUSH completes with
+// WCRemAccessErr (memory) or WCRemInvReqErr (QP).
+type FlushParams struct {
+	RemoteAddr uint64
+	RKey       uint32
+	Length     uint32 // at most 2^31; ignored with FlushMR
+	Type       FlushType
+	Level      FlushLevel
+}
+
 // SendWR is a send work request (struct ibv_send_wr). Which fields matter
 // depends on Opcode: RDMA for READ and WRITE, Atomic for the atomics, UD for
 // sends on a UD QP, ImmData for the *_WITH_IMM opcodes, InvalidateRKey for
-// SEND_WITH_INV. The request is copied when posted; the SGList memory must
-// stay registered until the work request completes (unless SendInline).
+// SEND_WITH_INV and LOCAL_INV, BindMW for BIND_MW, Flush for FLUSH.
+//
+// ATOMIC_WRITE (ibv_wr_atomic_write) takes its target from RDMA, which
+// must be 8-byte aligned, and its 8 bytes from SGList, one 8-byte entry
+// read when the request is sent: the bytes are stored as they are, in the
+// target's memory order, with no byte swapping (rxe copies them). The
+// target memory needs AccessRemoteWrite, as does the target QP.
+//
+// The request is copied when posted; the SGList memory must stay registered
+// until the work request completes (unless SendInline).
 type SendWR struct {
 	WRID      uint64
 	SGList    []SGE
@@ -186,6 +231,14 @@ type SendWR struct {
 	RDMA   RDMAParams
 	Atomic AtomicParams
 	UD     UDParams
+	BindMW MWBindParams
+	Flush  FlushParams
+
+	// bindType1 marks the BIND_MW that QP.BindMW posts for a type 1
+	// window, and bindFrom is the window's rkey it expects to replace;
+	// PostSend refuses type 1 windows otherwise.
+	bindType1 bool
+	bindFrom  uint32
 }
 
 // maxMessageSize is the largest message of a work request (IBA: 2^31).
@@ -198,4 +251,36 @@ func sgListLength(sges []SGE) uint64 {
 		n += uint64(sges[i].Length)
 	}
 	return n
+}
+
+// extendedWQE checks and converts the parts of a work request specific to
+// BIND_MW, LOCAL_INV, FLUSH and ATOMIC_WRITE. The caller holds xmu.
+func (qp *QP) extendedWQE(op string, wr *SendWR, w *transport.SendWQE) error {
+	switch wr.Opcode {
+	case WRBindMW:
+		return qp.bindWQE(op, wr, w)
+	case WRLocalInv:
+		if len(wr.SGList) != 0 || wr.SendFlags&SendInline != 0 {
+			return newError(op, "num_sge", ErrInvalidArgument, "LOCAL_INV carries no data")
+		}
+	case WRFlush:
+		f := &wr.Flush
+		switch {
+		case len(wr.SGList) != 0 || wr.SendFlags&SendInline != 0:
+			return newError(op, "num_sge", ErrInvalidArgument, "FLUSH carries no data")
+		case f.Type == 0 || f.Type&^(FlushGlobal|FlushPersistent) != 0:
+			return errorf(op, "flush.type", ErrInvalidArgument, "%#x", uint8(f.Type))
+		case f.Level != FlushRange && f.Level != FlushMR:
+			return errorf(op, "flush.level", ErrInvalidArgument, "%d", uint8(f.Level))
+		case f.Length > maxMessageSize:
+			return errorf(op, "flush.length", ErrInvalidArgument, "%d exceeds 2^31", f.Length)
+		}
+		w.RemoteAddr, w.RKey = f.RemoteAddr, f.RKey
+		w.FlushLength, w.FlushType, w.FlushLevel = f.Length, uint8(f.Type), uint8(f.Level)
+	case WRAtomicWrite:
+		if len(wr.SGList) != 1 || wr.SGList[0].Length != 8 {
+			return errorf(op, "sg_list", ErrInvalidArgument, "ATOMIC_WRITE needs one SGE of 8 bytes")
+		}
+	}
+	return nil
 }

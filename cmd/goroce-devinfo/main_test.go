@@ -173,6 +173,7 @@ func TestDeviceCapFlagNames(t *testing.T) {
 		{verbs.DeviceSRQResize, "SRQ_RESIZE"},
 		{verbs.DeviceMemWindow, "MEM_WINDOW"},
 		{verbs.DeviceMemMgtExtensions, "MEM_MGT_EXTENSIONS"},
+		{verbs.DeviceMemWindowType2B, "MEM_WINDOW_TYPE_2B"},
 	} {
 		if a.DeviceCapFlags&f.bit != 0 {
 			want = append(want, f.name)

@@ -61,6 +61,8 @@ const (
 	defTxBW        = 128
 	defTxLat       = 1
 	defRxSend      = 512
+	ucMaxRx        = 16000      // UC_MAX_RX: the UC and UD receive depth's cap
+	udQKey         = 0x11111111 // DEF_QKEY, the UD QPs' Q_Key
 	defCQMod       = 100
 	defDuration    = 5
 	defQPTimeout   = 14
@@ -84,6 +86,7 @@ type config struct {
 	test       testKind
 	host       string // server to connect to; empty: be the server
 	size       int
+	sizeSet    bool // -s was given
 	all        bool
 	iters      int
 	duration   int // seconds; 0: run -n iterations
@@ -91,6 +94,7 @@ type config struct {
 	mtu        int // bytes; 0: the port's active MTU
 	qps        int
 	txDepth    int
+	postList   int // -l: work requests per post
 	outs       int // 0: the device maximum
 	gidIndex   int
 	ibDev      string
@@ -109,6 +113,8 @@ type config struct {
 	json          bool
 	plot          string
 	counters      bool
+	busyPoll      bool
+	plotRef       string // LABEL=FILE: a reference latency distribution for the plot
 }
 
 // parseArgs parses "TEST [flags] [server-host] [flags]".
@@ -153,13 +159,14 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	both(&c.mtu, "m", "mtu", 0, "path MTU in bytes (256..4096); default the port's active MTU")
 	both(&c.qps, "q", "qp", 1, "number of QPs")
 	both(&txDepth, "t", "tx-depth", -1, "send queue depth (default 128 bw, 1 lat)")
+	both(&c.postList, "l", "post_list", 1, "post lists of this many send work requests at once (bandwidth tests)")
 	both(&c.outs, "o", "outs", 0, "outstanding RDMA READs/atomics (default the device maximum)")
 	both(&c.gidIndex, "x", "gid-index", 1, "GID index of the local port (goroce: 1, the GID of the bound address)")
 	both(&c.ibDev, "d", "ib-dev", verbs.DefaultDeviceName, "device name")
 	both(&c.bidir, "b", "bidirectional", false, "traffic in both directions (bandwidth tests)")
 	both(&c.atomicType, "A", "atomic_type", "FETCH_AND_ADD", "CMP_AND_SWAP or FETCH_AND_ADD")
 	both(&c.inline, "I", "inline_size", 0, "send WRITEs and SENDs up to this size inline")
-	both(&c.conn, "c", "connection", "RC", "connection type: RC")
+	both(&c.conn, "c", "connection", "RC", "connection type: RC, UC (WRITE and SEND tests) or UD (SEND tests)")
 	both(&c.gbits, "", "report_gbits", false, "report bandwidth in Gb/sec instead of MB/sec")
 	both(&c.cpuFreqF, "F", "", false, "accepted for perftest compatibility (no CPU frequency check here)")
 	both(&c.bind, "", "bind", "", "local IP address of the device (default: the address the TCP connection uses)")
@@ -169,6 +176,8 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	both(&c.check, "", "check", false, "validate the data end to end (goroce peers only)")
 	both(&c.json, "", "json", false, "print one JSON object per result line instead of the table")
 	both(&c.counters, "", "counters", false, "print the device's counters (rxe's hw_counters and goroce's own) at the end")
+	both(&c.busyPoll, "", "busy-poll", false, "poll completions and memory in a tight loop, never yielding the processor (lowest latency; burns a core per waiting side)")
+	both(&c.plotRef, "", "plot-ref", "", "LABEL=FILE: draw FILE's latencies (one per line, usec) in the plot's CDF as LABEL, e.g. a UDP ping-pong")
 	both(&c.plot, "", "plot", "", "write plots of bandwidth against message size (use -a) and a latency CDF to FILE.svg or FILE.png")
 
 	rest := args[1:]
@@ -189,7 +198,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	// Defaults that depend on the test, as perftest sets them.
 	switch {
 	case size >= 0:
-		c.size = size
+		c.size, c.sizeSet = size, true
 	case t.verb == verbAtomic:
 		c.size = atomicSize
 	case t.lat:
@@ -255,6 +264,10 @@ func (c *config) validate(loopAddrs string) error {
 		return fmt.Errorf("-t %d: the send queue depth must be at least 1", c.txDepth)
 	case c.outs < 0:
 		return fmt.Errorf("-o %d: must be positive", c.outs)
+	case c.postList < 1:
+		return fmt.Errorf("-l %d: a post list holds at least one work request", c.postList)
+	case c.postList > 1 && c.test.lat:
+		return errors.New("-l: post lists are for bandwidth tests")
 	case c.gidIndex != 1:
 		// Index 0 is a link-local GID derived from the node GUID: no
 		// address the device sends from or receives on.
@@ -267,19 +280,39 @@ func (c *config) validate(loopAddrs string) error {
 		// Both sides must stop after the same message; perftest
 		// synchronises that with timers, goroce-perf does not yet.
 		return fmt.Errorf("-D: not supported by %s yet; use -n", c.test.name)
+	case c.plotRef != "" && c.plot == "":
+		return errors.New("--plot-ref needs --plot")
 	case c.plot != "" && plotFormat(c.plot) == "":
 		return fmt.Errorf("--plot %s: want a .svg or .png file", c.plot)
+	}
+	if c.plotRef != "" {
+		// Read it now: a bad file should not wait for the end of the run.
+		if _, err := loadPlotRef(c.plotRef); err != nil {
+			return err
+		}
 	}
 	if c.mtu != 0 {
 		if m := verbs.MTUFromBytes(c.mtu); !m.Valid() || m.Bytes() != c.mtu {
 			return fmt.Errorf("-m %d: want 256, 512, 1024, 2048 or 4096", c.mtu)
 		}
 	}
-	switch strings.ToUpper(c.conn) {
+	// perftest's change_conn_type: UC has no READ or atomics, UD only
+	// SEND.
+	switch conn := strings.ToUpper(c.conn); conn {
 	case "RC":
-		c.conn = "RC"
-	case "UC", "UD", "XRC", "DC", "SRD":
-		return fmt.Errorf("-c %s: only RC is supported", c.conn)
+		c.conn = conn
+	case "UC":
+		if c.test.verb == verbRead || c.test.verb == verbAtomic {
+			return fmt.Errorf("-c UC: UC connection not possible in READ/ATOMIC verbs (%s)", c.test.name)
+		}
+		c.conn = conn
+	case "UD":
+		if c.test.verb != verbSend {
+			return fmt.Errorf("-c UD: UD connection only possible in SEND verb (%s)", c.test.name)
+		}
+		c.conn = conn
+	case "XRC", "DC", "SRD":
+		return fmt.Errorf("-c %s: only RC, UC and UD are supported", c.conn)
 	default:
 		return fmt.Errorf("-c %s: unknown connection type", c.conn)
 	}
@@ -351,10 +384,17 @@ func (c *config) cqMod(size int) int {
 	return max(m, 1)
 }
 
-// rxDepth is how many receives the send tests keep posted.
+// rxDepth is how many receives the send tests keep posted: perftest's 512,
+// at most -n, and with UC and UD -n up to 16000, so that every message
+// finds a receive posted before the start (force_dependecies): these
+// transports have no RNR flow control, a message that finds none is lost.
 func (c *config) rxDepth() int {
 	d := defRxSend
-	if c.duration == 0 && c.iters < d {
+	switch {
+	case c.duration != 0:
+	case c.conn == "UC" || c.conn == "UD":
+		d = min(c.iters, ucMaxRx)
+	case c.iters < d:
 		d = c.iters
 	}
 	return d

@@ -1,6 +1,6 @@
 // Command goroce-perf is perftest (ib_write_bw, ib_read_lat, ...) for
-// goroce: it measures RDMA bandwidth and latency over goroce's RoCEv2 RC
-// queue pairs, speaks perftest's out-of-band protocol on TCP port 18515,
+// goroce: it measures RDMA bandwidth and latency over goroce's RoCEv2 RC,
+// UC and UD queue pairs, speaks perftest's out-of-band protocol on TCP port 18515,
 // and prints perftest's table, so that a real perftest binary on a host
 // with a RoCE NIC or Soft-RoCE can be either peer.
 //
@@ -22,7 +22,7 @@
 // perftest's flags are accepted where they apply: -s/--size, -a/--all,
 // -n/--iters, -D/--duration, -p/--port, -m/--mtu, -q/--qp, -t/--tx-depth,
 // -o/--outs, -x/--gid-index, -d/--ib-dev, -A/--atomic_type, -I/--inline_size,
-// -c/--connection (RC), --report_gbits and -F. goroce's own: --bind ADDR,
+// -c/--connection (RC, UC, UD), --report_gbits and -F. goroce's own: --bind ADDR,
 // the address the device binds (default: the address of the TCP
 // connection); --loopback with --loopback-addrs SERVER,CLIENT; --udp-port;
 // --check, which validates the data end to end between goroce peers (the
@@ -44,13 +44,37 @@
 // --plot FILE.svg (or FILE.png) draws the bandwidth (the typical latency
 // in the latency tests) against the message size, meant for -a, next to
 // the cumulative distribution of the per-message latencies of up to six
-// sizes.
+// sizes. --plot-ref LABEL=FILE adds a reference distribution to the CDF,
+// FILE holding one latency in microseconds per line (bench/run.sh draws
+// sockperf's UDP ping-pong there).
+//
+// Waiting: by default a side waiting for a completion parks in CQ.Wait,
+// woken by the device, and one watching memory (ib_write_lat) sleeps 1 µs
+// between looks, so an idle side burns no CPU and never holds a processor
+// the device's receive goroutine needs. --busy-poll polls both in a tight
+// loop instead, as perftest does: the lowest latency where a core is left
+// for each device's receive goroutine, but with fewer cores than spinning
+// sides plus receive goroutines (two cores, --loopback write_lat) the
+// packets wait for the Go runtime's 10 ms background network poll.
 //
 // goroce announces perftest version 6.06 so that perftest 6.28 and later
 // skip their binary parameter negotiation (see internal/oob).
 //
-// Not supported yet: UC, UD and the other -c types, rdma_cm (-R), -D in
-// ib_send_* and ib_write_lat (both sides must stop together).
+// -c UC and -c UD follow perftest: UC runs the WRITE and SEND tests (no
+// READ or atomics), UD the SEND tests. A UC QP is connected with a path and
+// the PSNs only; a UD QP gets Q_Key 0x11111111 and sends through an address
+// handle toward the peer's QP of the same index, whose number the key line
+// carries. A UD message is one packet: sizes stop at the path MTU (the
+// default size becomes it, -a stops there, a larger -s is an error), and
+// every receive buffer holds the 40-byte GRH before the message. Neither
+// has flow control, so the send tests post all their receives up front (up
+// to 16000, perftest's UC_MAX_RX); a lost message is lost, and the side
+// waiting for it fails after 10 s without progress. --check works on both;
+// on the passive side of a UC WRITE test it waits up to 5 s for the last
+// WRITEs, which nothing acknowledges, to land.
+//
+// Not supported yet: XRC, DC and SRD (-c), rdma_cm (-R), -D in ib_send_*
+// and ib_write_lat (both sides must stop together).
 //
 // Errors are one line on stderr. The exit status is 0 on success, 1 when
 // the test fails (connection, peer, device, data check) and 2 for a bad

@@ -66,6 +66,14 @@ func TestLoopbackEveryTest(t *testing.T) {
 		{"read_bw", []string{"-b", "-q", "2", "-s", "5000"}, 5000, []string{"client", "server"}},
 		{"send_bw", []string{"-b", "-q", "2", "-s", "7000"}, 7000, []string{"client", "server"}},
 		{"atomic_bw", []string{"-b", "-A", "CMP_AND_SWAP"}, 8, []string{"client", "server"}},
+		// Post lists (-l), also with a list longer than the room left.
+		{"write_bw", []string{"-l", "16", "-s", "8"}, 8, []string{"client", "server"}},
+		{"atomic_bw", []string{"-l", "5", "-A", "CMP_AND_SWAP", "-t", "12"}, 8, []string{"client", "server"}},
+		{"send_bw", []string{"-l", "7", "-s", "100", "-q", "2"}, 100, []string{"client", "server"}},
+		// Busy polling where one side waits at a time: the passive
+		// server of write_bw, the client alone in read_lat.
+		{"write_bw", []string{"--busy-poll", "-s", "4096"}, 4096, []string{"client", "server"}},
+		{"read_lat", []string{"--busy-poll"}, defSizeLat, []string{"client"}},
 	} {
 		name := tc.test + strings.Join(tc.extra, "")
 		t.Run(name, func(t *testing.T) {
@@ -322,7 +330,12 @@ func TestBadInput(t *testing.T) {
 		{"size over the device limit, no bind", []string{"read_bw", "-s", "4294967296", "-p", garbagePort, "127.0.5.101"}, 1, "max_msg_sz"},
 		{"unknown test", []string{"write_fast"}, 2, "unknown test"},
 		{"no test", nil, 2, "missing TEST"},
-		{"UD", []string{"send_bw", "-c", "UD"}, 2, "only RC"},
+		{"UD write", []string{"write_bw", "-c", "UD"}, 2, "UD connection only possible in SEND verb"},
+		{"UC read", []string{"read_lat", "-c", "UC"}, 2, "UC connection not possible in READ/ATOMIC verbs"},
+		{"UC atomic", []string{"atomic_bw", "-c", "uc"}, 2, "UC connection not possible in READ/ATOMIC verbs"},
+		{"XRC", []string{"send_bw", "-c", "XRC"}, 2, "only RC, UC and UD"},
+		{"connection type", []string{"send_bw", "-c", "TCP"}, 2, "unknown connection type"},
+		{"UD size above the MTU", []string{"send_bw", "-c", "UD", "-s", "4097", "--loopback", "--loopback-addrs", "127.0.5.105,127.0.5.106", "-p", "0"}, 1, "cannot be larger than the MTU (4096)"},
 		{"atomic size", []string{"atomic_bw", "-s", "16"}, 2, "8 bytes"},
 		{"bad MTU", []string{"write_bw", "-m", "1500"}, 2, "-m 1500"},
 		{"two hosts", []string{"write_bw", "a", "b"}, 2, "unexpected argument"},
@@ -331,6 +344,9 @@ func TestBadInput(t *testing.T) {
 		{"bidirectional latency", []string{"write_lat", "-b"}, 2, "bandwidth tests"},
 		{"GID index 0", []string{"write_bw", "-x", "0"}, 2, "GID index 1 only"},
 		{"plot format", []string{"write_bw", "-a", "--plot", "x.pdf"}, 2, "want a .svg or .png file"},
+		{"plot reference without plot", []string{"write_lat", "--plot-ref", "udp=x.txt"}, 2, "needs --plot"},
+		{"plot reference without label", []string{"write_lat", "--plot", "x.svg", "--plot-ref", "x.txt"}, 2, "LABEL=FILE"},
+		{"plot reference missing", []string{"write_lat", "--plot", "x.svg", "--plot-ref", "udp=/nonexistent/x.txt"}, 2, "no such file"},
 		{"duration of a send test", []string{"send_bw", "-D", "2"}, 2, "use -n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -60,7 +61,15 @@ func writePlot(path string, cfg *config, side string, results []result) error {
 	if len(results) == 0 {
 		return fmt.Errorf("--plot: the %s has no results to plot", side)
 	}
-	d := plotDrawing(cfg, side, results)
+	var refs []plotRef
+	if cfg.plotRef != "" {
+		r, err := loadPlotRef(cfg.plotRef)
+		if err != nil {
+			return err
+		}
+		refs = append(refs, r)
+	}
+	d := plotDrawing(cfg, side, results, refs...)
 	var b bytes.Buffer
 	switch f := plotFormat(path); f {
 	case "svg":
@@ -147,8 +156,47 @@ func (d *drawing) text(x, y float64, s string, anchor textAnchor) {
 	d.add(textMark{x: x, y: y, s: s, anchor: anchor, size: plotFontSize, fill: plotTextColor})
 }
 
-// plotDrawing lays out the plot of results, which must not be empty.
-func plotDrawing(cfg *config, side string, results []result) *drawing {
+// plotRef is a reference latency distribution drawn with the CDFs, such
+// as a kernel UDP ping-pong's (--plot-ref).
+type plotRef struct {
+	label   string
+	samples []float64 // µs, sorted
+}
+
+// loadPlotRef reads --plot-ref's LABEL=FILE: FILE holds one latency in
+// microseconds per line; empty lines and lines starting with # are
+// skipped.
+func loadPlotRef(arg string) (plotRef, error) {
+	label, path, ok := strings.Cut(arg, "=")
+	if !ok || label == "" || path == "" {
+		return plotRef{}, fmt.Errorf("--plot-ref %q: want LABEL=FILE", arg)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return plotRef{}, fmt.Errorf("--plot-ref: %w", err)
+	}
+	r := plotRef{label: label}
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		v, err := strconv.ParseFloat(line, 64)
+		if err != nil || !(v >= 0) || math.IsInf(v, 0) {
+			return plotRef{}, fmt.Errorf("--plot-ref %s:%d: %q is not a latency in microseconds", path, i+1, line)
+		}
+		r.samples = append(r.samples, v)
+	}
+	if len(r.samples) == 0 {
+		return plotRef{}, fmt.Errorf("--plot-ref %s: no latencies", path)
+	}
+	slices.Sort(r.samples)
+	return r, nil
+}
+
+// plotDrawing lays out the plot of results, which must not be empty, with
+// the reference distributions refs in the CDF panel.
+func plotDrawing(cfg *config, side string, results []result, refs ...plotRef) *drawing {
 	d := &drawing{width: plotW, height: plotH}
 	d.add(rectMark{w: plotW, h: plotH, fill: plotBackground})
 	d.add(textMark{x: plotW / 2, y: 24, s: fmt.Sprintf("goroce-perf %s (%s, %s)", cfg.test.name, side, cfg.conn),
@@ -218,6 +266,9 @@ func plotDrawing(cfg *config, side string, results []result) *drawing {
 	for _, r := range curves {
 		lo, hi = math.Min(lo, r.samples[0]), math.Max(hi, r.samples[len(r.samples)-1])
 	}
+	for _, r := range refs {
+		lo, hi = math.Min(lo, r.samples[0]), math.Max(hi, r.samples[len(r.samples)-1])
+	}
 	lo, hi = math.Floor(math.Log10(math.Max(lo, 1e-3))), math.Ceil(math.Log10(math.Max(hi, 1e-3)))
 	if lo == hi {
 		hi++
@@ -231,23 +282,36 @@ func plotDrawing(cfg *config, side string, results []result) *drawing {
 		yTicks = append(yTicks, tick{float64(i) / 4, strconv.FormatFloat(float64(i)/4, 'f', 2, 64)})
 	}
 	d.axes(right, "latency, "+what+" [usec]", "fraction of messages", xTicks, yTicks)
-	for i, r := range curves {
-		var cx, cy []float64
-		n := len(r.samples)
-		step := max(1, n/500)
-		for k := 0; k < n; k += step {
-			cx = append(cx, math.Log10(math.Max(r.samples[k], 1e-3)))
-			cy = append(cy, float64(k+1)/float64(n))
-		}
-		cx = append(cx, math.Log10(math.Max(r.samples[n-1], 1e-3)))
-		cy = append(cy, 1)
-		c := plotColors[i%len(plotColors)]
-		d.curve(right, cx, cy, c, false)
-		// The legend, right of the panel.
-		d.add(textMark{x: float64(right.x + panelW + 8), y: float64(right.y + 14 + 16*i), s: sizeLabel(int64(r.size)) + " B",
+	legend := func(i int, s string, c color.RGBA) {
+		// Right of the panel.
+		d.add(textMark{x: float64(right.x + panelW + 8), y: float64(right.y + 14 + 16*i), s: s,
 			size: plotFontSize, fill: c})
 	}
+	for i, r := range curves {
+		c := plotColors[i%len(plotColors)]
+		d.cdf(right, r.samples, c)
+		legend(i, sizeLabel(int64(r.size))+" B", c)
+	}
+	for i, r := range refs {
+		d.cdf(right, r.samples, plotTextColor)
+		legend(len(curves)+i, r.label, plotTextColor)
+	}
 	return d
+}
+
+// cdf draws the cumulative distribution of the sorted samples, thinned to
+// about 500 points, on a log10 x axis.
+func (d *drawing) cdf(p panel, samples []float64, c color.RGBA) {
+	var cx, cy []float64
+	n := len(samples)
+	step := max(1, n/500)
+	for k := 0; k < n; k += step {
+		cx = append(cx, math.Log10(math.Max(samples[k], 1e-3)))
+		cy = append(cy, float64(k+1)/float64(n))
+	}
+	cx = append(cx, math.Log10(math.Max(samples[n-1], 1e-3)))
+	cy = append(cy, 1)
+	d.curve(p, cx, cy, c, false)
 }
 
 // panel maps data coordinates onto a panelW×panelH box at (x, y).

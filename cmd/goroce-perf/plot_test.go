@@ -182,3 +182,51 @@ func TestLoopbackPlotPNG(t *testing.T) {
 	}
 	checkPNG(t, plot, 1)
 }
+
+// A reference distribution (--plot-ref) is one more CDF curve, labelled,
+// and widens the latency axis to hold it.
+func TestPlotRef(t *testing.T) {
+	dir := t.TempDir()
+	ref := filepath.Join(dir, "udp.txt")
+	// Far slower than plotResults' samples: the axis must reach 10^4.
+	if err := os.WriteFile(ref, []byte("# sockperf\n5000\n\n7000.5\n9000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	svg := filepath.Join(dir, "p.svg")
+	cfg, err := parseArgs([]string{"write_lat", "--plot", svg, "--plot-ref", "kernel UDP=" + ref}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writePlot(svg, cfg, "client", plotResults(3, 3, 100)); err != nil {
+		t.Fatal(err)
+	}
+	checkPlot(t, svg, 1+1+1) // size panel, the 8-byte CDF, the reference
+	b, err := os.ReadFile(svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{">kernel UDP<", ">10000<"} {
+		if !bytes.Contains(b, []byte(want)) {
+			t.Errorf("the SVG lacks %q", want)
+		}
+	}
+}
+
+func TestLoadPlotRefRejects(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ content, want string }{
+		{"", "no latencies"},
+		{"# only a comment\n", "no latencies"},
+		{"12\nabc\n", ":2: \"abc\""},
+		{"-3\n", "not a latency"},
+		{"NaN\n", "not a latency"},
+	} {
+		f := filepath.Join(dir, "r.txt")
+		if err := os.WriteFile(f, []byte(tc.content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := loadPlotRef("x=" + f); err == nil || !bytes.Contains([]byte(err.Error()), []byte(tc.want)) {
+			t.Errorf("%q: error %v, want %q", tc.content, err, tc.want)
+		}
+	}
+}

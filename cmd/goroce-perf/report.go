@@ -213,7 +213,7 @@ func (s *side) printBanner() {
 		s.printf(" TX depth        : %d\n", cfg.txDepth)
 	}
 	if !t.lat {
-		s.printf(" CQ Moderation   : %d\n", cfg.cqMod(cfg.maxSize()))
+		s.printf(" CQ Moderation   : %d\n", cfg.cqMod(s.maxSize()))
 	}
 	s.printf(" Mtu             : %d[B]\n", s.mtu.Bytes())
 	s.printf(" Link type       : Ethernet\n")

@@ -32,6 +32,7 @@ type side struct {
 	cq    *verbs.CQ // send completions
 	rcq   *verbs.CQ // receive completions
 	qps   []*verbs.QP
+	ahs   []*verbs.AH // UD: one per QP, toward the peer's QP
 	buf   []byte
 	mr    *verbs.MR
 	slot  int // perftest's BUFF_SIZE: bytes per QP and direction
@@ -117,6 +118,10 @@ func (s *side) run(ctx context.Context, nc net.Conn) (err error) {
 	}); err != nil {
 		return err
 	}
+	if c := s.cfg; c.conn == "UD" && c.sizeSet && !c.all && c.size > s.mtu.Bytes() {
+		// check_mtu: a datagram is one packet.
+		return fmt.Errorf("-s %d: a UD message cannot be larger than the MTU (%d)", c.size, s.mtu.Bytes())
+	}
 	if err := s.initResources(); err != nil {
 		return err
 	}
@@ -164,7 +169,7 @@ func (s *side) run(ctx context.Context, nc net.Conn) (err error) {
 		// prepare barrier traffic, per size (-a adds a barrier after
 		// each size), then close.
 		s.printTableHeader()
-		for _, size := range s.cfg.sizes() {
+		for _, size := range s.sizes() {
 			if err := s.prepareRecvs(size); err != nil {
 				return err
 			}
@@ -199,7 +204,7 @@ func (s *side) run(ctx context.Context, nc net.Conn) (err error) {
 			return err
 		}
 		s.printTableHeader()
-		for _, size := range s.cfg.sizes() {
+		for _, size := range s.sizes() {
 			if err := barrier(); err != nil {
 				return err
 			}
@@ -230,7 +235,7 @@ func (s *side) run(ctx context.Context, nc net.Conn) (err error) {
 		s.printTableHeader()
 		cpu0 := cpuTime()
 		if s.role == oob.Client {
-			for _, size := range s.cfg.sizes() {
+			for _, size := range s.sizes() {
 				if err := s.traffic(ctx, size); err != nil {
 					return err
 				}
@@ -270,7 +275,7 @@ func (s *side) run(ctx context.Context, nc net.Conn) (err error) {
 		}
 		s.printTableHeader()
 		if t.verb == verbWrite || s.role == oob.Client {
-			for _, size := range s.cfg.sizes() {
+			for _, size := range s.sizes() {
 				if err := s.traffic(ctx, size); err != nil {
 					return err
 				}
@@ -396,7 +401,7 @@ func (s *side) initResources() error {
 		}
 	}
 	cycle := max(int(s.agree.SysData.CycleBuffer), defPageSize)
-	s.slot = (max(cfg.maxSize(), cycle) + cycle - 1) / cycle * cycle
+	s.slot = (max(s.maxSize()+s.recvExtra(), cycle) + cycle - 1) / cycle * cycle
 	total := 2 * cfg.qps * s.slot
 	if uint64(total) > da.MaxMRSize {
 		return fmt.Errorf("buffer of %d bytes is above the device's max_mr_size", total)
@@ -426,16 +431,29 @@ func (s *side) initResources() error {
 	if err != nil {
 		return err
 	}
+	// INIT as ctx_modify_qp_to_init: a UD QP gets its Q_Key, the others
+	// their access flags (a UC QP only those UC has).
+	qpType := verbs.QPTypeRC
+	init := verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QPAccessFlags: qpAccess}
+	initMask := verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags
+	switch cfg.conn {
+	case "UC":
+		qpType = verbs.QPTypeUC
+		init.QPAccessFlags = verbs.AccessLocalWrite | verbs.AccessRemoteWrite
+	case "UD":
+		qpType = verbs.QPTypeUD
+		init.QPAccessFlags, init.QKey = 0, udQKey
+		initMask = verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey
+	}
 	for range cfg.qps {
-		qp, err := pd.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: s.cq, RecvCQ: s.rcq,
+		qp, err := pd.CreateQP(verbs.QPInitAttr{QPType: qpType, SendCQ: s.cq, RecvCQ: s.rcq,
 			Cap: verbs.QPCap{MaxSendWR: cfg.txDepth, MaxRecvWR: max(rx, 1), MaxSendSGE: 1, MaxRecvSGE: 1,
 				MaxInlineData: cfg.inline}})
 		if err != nil {
 			return err
 		}
 		s.qps = append(s.qps, qp)
-		if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QPAccessFlags: qpAccess},
-			verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+		if err := qp.Modify(&init, initMask); err != nil {
 			return err
 		}
 	}
@@ -459,6 +477,12 @@ func (s *side) initResources() error {
 // connect moves every QP to RTR and RTS toward the peer's Dests, with
 // perftest's attributes (ctx_connect).
 func (s *side) connect() error {
+	switch s.cfg.conn {
+	case "UC":
+		return s.connectUC()
+	case "UD":
+		return s.connectUD()
+	}
 	da := s.dev.Query()
 	for i, qp := range s.qps {
 		r := s.remote[i]
@@ -500,6 +524,9 @@ func (s *side) teardown() error {
 	for _, qp := range s.qps {
 		errs = append(errs, qp.Destroy())
 	}
+	for _, ah := range s.ahs {
+		errs = append(errs, ah.Destroy())
+	}
 	if s.mr != nil {
 		start := time.Now()
 		errs = append(errs, s.mr.Dereg())
@@ -511,4 +538,85 @@ func (s *side) teardown() error {
 	s.counters = s.dev.Counters()
 	s.dev = nil
 	return errors.Join(errs...)
+}
+
+// pathTo is the address vector toward the peer's QP i (ctx_modify_qp_to_rtr).
+func (s *side) pathTo(i int) verbs.AddressVector {
+	return verbs.AddressVector{DGID: verbs.GID(s.remote[i].GID), SGIDIndex: s.cfg.gidIndex, HopLimit: defHopLimit,
+		IsGlobal: true, PortNum: 1, UDPPort: uint16(s.cfg.udpPort)}
+}
+
+// connectUC moves every UC QP to RTR and RTS: a path, the PSNs and nothing
+// else, UC having no acknowledgements, retries, RNR NAKs or READs.
+func (s *side) connectUC() error {
+	for i, qp := range s.qps {
+		r := s.remote[i]
+		if err := qp.Modify(&verbs.QPAttr{
+			QPState: verbs.QPStateRTR, PathMTU: s.mtu, DestQPNum: r.QPN, RQPSN: r.PSN, AHAttr: s.pathTo(i),
+		}, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN); err != nil {
+			return fmt.Errorf("QP %d to RTR: %w", i, err)
+		}
+		if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: s.local[i].PSN},
+			verbs.QPAttrState|verbs.QPAttrSQPSN); err != nil {
+			return fmt.Errorf("QP %d to RTS: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// connectUD moves every UD QP to RTR and RTS, which take no path, and
+// creates an address handle toward the peer's QP of the same index, which
+// every send names along with that QP's number and perftest's Q_Key.
+func (s *side) connectUD() error {
+	for i, qp := range s.qps {
+		if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTR}, verbs.QPAttrState); err != nil {
+			return fmt.Errorf("QP %d to RTR: %w", i, err)
+		}
+		if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: s.local[i].PSN},
+			verbs.QPAttrState|verbs.QPAttrSQPSN); err != nil {
+			return fmt.Errorf("QP %d to RTS: %w", i, err)
+		}
+		ah, err := s.pd.CreateAH(s.pathTo(i))
+		if err != nil {
+			return fmt.Errorf("QP %d: address handle: %w", i, err)
+		}
+		s.ahs = append(s.ahs, ah)
+	}
+	return nil
+}
+
+// recvExtra is what a receive buffer holds beyond the message: the GRH of
+// a UD datagram, before it (perftest's UD_ADDITION).
+func (s *side) recvExtra() int {
+	if s.cfg.conn == "UD" {
+		return verbs.GRHSize
+	}
+	return 0
+}
+
+// sizes returns the message sizes this side runs: the command line's, but
+// with UD none above the path MTU, as perftest's check_mtu has it: -a stops
+// at the MTU and the default size becomes the MTU (an explicit larger -s is
+// an error, reported by run).
+func (s *side) sizes() []int {
+	sz := s.cfg.sizes()
+	if s.cfg.conn != "UD" || !s.mtu.Valid() {
+		return sz
+	}
+	var fit []int
+	for _, n := range sz {
+		if n <= s.mtu.Bytes() {
+			fit = append(fit, n)
+		}
+	}
+	if len(fit) == 0 {
+		fit = []int{s.mtu.Bytes()}
+	}
+	return fit
+}
+
+// maxSize is the largest message of the run, which sizes the buffers.
+func (s *side) maxSize() int {
+	sz := s.sizes()
+	return sz[len(sz)-1]
 }

@@ -56,11 +56,23 @@ type Config struct {
 	// DefaultMaxDatagramSize.
 	MaxDatagramSize int
 	// StrictICRC accepts only packets whose ICRC matches with IPv4
-	// identification 0, as goroce peers send it: a full 32-bit check, but
-	// packets from Linux rxe (which counts identifications) are dropped.
-	// By default the identification is recovered from the ICRC, which
-	// leaves a 16-bit check for such packets (see icrc_recv.go).
+	// identification 0 or with the identification predicted from the
+	// previous packet of the same source (as goroce peers send them,
+	// GSO segments included): a full 32-bit check, but packets from
+	// Linux rxe (which counts identifications) are dropped whenever the
+	// prediction misses. By default any identification is recovered from
+	// the ICRC, which leaves a 16-bit check for such packets (see
+	// icrc_recv.go).
 	StrictICRC bool
+	// NoGSO turns off UDP segmentation offload on send: every packet is
+	// then its own sendmmsg entry. By default consecutive packets of one
+	// flow go to the kernel as one datagram with UDP_SEGMENT, which the
+	// kernel (or the NIC) cuts into the packets (see gso_linux.go).
+	NoGSO bool
+	// NoGRO turns off UDP receive offload: by default the receive socket
+	// sets UDP_GRO, so that the kernel may hand over several packets of a
+	// flow as one buffer, which Serve splits again.
+	NoGRO bool
 	// Faults, if not nil, turns on the fault-injection tap, for tests
 	// only: Open fails with ErrFaultsNotBuilt unless the binary was built
 	// with the goroce_faults tag (see Faults).
@@ -136,6 +148,8 @@ type Conn struct {
 	closed  bool
 	serving bool
 	rx      *receiver          // made by the first Serve, reused
+	gso     bool               // senders start with segmentation offload
+	gro     bool               // the receive socket has UDP_GRO set
 	senders map[uint16]*Sender // by bound port
 	aliases map[uint16]uint16  // requested port → bound port, when the bind moved on
 }
@@ -156,7 +170,7 @@ func Open(cfg Config) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("netio: open %v: %w", local, err)
 	}
-	return &Conn{
+	c := &Conn{
 		cfg:     cfg,
 		local:   local,
 		v6:      cfg.Addr.Is6(),
@@ -165,7 +179,9 @@ func Open(cfg Config) (*Conn, error) {
 		faults:  faults,
 		senders: make(map[uint16]*Sender),
 		aliases: make(map[uint16]uint16),
-	}, nil
+	}
+	c.gso, c.gro = probeOffloads(rc, &cfg)
+	return c, nil
 }
 
 // LocalAddr returns the address and port the Conn receives on.

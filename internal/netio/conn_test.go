@@ -636,11 +636,17 @@ func TestRoundTripNoAlloc(t *testing.T) {
 
 // BenchmarkLoopback measures send and receive throughput between two Conns
 // over loopback: batches of 32 packets with SendBatch, at most 512 packets
-// in flight so that the receive buffer never overflows.
+// in flight so that the receive buffer never overflows, with segmentation
+// and receive offload and without.
 func BenchmarkLoopback(b *testing.B) {
-	for _, size := range []int{1024, 4096} {
-		b.Run(itoa(size), func(b *testing.B) {
-			ca, cb := openPair(b, addrA, addrB, Config{})
+	for _, bc := range []struct {
+		name string
+		size int
+		off  bool
+	}{{"1024", 1024, false}, {"4096", 4096, false}, {"1024/NoOffload", 1024, true}, {"4096/NoOffload", 4096, true}} {
+		size := bc.size
+		b.Run(bc.name, func(b *testing.B) {
+			ca, cb := openPair(b, addrA, addrB, Config{NoGSO: bc.off, NoGRO: bc.off})
 			arrived := make(chan struct{}, 1)
 			var count countingHandler
 			count.signal = arrived

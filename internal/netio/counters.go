@@ -5,7 +5,8 @@ import "sync/atomic"
 // Counters count what a Conn did, for diagnostics and tests. The fields are
 // updated atomically while the Conn runs and may be read at any time.
 type Counters struct {
-	// RxPackets and RxBytes count every datagram read from the socket and
+	// RxPackets and RxBytes count every packet read from the socket (a
+	// datagram, or one segment of a coalesced datagram, see RxGRO) and
 	// its UDP payload bytes, including the ones dropped below.
 	RxPackets atomic.Uint64
 	RxBytes   atomic.Uint64
@@ -22,8 +23,18 @@ type Counters struct {
 	// IPv4 identification from the ICRC (a 16-bit check; see
 	// Config.StrictICRC).
 	ICRCIDRecovered atomic.Uint64
+	// ICRCIDPredicted counts packets accepted with a non-zero IPv4
+	// identification that is the one after the previous packet's from the
+	// same source: the segments of a GSO send (Linux numbers them 0, 1,
+	// 2, ...) and runs of packets from a sender that counts
+	// identifications. The prediction makes it a full 32-bit check, so
+	// these are not counted in ICRCIDRecovered.
+	ICRCIDPredicted atomic.Uint64
 	// Delivered counts packets handed to the Handler.
 	Delivered atomic.Uint64
+	// RxGRO counts datagrams the kernel coalesced (UDP_GRO) and the
+	// receive loop split back into packets, each counted in RxPackets.
+	RxGRO atomic.Uint64
 
 	// TxPackets and TxBytes count packets sent and their UDP payload
 	// bytes, ICRC included.
@@ -32,6 +43,14 @@ type Counters struct {
 	// SendErrors counts packets the kernel refused (EMSGSIZE above the
 	// path MTU, ENETUNREACH, ...) and packets the caller passed malformed.
 	SendErrors atomic.Uint64
+	// TxGSO counts datagrams sent with UDP segmentation offload
+	// (UDP_SEGMENT): several packets of one flow handed to the kernel at
+	// once, each counted in TxPackets.
+	TxGSO atomic.Uint64
+	// GSOFallbacks counts Senders that stopped using segmentation offload
+	// because the kernel or the route refused it; they send one datagram
+	// per packet from then on.
+	GSOFallbacks atomic.Uint64
 
 	// CaptureErrors counts packets the capture tap failed to write.
 	CaptureErrors atomic.Uint64

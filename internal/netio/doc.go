@@ -15,7 +15,22 @@
 // and UDP headers the kernel will build. Receiving ([Conn.Serve]) reads
 // batches with recvmmsg into buffers allocated once, parses each datagram
 // with wire.Packet.Parse, checks its ICRC and calls the [Handler] inline on
-// the receive goroutine: no channel hop and no allocation per packet.
+// the receive goroutine: no channel hop and no allocation per packet. A
+// Handler that is a [BatchEnder] learns when a batch ends, to send what it
+// caused at once.
+//
+// # Segmentation and receive offload
+//
+// The per-packet cost of the kernel's UDP path, not copying, bounds the
+// throughput of MTU-sized datagrams, so SendBatch hands consecutive packets
+// of a flow to the kernel as one datagram with UDP_SEGMENT (GSO), which is
+// cut into the packets as late as possible (by the NIC, by the kernel before
+// a device that cannot, or, on loopback, at the receiving socket), and the
+// receive socket sets UDP_GRO, so that such runs may arrive as one buffer,
+// which Serve splits. Every packet on the wire is an ordinary RoCEv2 packet;
+// see gso_linux.go for the IPv4 identification each segment gets (0, 1, 2,
+// ... within a super-packet) and the fallback. Config.NoGSO and
+// Config.NoGRO turn either off.
 //
 // # The IPv4 identification and the ICRC
 //
@@ -23,14 +38,17 @@
 // identification 0 from an unconnected socket with DF set (IP_PMTUDISC_DO),
 // so every goroce socket is unconnected and sets DF, and the ICRC is computed
 // for 0; a connect()ed socket would count identifications and rxe would drop
-// its packets. On receive, a UDP socket does not reveal the identification,
-// and rxe counts it per socket; netio recovers it from the ICRC itself by
-// solving a small linear system over GF(2) (icrc_recv.go). A packet sent
-// with identification 0 gets a full 32-bit check; one sent with another
-// identification a 16-bit check (Config.StrictICRC turns the recovery off).
-// DF is assumed set and IPv4 options absent, as every RoCEv2 sender does.
-// IPv6 has no identification: its header is rebuilt whole and checked on 32
-// bits.
+// its packets. The segments of a GSO datagram are numbered on from there:
+// segment i carries identification i, and its ICRC is computed for i. On
+// receive, a UDP socket does not reveal the identification, and rxe counts
+// it per socket; netio recovers it from the ICRC itself by solving a small
+// linear system over GF(2) (icrc_recv.go). A packet sent with
+// identification 0, or with the one after the previous packet's from the
+// same source (GSO segments, runs from a counting sender), gets a full
+// 32-bit check; one sent with another identification a 16-bit check
+// (Config.StrictICRC refuses those). DF is assumed set and IPv4 options
+// absent, as every RoCEv2 sender does. IPv6 has no identification: its
+// header is rebuilt whole and checked on 32 bits.
 //
 // # Capture
 //

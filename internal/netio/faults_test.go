@@ -321,3 +321,54 @@ func TestFaultTapNoAlloc(t *testing.T) {
 		t.Errorf("not every fault was exercised: %+v", fc)
 	}
 }
+
+// TestFaultTapSeesSegments sends packets as GSO super-packets to a Conn that
+// receives them coalesced (UDP_GRO) and checks that the tap applies its
+// faults per packet, not per datagram: with Drop 0.5 about half of the
+// packets are dropped, scattered within the datagrams.
+func TestFaultTapSeesSegments(t *testing.T) {
+	a, b := openPair(t, addrA, addrB, Config{Faults: &Faults{Seed: 7, Drop: 0.5}})
+	if !a.gso || !b.gro {
+		t.Skip("the kernel lacks UDP_SEGMENT or UDP_GRO")
+	}
+	var log psnLog
+	serve(t, b, &log)
+	s := acquire(t, a, MinSourcePort+10)
+	const n, run = 640, 32
+	for i := 0; i < n; i += run {
+		msgs := make([]Message, run)
+		for k := range msgs {
+			msgs[k] = Message{Dst: b.LocalAddr(), Packet: buildTestPacket(t, wire.RCSendOnly, 1, 16, uint32(i+k))}
+		}
+		if sent, err := s.SendBatch(msgs); sent != run || err != nil {
+			t.Fatalf("SendBatch = %d, %v", sent, err)
+		}
+		waitFor(t, "the run to be accounted for", func() bool { return settled(b, uint64(i+run)) })
+	}
+	psns, damaged := log.snapshot()
+	ctr := b.Counters()
+	if ctr.RxGRO.Load() == 0 || a.Counters().TxGSO.Load() == 0 {
+		t.Fatalf("no offload: %d GSO sends, %d GRO receives", a.Counters().TxGSO.Load(), ctr.RxGRO.Load())
+	}
+	dropped := ctr.FaultDropped.Load()
+	if !near(dropped, n, 0.5) || uint64(len(psns))+dropped != n || damaged != 0 {
+		t.Errorf("%d of %d packets dropped, %d delivered, %d damaged", dropped, n, len(psns), damaged)
+	}
+	if !slices.IsSorted(psns) {
+		t.Errorf("packets reordered: %v", psns)
+	}
+	// A tap that saw whole datagrams would drop whole runs.
+	var perRun [n / run]int
+	for _, p := range psns {
+		perRun[p/run]++
+	}
+	partial := 0
+	for _, k := range perRun {
+		if k > 0 && k < run {
+			partial++
+		}
+	}
+	if partial == 0 {
+		t.Errorf("every run delivered whole or not at all: %v", perRun)
+	}
+}

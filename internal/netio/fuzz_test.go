@@ -1,6 +1,7 @@
 package netio
 
 import (
+	"bytes"
 	"encoding/binary"
 	"net/netip"
 	"testing"
@@ -136,6 +137,109 @@ func FuzzControlMessage(f *testing.F) {
 		msg = append(msg, pktinfo4Message([4]byte{10, 1, 2, 3})...)
 		if a, ok := pktinfoDst(msg); !ok || a != netip.AddrFrom4([4]byte{10, 1, 2, 3}) {
 			t.Fatalf("found %v, %v; want 10.1.2.3", a, ok)
+		}
+		msg = append(msg, groMessage(4124)...)
+		if a, ok, seg := recvControl(msg); !ok || a != netip.AddrFrom4([4]byte{10, 1, 2, 3}) || seg != 4124 {
+			t.Fatalf("found %v, %v, segment size %d; want 10.1.2.3 and 4124", a, ok, seg)
+		}
+	})
+}
+
+// groMessage encodes a UDP_GRO control message: an int, the segment size.
+func groMessage(size int) []byte {
+	return cmsg(unix.SOL_UDP, unix.UDP_GRO, binary.NativeEndian.AppendUint32(nil, uint32(size)))
+}
+
+// FuzzDeliverGRO runs a coalesced datagram (UDP_GRO) through the receive
+// path: data cut into segments of seg bytes, the last possibly shorter.
+// With fix set, every segment that parses gets the valid ICRC for IPv4
+// identification base+k, k its index, as a GSO sender's segments carry.
+// Invariants: no panic; every segment is counted once (malformed, ICRC
+// error or delivered); a delivered packet is one of the segments, in
+// order, with an ICRC valid for the identification reported; a fixed
+// segment is delivered, and one following a delivered segment has its
+// identification predicted (a full check), not recovered.
+func FuzzDeliverGRO(f *testing.F) {
+	f.Add(make([]byte, 90), uint16(30), uint16(0), true)
+	f.Add(make([]byte, 100), uint16(30), uint16(0xFFFE), true)
+	f.Add([]byte{1, 2, 3}, uint16(1), uint16(0), false)
+	f.Fuzz(func(t *testing.T, data []byte, seg uint16, base uint16, fix bool) {
+		const size = 2048
+		if len(data) > size || seg == 0 {
+			return
+		}
+		src, local := netip.AddrPortFrom(fuzzSrc4, 0xC123), fuzzDst4
+		c := &Conn{cfg: Config{MaxDatagramSize: size}, local: local}
+		rx := newReceiver(1, size)
+		rx.reset()
+		n := copy(rx.bufs, data)
+		buf := rx.bufs[:n]
+		var segs [][]byte
+		for off := 0; ; off += int(seg) {
+			segs = append(segs, buf[off:min(off+int(seg), n)])
+			if off+int(seg) >= n {
+				break
+			}
+		}
+		fixed := make([]bool, len(segs))
+		if fix {
+			for k, s := range segs {
+				var p wire.Packet
+				if p.Parse(s, 0) == nil {
+					m := len(s) - icrcLen
+					binary.LittleEndian.PutUint32(s[m:], refTransportICRC(src, local, base+uint16(k), s[:m]))
+					fixed[k] = true
+				}
+			}
+		}
+		want := make([][]byte, len(segs))
+		for k, s := range segs {
+			want[k] = bytes.Clone(s)
+		}
+		h := &rx.batch.hdrs[0]
+		h.Len = uint32(n)
+		h.Hdr.Namelen = rx.batch.names[0].encode(src, false)
+		oob := groMessage(int(seg))
+		copy(rx.oob, oob)
+		h.Hdr.SetControllen(len(oob))
+		rx.batch.n = 1
+
+		next := 0 // index of the next segment that may be delivered
+		prevDelivered := -1
+		c.deliver(rx, HandlerFunc(func(p *wire.Packet, from netip.AddrPort, info RecvInfo) {
+			k := next
+			for k < len(want) && !bytes.Equal(want[k], p.Raw) {
+				k++
+			}
+			if k == len(want) {
+				t.Fatalf("delivered a packet that is no segment, or out of order: %x", p.Raw)
+			}
+			m := len(p.Raw) - icrcLen
+			if binary.LittleEndian.Uint32(p.Raw[m:]) != refTransportICRC(from, info.Local, info.IPID, p.Raw[:m]) {
+				t.Fatalf("segment %d delivered with id %#04x but the ICRC is wrong for it", k, info.IPID)
+			}
+			if fixed[k] && prevDelivered == k-1 && k > 0 && info.IDRecovered {
+				t.Fatalf("segment %d: identification %#04x recovered, not predicted", k, info.IPID)
+			}
+			for j := next; j < k; j++ {
+				if fixed[j] {
+					t.Fatalf("fixed segment %d not delivered", j)
+				}
+			}
+			next, prevDelivered = k+1, k
+		}))
+		for j := next; j < len(segs); j++ {
+			if fixed[j] {
+				t.Fatalf("fixed segment %d not delivered", j)
+			}
+		}
+		ctr := &c.counters
+		if sum := ctr.Malformed.Load() + ctr.ICRCErrors.Load() + ctr.Delivered.Load(); sum != uint64(len(segs)) || ctr.RxPackets.Load() != uint64(len(segs)) {
+			t.Fatalf("counters for %d segments: %d rx, %d malformed + %d ICRC errors + %d delivered", len(segs),
+				ctr.RxPackets.Load(), ctr.Malformed.Load(), ctr.ICRCErrors.Load(), ctr.Delivered.Load())
+		}
+		if gro := ctr.RxGRO.Load(); (gro == 1) != (len(segs) > 1) || gro > 1 {
+			t.Fatalf("RxGRO = %d for %d segments", gro, len(segs))
 		}
 	})
 }

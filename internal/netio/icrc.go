@@ -112,23 +112,41 @@ const (
 	icrcBad       icrcResult = iota // no IPv4 identification explains the ICRC
 	icrcOK                          // full 32-bit match (IPv6, or IPv4 id 0)
 	icrcRecovered                   // match after recovering a non-zero IPv4 id
+	icrcPredicted                   // match for the predicted non-zero IPv4 id
 )
 
 // checkICRC verifies the ICRC of b, a whole UDP payload (BTH through ICRC)
 // received from src on local, as wire.Packet.Parse accepted it (so that the
 // pad fits), rebuilding the IP and UDP headers as described in
 // icrc_recv.go. For IPv4 it returns the identification the sender must have
-// used. ids may be nil to accept only identification 0 (StrictICRC).
+// used. ids may be nil to accept only identification 0 (StrictICRC without
+// a prediction).
 func checkICRC(ids *idRecoverer, src, local netip.AddrPort, b []byte) (icrcResult, uint16) {
+	return checkICRCNext(ids, ids != nil, src, local, b, 0)
+}
+
+// checkICRCNext is checkICRC with a predicted identification next: besides
+// 0, an IPv4 packet may carry next (the one after the previous packet's
+// from the same source, see receiver.nextID), and matching it is a full
+// check too, since only two of the 2^32 syndromes are accepted. Any other
+// identification is recovered only when weak is set (not StrictICRC),
+// which is a 16-bit check. ids may be nil when weak is false and next is 0.
+func checkICRCNext(ids *idRecoverer, weak bool, src, local netip.AddrPort, b []byte, next uint16) (icrcResult, uint16) {
 	n := len(b) - icrcLen
 	syndrome := transportICRC(src, local, 0, b[:n]) ^ binary.LittleEndian.Uint32(b[n:])
 	switch {
 	case syndrome == 0:
 		return icrcOK, 0
-	case ids == nil || !src.Addr().Unmap().Is4():
+	case (!weak && next == 0) || !src.Addr().Unmap().Is4():
 		return icrcBad, 0
 	}
-	if id, ok := ids.recoverID(idCoveredBytes(len(b)), syndrome); ok {
+	id, ok := ids.recoverID(idCoveredBytes(len(b)), syndrome)
+	switch {
+	case !ok:
+		return icrcBad, 0
+	case id == next:
+		return icrcPredicted, id
+	case weak:
 		return icrcRecovered, id
 	}
 	return icrcBad, 0

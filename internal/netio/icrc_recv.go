@@ -38,6 +38,14 @@ import "math/bits"
 // turns the recovery off for deployments that only talk to senders using
 // id 0.
 //
+// A predicted id keeps the full strength: the segments of a GSO send carry
+// ids 0, 1, 2, ... (see gso_linux.go), and a sender that counts ids sends
+// runs of consecutive ones, so the receive loop also accepts the id after
+// the previous packet's from the same source, solved from the syndrome and
+// compared. Two syndromes out of 2^32 (id 0 and the predicted one) pass
+// that check, so it is a 31-bit check, counted apart
+// (Counters.ICRCIDPredicted), and StrictICRC accepts it.
+//
 // The DF bit sits in the same covered word. It is assumed set (rxe always
 // sets it, and RoCEv2 packets must not be fragmented); a sender that clears
 // it fails the check.

@@ -62,31 +62,16 @@ func (sa *sockaddr) encode(ap netip.AddrPort, v6 bool) uint32 {
 }
 
 // oobSize is the control-message room per received datagram: one
-// IP_PKTINFO or IPV6_PKTINFO message (at most 40 bytes on 64-bit systems),
-// with spare room so that a control message added later does not truncate
-// it.
+// IP_PKTINFO or IPV6_PKTINFO message (at most 40 bytes on 64-bit systems)
+// and one UDP_GRO message (24 bytes), with spare room so that a control
+// message added later does not truncate them.
 const oobSize = 128
 
 // pktinfoDst returns the destination address reported by the IP_PKTINFO or
 // IPV6_PKTINFO control message in oob, and false when there is none.
 func pktinfoDst(oob []byte) (netip.Addr, bool) {
-	for len(oob) >= unix.SizeofCmsghdr {
-		h, data, rest, err := unix.ParseOneSocketControlMessage(oob)
-		if err != nil {
-			return netip.Addr{}, false
-		}
-		switch {
-		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_PKTINFO && len(data) >= unix.SizeofInet4Pktinfo:
-			// struct in_pktinfo: ifindex, spec_dst (a local address
-			// for replies), addr (the header's destination).
-			return netip.AddrFrom4([4]byte(data[8:12])), true
-		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_PKTINFO && len(data) >= unix.SizeofInet6Pktinfo:
-			// struct in6_pktinfo: addr, ifindex.
-			return netip.AddrFrom16([16]byte(data[0:16])), true
-		}
-		oob = rest
-	}
-	return netip.Addr{}, false
+	a, ok, _ := recvControl(oob)
+	return a, ok
 }
 
 // mmsgBatch holds the kernel-facing arrays for up to len(hdrs) datagrams.
@@ -96,7 +81,12 @@ type mmsgBatch struct {
 	hdrs  []unix.Mmsghdr
 	iovs  []unix.Iovec
 	names []sockaddr
-	dsts  []netip.AddrPort // sending: the destination of each header
+	dsts  []netip.AddrPort // sending: the destination of each packet
+	// Sending with segmentation offload: hdrs[i] carries segs[i] packets
+	// (iovecs), and its UDP_SEGMENT control message, if any, lives in
+	// ctrl[i*gsoCmsgSpace:].
+	segs []int
+	ctrl []byte
 
 	// sendmmsg input: the headers hdrs[off:off+cnt] are sent.
 	off, cnt int
@@ -116,6 +106,8 @@ func newMmsgBatch(size int, recv bool) *mmsgBatch {
 	}
 	if !recv {
 		b.dsts = make([]netip.AddrPort, size)
+		b.segs = make([]int, size)
+		b.ctrl = make([]byte, size*gsoCmsgSpace)
 	}
 	for i := range b.hdrs {
 		h := &b.hdrs[i].Hdr

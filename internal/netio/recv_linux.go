@@ -31,6 +31,16 @@ func (f HandlerFunc) HandlePacket(p *wire.Packet, from netip.AddrPort, info Recv
 	f(p, from, info)
 }
 
+// BatchEnder is implemented by a Handler that wants to know when the packets
+// read by one system call have all been handed to it: it can then send
+// what they caused (acknowledgements, further requests) together, in fewer
+// and larger batches, instead of after each packet. EndBatch is called on
+// the Serve goroutine after the last HandlePacket of each batch, and also
+// after batches in which nothing was delivered.
+type BatchEnder interface {
+	EndBatch()
+}
+
 // RecvInfo describes how a packet arrived.
 type RecvInfo struct {
 	// Local is the address and port the packet was sent to.
@@ -46,7 +56,8 @@ type RecvInfo struct {
 
 // receiver holds everything the receive loop needs, allocated once: the
 // recvmmsg headers, one buffer per datagram, their control-message space, a
-// Packet to parse into and the identification recovery cache.
+// Packet to parse into, the identification recovery cache and the
+// identification prediction (see checkICRC).
 type receiver struct {
 	batch *mmsgBatch
 	bufs  []byte // len(batch.hdrs) buffers of size bytes
@@ -54,8 +65,15 @@ type receiver struct {
 	size  int
 	pkt   wire.Packet
 	ids   idRecoverer
+
+	// prevFrom and prevID are the source and IPv4 identification of the
+	// last packet accepted, from which the next one's is predicted.
+	prevFrom netip.AddrPort
+	prevID   uint16
 }
 
+// newReceiver allocates the receive state for batchSize datagrams of up to
+// size bytes each (with UDP_GRO, a coalesced datagram's size).
 func newReceiver(batchSize, size int) *receiver {
 	r := &receiver{
 		batch: newMmsgBatch(batchSize, true),
@@ -68,6 +86,16 @@ func newReceiver(batchSize, size int) *receiver {
 		r.batch.hdrs[i].Hdr.Control = &r.oob[i*oobSize]
 	}
 	return r
+}
+
+// nextID returns the IPv4 identification predicted for the next packet
+// from from: the one after the previous packet's, when it came from the
+// same address and port; 0 otherwise (0 is always checked first).
+func (r *receiver) nextID(from netip.AddrPort) uint16 {
+	if from == r.prevFrom {
+		return r.prevID + 1
+	}
+	return 0
 }
 
 // reset prepares the headers for the next recvmmsg: the kernel overwrites
@@ -91,7 +119,8 @@ var aLongTimeAgo = time.Unix(1, 0)
 // and calls h for each one that passes; the others are dropped and counted
 // (Counters). It returns nil when the Conn is closed, ctx.Err() when ctx is
 // done, and the error otherwise. Serve may be called again after it
-// returned for ctx; only one Serve runs at a time.
+// returned for ctx; only one Serve runs at a time. If h is a BatchEnder,
+// its EndBatch is called after each batch.
 //
 // The loop does not allocate per packet.
 func (c *Conn) Serve(ctx context.Context, h Handler) error {
@@ -119,6 +148,7 @@ func (c *Conn) Serve(ctx context.Context, h Handler) error {
 	if ft != nil {
 		ft.disarm()
 	}
+	be, _ := h.(BatchEnder)
 	for {
 		if ft != nil {
 			// Wake the read when the next held datagram is due.
@@ -148,6 +178,9 @@ func (c *Conn) Serve(ctx context.Context, h Handler) error {
 		if !c.deliver(rx, h) {
 			return nil
 		}
+		if be != nil {
+			be.EndBatch()
+		}
 	}
 }
 
@@ -162,7 +195,11 @@ func (c *Conn) startServing() (*receiver, error) {
 	}
 	c.serving = true
 	if c.rx == nil {
-		c.rx = newReceiver(c.cfg.BatchSize, c.cfg.MaxDatagramSize)
+		size := c.cfg.MaxDatagramSize
+		if c.gro {
+			size = max(size, groBufferSize)
+		}
+		c.rx = newReceiver(c.cfg.BatchSize, size)
 	}
 	return c.rx, nil
 }
@@ -176,7 +213,7 @@ func (c *Conn) stopServing() {
 // rxTally counts what one pass of the receive loop did, added to the
 // Counters once per batch.
 type rxTally struct {
-	rxBytes, malformed, icrcErrors, recovered, delivered uint64
+	rxPackets, rxBytes, gro, malformed, icrcErrors, recovered, predicted, delivered uint64
 }
 
 // deliver processes the datagrams of the last recvmmsg (and, with the fault
@@ -186,11 +223,13 @@ func (c *Conn) deliver(rx *receiver, h Handler) bool {
 	var tl rxTally
 	defer func() {
 		ctr := &c.counters
-		ctr.RxPackets.Add(uint64(rx.batch.n))
+		ctr.RxPackets.Add(tl.rxPackets)
 		ctr.RxBytes.Add(tl.rxBytes)
+		ctr.RxGRO.Add(tl.gro)
 		ctr.Malformed.Add(tl.malformed)
 		ctr.ICRCErrors.Add(tl.icrcErrors)
 		ctr.ICRCIDRecovered.Add(tl.recovered)
+		ctr.ICRCIDPredicted.Add(tl.predicted)
 		ctr.Delivered.Add(tl.delivered)
 	}()
 	ft := c.faults
@@ -208,23 +247,48 @@ func (c *Conn) deliver(rx *receiver, h Handler) bool {
 		}
 		m := &rx.batch.hdrs[i]
 		data := rx.bufs[i*rx.size : i*rx.size+min(int(m.Len), rx.size)]
-		tl.rxBytes += uint64(len(data))
 		from, ok := rx.batch.names[i].decode(m.Hdr.Namelen)
 		if !ok || m.Hdr.Flags&unix.MSG_TRUNC != 0 {
+			tl.rxPackets++
+			tl.rxBytes += uint64(len(data))
 			tl.malformed++
 			continue
 		}
 		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
 		local := c.local
 		oob := rx.oob[i*oobSize : i*oobSize+min(int(m.Hdr.Controllen), oobSize)]
-		if a, ok := pktinfoDst(oob); ok {
+		a, ok, seg := recvControl(oob)
+		if ok {
 			local = netip.AddrPortFrom(a.Unmap(), c.local.Port())
 		}
-		if ft != nil {
-			ft.admit(c, rx, h, data, from, local, &tl, now)
-			continue
+		if seg <= 0 || seg >= len(data) {
+			seg = len(data) // one packet
+		} else {
+			tl.gro++
 		}
-		c.accept(rx, h, data, from, local, &tl)
+		// A coalesced datagram holds packets of seg bytes, the last
+		// one possibly shorter: each is a datagram of its own to the
+		// checks below and to the fault tap.
+		for off := 0; ; {
+			if off > 0 && c.closing.Load() {
+				return false
+			}
+			end := min(off+seg, len(data))
+			pkt := data[off:end]
+			tl.rxPackets++
+			tl.rxBytes += uint64(len(pkt))
+			switch {
+			case len(pkt) > c.cfg.MaxDatagramSize:
+				tl.malformed++
+			case ft != nil:
+				ft.admit(c, rx, h, pkt, from, local, &tl, now)
+			default:
+				c.accept(rx, h, pkt, from, local, &tl)
+			}
+			if off = end; off >= len(data) {
+				break
+			}
+		}
 	}
 	return true
 }
@@ -240,20 +304,20 @@ func (c *Conn) accept(rx *receiver, h Handler, data []byte, from, local netip.Ad
 		tl.malformed++
 		return
 	}
-	var ids *idRecoverer
-	if !c.cfg.StrictICRC {
-		ids = &rx.ids
-	}
 	info := RecvInfo{Local: local}
-	res, id := checkICRC(ids, from, local, data)
+	res, id := checkICRCNext(&rx.ids, !c.cfg.StrictICRC, from, local, data, rx.nextID(from))
 	switch res {
 	case icrcBad:
 		tl.icrcErrors++
 		return
+	case icrcPredicted:
+		tl.predicted++
+		info.IPID = id
 	case icrcRecovered:
 		tl.recovered++
 		info.IPID, info.IDRecovered = id, true
 	}
+	rx.prevFrom, rx.prevID = from, id
 	if tap := c.tap.Load(); tap != nil {
 		tap.record(&c.counters, from, local, info.IPID, data, false)
 	}

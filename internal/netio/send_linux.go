@@ -9,7 +9,10 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/internal/wire"
 )
@@ -33,6 +36,8 @@ type Sender struct {
 
 	mu    sync.Mutex // serialises SendBatch, which owns batch
 	batch *mmsgBatch // made by the first SendBatch
+
+	gso atomic.Bool // segmentation offload in use (see gso_linux.go)
 }
 
 // maxPortProbes bounds the search for a free source port: the whole dynamic
@@ -101,7 +106,9 @@ func (c *Conn) openSender(port uint16) (*Sender, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Sender{c: c, src: src, uc: uc, rc: rc}, nil
+	s := &Sender{c: c, src: src, uc: uc, rc: rc}
+	s.gso.Store(c.gso)
+	return s, nil
 }
 
 // Port returns the UDP source port the Sender sends from.
@@ -141,7 +148,7 @@ func (s *Sender) Send(dst netip.AddrPort, pkt []byte) error {
 		c.counters.SendErrors.Add(1)
 		return err
 	}
-	b, err := appendICRC(s.src, dst, pkt)
+	b, err := appendICRC(s.src, dst, 0, pkt)
 	if err != nil {
 		c.counters.SendErrors.Add(1)
 		return err
@@ -170,7 +177,10 @@ type Message struct {
 // SendBatch sends the packets of msgs in order, with as few sendmmsg system
 // calls as Config.BatchSize allows, and returns how many were sent. It stops
 // at the first packet that cannot be sent, returning its error; the packets
-// before it were sent. Each Packet gets its ICRC appended as with Send.
+// before it were sent. Each Packet gets its ICRC appended as with Send, but
+// consecutive packets to one destination may leave as one GSO datagram
+// (see gso_linux.go), in which case the ICRC is computed for the IPv4
+// identification the kernel gives each segment.
 func (s *Sender) SendBatch(msgs []Message) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -189,17 +199,35 @@ func (s *Sender) SendBatch(msgs []Message) (int, error) {
 	return sent, nil
 }
 
-// sendChunk sends up to one batch of msgs and returns how many went out.
+// sendChunk sends up to one batch of msgs (as many packets as the batch
+// has I/O vectors) and returns how many packets went out.
+//
+// With segmentation offload, consecutive packets to one destination whose
+// sizes allow it (all equal, except a shorter last one) share one message
+// header: one datagram with a UDP_SEGMENT control message, whose segment i
+// the kernel sends with IPv4 identification i (see gso_linux.go), so that
+// is the identification each packet's ICRC is computed for.
 func (s *Sender) sendChunk(msgs []Message) (int, error) {
 	c, b := s.c, s.batch
-	k := min(len(msgs), len(b.hdrs))
+	gso := s.gso.Load()
+	k := min(len(msgs), len(b.iovs))
 	var prepErr error
+	nh := 0      // message headers filled
+	segSize := 0 // segment size of header nh-1; 0 when it takes no more packets
+	total := 0   // UDP payload bytes of header nh-1
 	for i := range k {
 		m := &msgs[i]
 		dst, err := c.destination(m.Dst)
+		size := len(m.Packet) + icrcLen
+		join := err == nil && gso && segSize > 0 && dst == b.dsts[i-1] && size <= segSize &&
+			b.segs[nh-1] < maxGSOSegments && total+size <= maxGSOBytes
+		var id uint16
+		if join {
+			id = uint16(b.segs[nh-1])
+		}
 		var pkt []byte
 		if err == nil {
-			pkt, err = appendICRC(s.src, dst, m.Packet)
+			pkt, err = appendICRC(s.src, dst, id, m.Packet)
 		}
 		if err != nil {
 			// Send what is ready, then report this packet.
@@ -209,52 +237,113 @@ func (s *Sender) sendChunk(msgs []Message) (int, error) {
 		b.dsts[i] = dst
 		b.iovs[i].Base = &pkt[0]
 		b.iovs[i].SetLen(len(pkt))
-		h := &b.hdrs[i].Hdr
-		h.Namelen = b.names[i].encode(dst, c.v6)
+		if join {
+			b.segs[nh-1]++
+			total += size
+			if size < segSize {
+				segSize = 0 // a shorter segment is the last
+			}
+			continue
+		}
+		h := &b.hdrs[nh].Hdr
+		h.Namelen = b.names[nh].encode(dst, c.v6)
+		h.Iov = &b.iovs[i]
 		h.Control, h.Controllen, h.Flags = nil, 0, 0
+		b.segs[nh] = 1
+		nh++
+		segSize, total = size, size
 	}
-	done := 0
+	for j := range nh {
+		h := &b.hdrs[j].Hdr
+		h.SetIovlen(b.segs[j])
+		if b.segs[j] > 1 {
+			ctrl := b.ctrl[j*gsoCmsgSpace : (j+1)*gsoCmsgSpace]
+			h.Control = &ctrl[0]
+			h.SetControllen(putGSOCmsg(ctrl, int(h.Iov.Len)))
+		}
+	}
+
+	doneH, done := 0, 0 // headers and packets sent
 	var err error
-	for done < k {
-		b.off, b.cnt = done, k-done
+	fallback := false
+	for doneH < nh {
+		b.off, b.cnt = doneH, nh-doneH
 		if werr := s.rc.Write(b.fn); werr != nil {
 			err = werr
 			break
 		}
 		if b.errno != 0 {
-			err = os.NewSyscallError("sendmmsg", b.errno)
+			// The call failed on its first header.
+			if b.segs[doneH] > 1 && gsoRefused(b.errno) {
+				fallback = true
+			} else {
+				err = os.NewSyscallError("sendmmsg", b.errno)
+			}
 			break
 		}
 		if b.n == 0 {
 			err = io.ErrShortWrite // cannot happen on a blocking send; do not spin
 			break
 		}
-		done += b.n
+		for j := doneH; j < doneH+b.n; j++ {
+			done += b.segs[j]
+		}
+		doneH += b.n
 	}
 	for i := range k {
 		b.iovs[i].Base = nil // do not keep the caller's buffers reachable
 	}
+	for j := range nh {
+		b.hdrs[j].Hdr.Iov = nil
+	}
+
 	t := c.tap.Load()
-	var bytes uint64
-	for i := range done {
-		pkt := msgs[i].Packet
-		pkt = pkt[:len(pkt)+icrcLen]
-		bytes += uint64(len(pkt))
-		if t != nil {
-			t.record(&c.counters, s.src, b.dsts[i], 0, pkt, true)
+	var bytes, gsoSent uint64
+	for j, i := 0, 0; j < doneH; j++ {
+		if b.segs[j] > 1 {
+			gsoSent++
+		}
+		for seg := range b.segs[j] {
+			pkt := msgs[i].Packet
+			pkt = pkt[:len(pkt)+icrcLen]
+			bytes += uint64(len(pkt))
+			if t != nil {
+				t.record(&c.counters, s.src, b.dsts[i], uint16(seg), pkt, true)
+			}
+			i++
 		}
 	}
 	c.counters.TxPackets.Add(uint64(done))
 	c.counters.TxBytes.Add(bytes)
+	c.counters.TxGSO.Add(gsoSent)
+	if fallback {
+		// Resent by SendBatch one datagram each, with the ICRC for
+		// identification 0; a packet that failed to prepare fails again.
+		if s.gso.CompareAndSwap(true, false) {
+			c.counters.GSOFallbacks.Add(1)
+		}
+		return done, nil
+	}
 	if err == nil {
 		err = prepErr
 	}
 	return done, err
 }
 
-// appendICRC appends the ICRC of pkt, sent from src to dst, in pkt's spare
-// capacity.
-func appendICRC(src, dst netip.AddrPort, pkt []byte) ([]byte, error) {
+// gsoRefused reports whether errno, from sending a datagram with
+// UDP_SEGMENT, means the kernel or the route cannot segment it (see
+// gso_linux.go) rather than that its packets cannot be sent.
+func gsoRefused(errno syscall.Errno) bool {
+	switch errno {
+	case unix.EIO, unix.EINVAL, unix.ENOPROTOOPT, unix.EOPNOTSUPP, unix.EMSGSIZE:
+		return true
+	}
+	return false
+}
+
+// appendICRC appends the ICRC of pkt, sent from src to dst with IPv4
+// identification id (ignored over IPv6), in pkt's spare capacity.
+func appendICRC(src, dst netip.AddrPort, id uint16, pkt []byte) ([]byte, error) {
 	n := len(pkt)
 	if n < wire.BTHLen || n < wire.BTHLen+int(wire.BTH(pkt).PadCount()) {
 		return nil, ErrShortPacket
@@ -262,7 +351,7 @@ func appendICRC(src, dst netip.AddrPort, pkt []byte) ([]byte, error) {
 	if cap(pkt)-n < icrcLen {
 		return nil, ErrNoICRCRoom
 	}
-	crc := sendICRC(src, dst, pkt)
+	crc := transportICRC(src, dst, id, pkt)
 	pkt = pkt[:n+icrcLen]
 	binary.LittleEndian.PutUint32(pkt[n:], crc)
 	return pkt, nil

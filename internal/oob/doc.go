@@ -1,10 +1,10 @@
 // Package oob speaks the out-of-band TCP exchanges that perftest (ib_write_bw,
 // ib_read_lat, ...) and the rdma-core pingpong examples (ibv_rc_pingpong,
-// ibv_uc_pingpong, ibv_ud_pingpong) run before any RDMA traffic, when they
-// are not using rdma_cm: each side learns the other's QP number, starting
-// PSN, GID and, for perftest, the rkey and address of its buffer. Both tools
-// listen on TCP port 18515 ([DefaultPort]) by default and the client
-// connects.
+// ibv_uc_pingpong, ibv_ud_pingpong, ibv_srq_pingpong) run before any RDMA
+// traffic, when they are not using rdma_cm: each side learns the other's QP
+// number, starting PSN, GID and, for perftest, the rkey and address of its
+// buffer. Both tools listen on TCP port 18515 ([DefaultPort]) by default and
+// the client connects.
 //
 // The package does no RDMA itself. It turns local queue-pair descriptions
 // into the exact bytes those programs write, parses theirs strictly, and runs
@@ -50,7 +50,9 @@
 // "LID:QPN:PSN:GID\0" with the GID as 32 hex digits ([PingpongDest],
 // [AppendPingpongDest], [ParsePingpongDest]); the client then writes
 // "done\0". The server connects its QP to the client's before it answers
-// ([PingpongServer], [PingpongClient]).
+// ([PingpongServer], [PingpongClient]). ibv_srq_pingpong sends
+// [PingpongSRQMaxQP] such messages each way, one per QP and zero ones for
+// the rest ([PingpongSRQServer], [PingpongSRQClient]).
 //
 // # Errors and cancellation
 //

@@ -164,3 +164,67 @@ func FuzzPerftestPeerStream(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPingpongSRQPeerStream plays arbitrary bytes as the peer's side of
+// ibv_srq_pingpong's exchange against both our roles: whatever the bytes,
+// the exchange returns without panicking or hanging, and what it accepts
+// is PingpongSRQMaxQP Dests that re-encode as the stream's first messages.
+func FuzzPingpongSRQPeerStream(f *testing.F) {
+	var valid []byte
+	for i := range PingpongSRQMaxQP {
+		var d PingpongDest
+		if i < 4 {
+			d = testPingpongDest
+			d.QPN += uint32(i)
+		}
+		valid = AppendPingpongDest(valid, d)
+	}
+	f.Add(append(valid, doneMsg...), false)
+	f.Add(append(valid, doneMsg...), true)
+	f.Add(valid[:3*PingpongMsgSize+7], true)
+	f.Fuzz(func(t *testing.T, stream []byte, server bool) {
+		ours, theirs := net.Pipe()
+		defer ours.Close()
+		go func() {
+			defer theirs.Close()
+			go func() { // drain what we write
+				var b [4096]byte
+				for {
+					if _, err := theirs.Read(b[:]); err != nil {
+						return
+					}
+				}
+			}()
+			theirs.Write(stream)
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		local := []PingpongDest{testPingpongDest}
+		var got []PingpongDest
+		var err error
+		if server {
+			got, err = PingpongSRQServer(ctx, ours, local, func(context.Context, []PingpongDest) error { return nil })
+		} else {
+			got, err = PingpongSRQClient(ctx, ours, local)
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("hung on %q", stream)
+		}
+		if err != nil {
+			if strings.ContainsAny(err.Error(), "\n\r") {
+				t.Fatalf("multi-line error %q", err)
+			}
+			return
+		}
+		if len(got) != PingpongSRQMaxQP {
+			t.Fatalf("%d Dests", len(got))
+		}
+		var re []byte
+		for _, d := range got {
+			re = AppendPingpongDest(re, d)
+		}
+		if !bytes.EqualFold(re, stream[:len(re)]) {
+			t.Fatalf("accepted %q, which re-encodes as %q", stream[:len(re)], re)
+		}
+	})
+}

@@ -13,8 +13,10 @@ import (
 func logPSN(entry string) string { return entry[strings.LastIndexByte(entry, '@')+1:] }
 
 // TestRetryExhaustion: with nothing getting through, the first packet is
-// sent 1 + retry_cnt times (7 means 7 retries, not infinite), then the
-// oldest WQE fails with RETRY_EXC_ERR and the rest flush.
+// sent once, then in retry_cnt retransmission rounds (7 means 7 retries,
+// not infinite), each sending it three times, from the second round on
+// four times (QP.retry), then the oldest WQE fails with RETRY_EXC_ERR and
+// the rest flush.
 func TestRetryExhaustion(t *testing.T) {
 	for retry := uint8(0); retry <= 7; retry++ {
 		t.Run(fmt.Sprint(retry), func(t *testing.T) {
@@ -36,8 +38,12 @@ func TestRetryExhaustion(t *testing.T) {
 			l.post(a, SendWQE{WRID: 2, Opcode: WRSend})
 			l.post(a, SendWQE{WRID: 3, Opcode: WRRDMARead, RKey: rkey})
 			l.run(time.Hour)
-			if sent != int(retry)+1 {
-				t.Errorf("first packet sent %d times, want %d", sent, retry+1)
+			want := 1
+			for i := 1; i <= int(retry); i++ {
+				want += min(2+i, 4)
+			}
+			if sent != want {
+				t.Errorf("first packet sent %d times, want %d", sent, want)
 			}
 			wantCompletions(t, a.scq.take(),
 				Completion{WRID: 1, Status: StatusRetryExcErr, Opcode: WCRDMAWrite, QPN: qpnA},
@@ -62,7 +68,8 @@ func TestRetryExhaustion(t *testing.T) {
 }
 
 // TestTimeoutGoBackN: the ACK of a multi-packet WRITE is lost; the timer
-// fires and the requester resends the whole unacknowledged message.
+// fires and the requester resends the whole unacknowledged message, its
+// first packet three times.
 func TestTimeoutGoBackN(t *testing.T) {
 	o := defaultOpts()
 	o.mtu = 256
@@ -85,13 +92,13 @@ func TestTimeoutGoBackN(t *testing.T) {
 	l.run(time.Second)
 	wantBytes(t, "target", dst, src)
 	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: WCRDMAWrite, ByteLen: uint32(n), QPN: qpnA})
-	if got := countOps(l.log, "a", "WRITE"); got != 10 {
-		t.Errorf("%d WRITE packets, want 10 (5 + 5 again): %v", got, l.log)
+	if got := countOps(l.log, "a", "WRITE"); got != 12 {
+		t.Errorf("%d WRITE packets, want 12 (5 + 7 again): %v", got, l.log)
 	}
 	if c := a.qp.Counters(); c.Timeouts != 1 || c.CompleterRetry != 1 {
 		t.Errorf("counters %+v", c)
 	}
-	if c := b.qp.Counters(); c.DuplicateRequest != 5 {
+	if c := b.qp.Counters(); c.DuplicateRequest != 7 {
 		t.Errorf("responder counted %d duplicates", c.DuplicateRequest)
 	}
 	if got := l.now.Sub(start); got != a.qp.timeoutDuration() {
@@ -102,7 +109,7 @@ func TestTimeoutGoBackN(t *testing.T) {
 
 // TestSequenceNakResumes: a lost middle packet draws one sequence NAK; the
 // requester resumes from the NAKed PSN at once (no timeout), resending only
-// what was not acknowledged.
+// what was not acknowledged, the NAKed packet three times.
 func TestSequenceNakResumes(t *testing.T) {
 	o := defaultOpts()
 	o.mtu = 256
@@ -133,7 +140,7 @@ func TestSequenceNakResumes(t *testing.T) {
 		}
 	}
 	want := []string{}
-	for _, i := range []uint32{0, 1, 2, 3, 5, 4, 5} {
+	for _, i := range []uint32{0, 1, 2, 3, 5, 4, 4, 4, 5} {
 		want = append(want, base.Add(i).String())
 	}
 	eq(t, "PSNs sent", psns, want...)
@@ -148,7 +155,8 @@ func TestSequenceNakResumes(t *testing.T) {
 
 // TestReadResumesPartially: a lost READ response makes the requester
 // re-request only the missing bytes, at the PSN of the first missing
-// response, with an adjusted RETH.
+// response, with an adjusted RETH: at once when the next response shows the
+// gap, the request three times (QP.lostResponse).
 func TestReadResumesPartially(t *testing.T) {
 	o := defaultOpts()
 	o.mtu = 256
@@ -163,7 +171,7 @@ func TestReadResumesPartially(t *testing.T) {
 	l.drop = func(from *endpoint, p *wire.Packet) bool {
 		if from == a && p.BTH.Opcode() == wire.RCRDMAReadRequest {
 			reads = append(reads, p.RETH.Fields())
-			if p.BTH.PSN() != base.Add(uint32(len(reads)-1)*2) {
+			if p.BTH.PSN() != base.Add(min(uint32(len(reads)-1), 1)*2) {
 				t.Errorf("READ request %d at PSN %v", len(reads), p.BTH.PSN())
 			}
 		}
@@ -177,11 +185,12 @@ func TestReadResumesPartially(t *testing.T) {
 	l.run(time.Second)
 	wantBytes(t, "read", dst, src)
 	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: WCRDMARead, ByteLen: uint32(n), QPN: qpnA})
-	if len(reads) != 2 || reads[0] != (wire.RETHFields{VA: 0x4000, RKey: rkey, DMALength: uint32(n)}) ||
-		reads[1] != (wire.RETHFields{VA: 0x4000 + 512, RKey: rkey, DMALength: uint32(n - 512)}) {
+	if len(reads) != 4 || reads[0] != (wire.RETHFields{VA: 0x4000, RKey: rkey, DMALength: uint32(n)}) ||
+		reads[1] != (wire.RETHFields{VA: 0x4000 + 512, RKey: rkey, DMALength: uint32(n - 512)}) ||
+		reads[2] != reads[1] || reads[3] != reads[1] {
 		t.Errorf("READ requests %+v", reads)
 	}
-	if got := countOps(l.log, "b", "READ_RESPONSE"); got != 4+3 {
+	if got := countOps(l.log, "b", "READ_RESPONSE"); got != 4+3*3 {
 		t.Errorf("%d responses delivered: %v", got, l.log)
 	}
 	checkIdle(t, a, b)
@@ -280,13 +289,15 @@ func TestStaleResponses(t *testing.T) {
 	eq(t, "ack", l.inject(b, a, ack(0, wire.RCAcknowledge)))
 	eq(t, "duplicate", l.inject(b, a, ack(0, wire.RCAcknowledge)))
 	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: WCRDMAWrite, QPN: qpnA})
-	// A READ response at a PSN after the expected one is dropped.
+	// A READ response at a PSN after the expected one is dropped, and the
+	// missing one re-requested at once (QP.lostResponse), three times.
 	dst := make([]byte, 2048)
 	l.post(a, SendWQE{WRID: 2, Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{{0, 2048, a.mem.register(pd, dst, 0, AccessLocalWrite)}}, RKey: rkey})
 	a.out.Reset()
 	last := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCRDMAReadResponseLast, PKey: 0xFFFF, DestQP: qpnA, PSN: base.Add(2)},
 		AETH: wire.AETHFields{Syndrome: wire.SyndromeAckUnlimited}}
-	eq(t, "out of order", l.inject(b, a, append(wire.AppendHeaders(nil, &last), make([]byte, 1024)...)))
+	eq(t, "out of order", l.inject(b, a, append(wire.AppendHeaders(nil, &last), make([]byte, 1024)...)),
+		"RC RDMA_READ_REQUEST@1", "RC RDMA_READ_REQUEST@1", "RC RDMA_READ_REQUEST@1")
 	if c := a.qp.Counters(); c.StaleResponses != 3 || a.qp.Snapshot().SQDepth != 1 {
 		t.Fatalf("counters %+v", c)
 	}
@@ -452,7 +463,9 @@ func TestPostErrors(t *testing.T) {
 		w   SendWQE
 		err error
 	}{
-		{SendWQE{Opcode: 7}, ErrBadOpcode},
+		{SendWQE{Opcode: 12}, ErrBadOpcode},
+		{SendWQE{Opcode: WRLocalInv, SGL: []SGE{{Length: 8}}}, ErrBadOpcode},
+		{SendWQE{Opcode: WRAtomicWrite, SGL: []SGE{{Length: 4}}}, ErrBadAtomicSGL},
 		{SendWQE{Opcode: WRSend, SGL: make([]SGE, 5)}, ErrTooManySGE},
 		{SendWQE{Opcode: WRRDMARead, Flags: SendInline}, ErrBadOpcode},
 		{SendWQE{Opcode: WRAtomicFetchAdd, SGL: []SGE{{Length: 4}}}, ErrBadAtomicSGL},

@@ -1,6 +1,9 @@
 // Package transport implements the reliable connected (RC) transport of a
 // queue pair: the requester, the completer and the responder of IBTA
 // chapter 9, split as in Linux rxe (rxe_req.c, rxe_comp.c, rxe_resp.c).
+// The unreliable connected (UC) and unreliable datagram (UD) transports
+// (Config.Type) reuse its queues and checks without acknowledgements,
+// retries or responder resources (uc.go, ud.go).
 //
 // The package is sans I/O: it owns no sockets, starts no goroutines and
 // never reads the clock. Every entry point of a QP takes the current time

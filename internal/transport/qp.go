@@ -45,6 +45,8 @@ const (
 // Config is what a QP is created with (struct ibv_qp_init_attr plus the
 // device's resources).
 type Config struct {
+	// Type is the transport service: RC (the zero value), UC or UD.
+	Type      QPType
 	QPN       uint32
 	PD        uint32 // protection domain, passed to Memory
 	MaxSendWR int    // send queue capacity
@@ -69,6 +71,7 @@ type Config struct {
 //
 // A QP is not safe for concurrent use: the caller serialises calls.
 type QP struct {
+	typ       QPType
 	qpn       uint32
 	pd        uint32
 	maxSGE    int
@@ -82,6 +85,7 @@ type QP struct {
 	dest      any
 
 	state State
+	cause ErrorCause // why the transport itself moved the QP to ERR
 
 	// Attributes set by modify_qp.
 	mtu             uint32
@@ -108,6 +112,8 @@ type QP struct {
 	now time.Time    // of the latest call, for Deadline
 
 	counters Counters
+
+	un unreliable // UC and UD state (uc.go, ud.go)
 }
 
 // NewQP returns a QP in the RESET state with the default attributes.
@@ -116,6 +122,7 @@ func NewQP(cfg Config) *QP {
 		cfg.SRQ = nil // a nil *SRQ means no SRQ, not an SRQ that is nil
 	}
 	qp := &QP{
+		typ:         cfg.Type,
 		qpn:         cfg.QPN & wire.QPNMask,
 		pd:          cfg.PD,
 		maxSGE:      max(cfg.MaxSGE, 1),
@@ -170,6 +177,7 @@ func (qp *QP) SetState(s State) {
 	switch s {
 	case StateReset:
 		qp.state = StateReset
+		qp.cause = CauseNone
 		qp.sq.head = qp.sq.tail
 		if qp.srq == nil {
 			qp.rq.head = qp.rq.tail
@@ -197,6 +205,7 @@ func (qp *QP) resetState() {
 	}
 	qp.resp = responder{epsn: rqpsn, res: res, replies: replies}
 	qp.resp.held.store = held
+	qp.un.dropping = false
 }
 
 // SetPathMTU sets the path MTU in bytes: 256, 512, 1024, 2048 or 4096.
@@ -324,6 +333,9 @@ func (qp *QP) SetAckEvery(n int) error {
 // current rxe do; in other states it fails with ErrQPState.
 func (qp *QP) PostSend(w *SendWQE, now time.Time, out *Output) error {
 	qp.now = now
+	if qp.typ != TypeRC {
+		return qp.postSendUnreliable(w, now, out)
+	}
 	if !w.Opcode.valid() {
 		return ErrBadOpcode
 	}
@@ -351,6 +363,9 @@ func (qp *QP) PostSend(w *SendWQE, now time.Time, out *Output) error {
 	}
 	if w.Opcode.isAtomic() && (w.Flags&SendInline != 0 || len(w.SGL) != 1 || w.SGL[0].Length != 8) {
 		return ErrBadAtomicSGL
+	}
+	if err := checkExtendedWQE(w, &length); err != nil {
+		return err
 	}
 	switch qp.state {
 	case StateRTS, StateSQD, StateSQE:
@@ -400,6 +415,10 @@ func (qp *QP) PostRecv(w *RecvWQE) error {
 // or QP, or with a foreign P_Key, are dropped and counted.
 func (qp *QP) HandlePacket(p *wire.Packet, now time.Time, out *Output) {
 	qp.now = now
+	if qp.typ != TypeRC {
+		qp.handleUnreliable(p, nil, out)
+		return
+	}
 	qp.counters.ReceivedPackets++
 	info := p.Info()
 	if info.Transport != wire.TransportRC || uint32(p.BTH.DestQP()) != qp.qpn ||
@@ -433,6 +452,10 @@ func (qp *QP) HandlePacket(p *wire.Packet, now time.Time, out *Output) {
 func (qp *QP) OnTimer(now time.Time, out *Output) {
 	qp.now = now
 	qp.req.kick = false
+	if qp.typ != TypeRC {
+		qp.pumpUnreliable(out)
+		return
+	}
 	switch qp.state {
 	case StateRTR:
 		qp.sendReplies(out)
@@ -521,7 +544,57 @@ func (qp *QP) push(cq CompletionQueue) {
 	}
 	qp.counters.CQOverflow++
 	if qp.state != StateErr {
+		if qp.cause == CauseNone {
+			qp.cause = CauseCQOverflow
+		}
 		qp.enterError()
+	}
+}
+
+// ErrorCause is why the transport moved a QP to ERR by itself, as far as
+// the verbs layer must report it beyond completions: the responder's errors
+// that no receive work request can carry become affiliated asynchronous
+// events (IBTA C9-222.1.1, 10.10.2.3).
+type ErrorCause uint8
+
+// Error causes.
+const (
+	// CauseNone: the QP is not in ERR, was moved there by SetState, or
+	// failed in a way its send completions report (a requester error).
+	CauseNone ErrorCause = iota
+	// CauseInvalidRequest: the responder NAKed an invalid request no
+	// receive work request was charged with (IBV_EVENT_QP_REQ_ERR).
+	CauseInvalidRequest
+	// CauseAccess: the responder NAKed a remote access error no receive
+	// work request was charged with (IBV_EVENT_QP_ACCESS_ERR).
+	CauseAccess
+	// CauseCQOverflow: a completion did not fit its CQ
+	// (IBV_EVENT_QP_FATAL).
+	CauseCQOverflow
+	// CauseRecvCompletion: the responder charged its error to the
+	// receive work request the message held, whose completion reports it.
+	CauseRecvCompletion
+)
+
+// ErrorCause returns why the QP entered ERR by itself; CauseNone until it
+// does and again after SetState(StateReset).
+func (qp *QP) ErrorCause() ErrorCause { return qp.cause }
+
+// noteResponderFault records the cause of a responder error NAKed with
+// code, before any receive work request the message held is completed.
+func (qp *QP) noteResponderFault(code wire.NAKCode) {
+	if qp.cause != CauseNone || qp.state == StateErr {
+		return
+	}
+	if qp.resp.hasWQE {
+		qp.cause = CauseRecvCompletion
+		return
+	}
+	switch code {
+	case wire.NAKInvalidRequest:
+		qp.cause = CauseInvalidRequest
+	case wire.NAKRemoteAccessError:
+		qp.cause = CauseAccess
 	}
 }
 
@@ -554,6 +627,9 @@ type Counters struct {
 	LocalErrors      uint64 // local protection or length errors
 	RDMASends        uint64 // SEND work requests completed successfully, signaled or not (rdma_sends)
 	RDMARecvs        uint64 // receive work requests completed successfully (rdma_recvs)
+	DroppedMessages  uint64 // UC messages dropped after a PSN gap or a failed check, until the next FIRST/ONLY
+	DroppedNoRecv    uint64 // UC and UD messages dropped for want of a receive WQE (no RNR on UC/UD)
+	QKeyViolations   uint64 // UD datagrams dropped for a wrong Q_Key (rxe's qkey_viol_cntr)
 }
 
 // Counters returns the QP's counters.

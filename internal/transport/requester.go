@@ -24,6 +24,9 @@ type requester struct {
 	// after a rewind, so that a retry round that gets through is
 	// acknowledged even if the rest of it is lost again.
 	ackNext bool
+	// headCopies is how many times to send the next packet, the first of a
+	// retransmission (see retry); 0 or 1 means once.
+	headCopies uint8
 	// kick asks for an OnTimer call at once: the QP returned to RTS with
 	// work queued.
 	kick bool
@@ -35,10 +38,20 @@ func (qp *QP) pump(now time.Time, out *Output) {
 	if qp.state != StateRTS && qp.state != StateSQD {
 		return
 	}
+	qp.retireLocalOps()
 	for !qp.req.rnrWait && qp.req.idx != qp.sq.tail {
 		s := qp.sq.at(qp.req.idx)
 		if s.failed {
 			return // completes when it reaches the head
+		}
+		if s.wqe.Opcode.isLocal() {
+			// BIND_MW, LOCAL_INV: executed once, never sent.
+			if !s.started && (qp.state == StateSQD || !qp.startLocalOp(s)) {
+				return
+			}
+			qp.req.idx++
+			qp.retireLocalOps()
+			continue
 		}
 		if qp.req.psn.Sub(qp.comp.psn) >= int32(qp.window) {
 			return
@@ -82,7 +95,7 @@ func (qp *QP) pump(now time.Time, out *Output) {
 
 // packets returns the number of PSNs a WQE consumes.
 func (qp *QP) packets(s *sendSlot) uint32 {
-	if s.wqe.Opcode.isAtomic() || s.length == 0 {
+	if op := s.wqe.Opcode; op.isAtomic() || op == WRFlush || op == WRAtomicWrite || s.length == 0 {
 		return 1
 	}
 	return (s.length + qp.mtu - 1) / qp.mtu
@@ -95,8 +108,8 @@ func (qp *QP) checkLocal(s *sendSlot) Status {
 		return StatusSuccess
 	}
 	var need Access
-	if s.wqe.Opcode.isReadOrAtomic() {
-		need = AccessLocalWrite
+	if op := s.wqe.Opcode; op == WRRDMARead || op.isAtomic() {
+		need = AccessLocalWrite // the response is scattered there
 	}
 	for _, e := range s.wqe.SGL {
 		if e.Length == 0 {
@@ -134,6 +147,15 @@ func (qp *QP) transmit(s *sendSlot, now time.Time, out *Output) bool {
 			RKey:      s.wqe.RKey,
 			DMALength: s.length - s.readDone,
 		}
+	case op == WRFlush:
+		h.BTH.Opcode = wire.RCFlush
+		h.FETH = wire.FETHFields{PlacementType: s.wqe.FlushType, SelectivityLevel: s.wqe.FlushLevel}
+		h.RETH = wire.RETHFields{VA: s.wqe.RemoteAddr, RKey: s.wqe.RKey, DMALength: s.wqe.FlushLength}
+	case op == WRAtomicWrite:
+		// The 8 bytes are gathered from the SGL below, like a WRITE.
+		h.BTH.Opcode = wire.RCAtomicWrite
+		h.RETH = wire.RETHFields{VA: s.wqe.RemoteAddr, RKey: s.wqe.RKey, DMALength: wire.AtomicWriteLen}
+		payload = wire.AtomicWriteLen
 	case op.isAtomic():
 		h.BTH.Opcode = wire.RCFetchAdd
 		h.AtomicETH = wire.AtomicETHFields{VA: s.wqe.RemoteAddr, RKey: s.wqe.RKey, SwapAdd: s.wqe.CompareAdd}
@@ -178,6 +200,15 @@ func (qp *QP) transmit(s *sendSlot, now time.Time, out *Output) bool {
 	p.Bytes = wire.AppendPad(b, pad)
 	p.QPN, p.Dest = qp.qpn, qp.dest
 	qp.counters.SentPackets++
+	for ; qp.req.headCopies > 1; qp.req.headCopies-- {
+		// alloc may move the packets: index, do not keep p.
+		i := out.n - 1
+		c := out.alloc(len(out.pkts[i].Bytes))
+		c.Bytes = append(c.Bytes, out.pkts[i].Bytes...)
+		c.QPN, c.Dest = qp.qpn, qp.dest
+		qp.counters.SentPackets++
+	}
+	qp.req.headCopies = 0
 
 	qp.req.ackNext = false
 	if h.BTH.AckReq {
@@ -292,6 +323,7 @@ func (qp *QP) rewind() {
 	qp.req.off = 0
 	qp.req.noAck = 0
 	qp.req.ackNext = true
+	qp.req.headCopies = 0
 	if qp.sq.len() == 0 {
 		return
 	}

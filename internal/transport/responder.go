@@ -23,6 +23,8 @@ const (
 	rdNone rdKind = iota
 	rdRead
 	rdAtomic
+	rdFlush       // answered again without flushing again (oA19-14, oA19-15)
+	rdAtomicWrite // answered again without writing again
 )
 
 // rdResource remembers a READ or atomic request for duplicate replay: a
@@ -95,7 +97,8 @@ func (qp *QP) respond(p *wire.Packet, info wire.OpInfo, out *Output) {
 	// A READ or atomic is answered through the reply queue. A requester
 	// keeping to its max_rd_atomic never fills it; one that does not sees
 	// its request dropped, as if lost.
-	if (info.IsReadRequest() || info.IsAtomic()) && qp.resp.replyLen >= len(qp.resp.replies) {
+	if (info.IsReadRequest() || info.IsAtomic() || info.IsFlush() || info.IsAtomicWrite()) &&
+		qp.resp.replyLen >= len(qp.resp.replies) {
 		qp.counters.DroppedBusy++
 		return
 	}
@@ -103,10 +106,19 @@ func (qp *QP) respond(p *wire.Packet, info wire.OpInfo, out *Output) {
 	// Check PSN.
 	switch d := P.Sub(qp.resp.epsn); {
 	case d > 0:
-		// Out of sequence: NAK once with the expected PSN, then stay
-		// silent until it arrives.
+		// Out of sequence: NAK with the expected PSN once, then stay
+		// silent until it arrives, except to a packet asking for an
+		// acknowledgement. rxe stays silent there too, but then a lost
+		// NAK (or a lost first packet of the retransmission) leaves the
+		// requester waiting for its retransmit timer, which dominates
+		// the throughput of a lossy path. Answering AckReq costs no
+		// more responses than an in-sequence stream gets, and a
+		// requester goes back once per gap whatever the number of
+		// NAKs: it ignores more before progress and stale ones after
+		// (started_retry and check_psn in rxe, QP.retry and QP.nak
+		// here).
 		qp.counters.OutOfSeqRequest++
-		if !qp.resp.sentPSNNak {
+		if !qp.resp.sentPSNNak || p.BTH.AckReq() {
 			qp.resp.sentPSNNak = true
 			qp.counters.SeqNakSent++
 			qp.sendAck(wire.NakSyndrome(wire.NAKPSNSequenceError), qp.resp.epsn, out)
@@ -126,7 +138,7 @@ func (qp *QP) respond(p *wire.Packet, info wire.OpInfo, out *Output) {
 	}
 	// Check the operation is enabled on the QP (rxe answers a disabled
 	// one with an invalid request NAK).
-	if !qp.checkOpValid(info) {
+	if !qp.checkOpValid(p, info) {
 		qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
 		return
 	}
@@ -145,7 +157,11 @@ func (qp *QP) respond(p *wire.Packet, info wire.OpInfo, out *Output) {
 		qp.execRead(p, P, out)
 	case info.IsAtomic():
 		qp.execAtomic(p, P, out)
-	default: // FLUSH, ATOMIC_WRITE: not supported
+	case info.IsFlush():
+		qp.execFlush(p, P, out)
+	case info.IsAtomicWrite():
+		qp.execAtomicWrite(p, P, out)
+	default:
 		qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
 	}
 }
@@ -163,8 +179,9 @@ func (qp *QP) checkOpSeq(info wire.OpInfo) bool {
 	return info.StartsMessage()
 }
 
-// checkOpValid checks the QP's remote access flags.
-func (qp *QP) checkOpValid(info wire.OpInfo) bool {
+// checkOpValid checks the QP's remote access flags; a FLUSH needs the
+// flush rights of its placement type (rxe check_qp_attr_access).
+func (qp *QP) checkOpValid(p *wire.Packet, info wire.OpInfo) bool {
 	switch {
 	case info.IsWrite():
 		return qp.access&AccessRemoteWrite != 0
@@ -172,6 +189,11 @@ func (qp *QP) checkOpValid(info wire.OpInfo) bool {
 		return qp.access&AccessRemoteRead != 0
 	case info.IsAtomic():
 		return qp.access&AccessRemoteAtomic != 0
+	case info.IsAtomicWrite():
+		return qp.access&AccessRemoteWrite != 0 // as rxe
+	case info.IsFlush():
+		need := flushAccess(p.FETH.PlacementType())
+		return qp.access&need == need
 	}
 	return true
 }
@@ -543,6 +565,10 @@ func (qp *QP) duplicate(p *wire.Packet, info wire.OpInfo, P psn.PSN, out *Output
 		if r := qp.findResource(P, rdAtomic); r != nil && r.first == P {
 			qp.sendAtomicAck(P, r.orig, out)
 		}
+	case info.IsFlush():
+		qp.duplicateEmptyResponse(P, rdFlush, out)
+	case info.IsAtomicWrite():
+		qp.duplicateEmptyResponse(P, rdAtomicWrite, out)
 	}
 }
 
@@ -634,6 +660,7 @@ func (qp *QP) completeRecv() {
 // for responses that a NAK of a later PSN does not replace, until its
 // retries ran out.
 func (qp *QP) classC(P psn.PSN, code wire.NAKCode, recvStatus Status, out *Output) {
+	qp.noteResponderFault(code)
 	if qp.resp.hasWQE {
 		qp.wc = Completion{Status: recvStatus, Opcode: WCRecv}
 		qp.completeRecv()
@@ -650,6 +677,7 @@ func (qp *QP) classC(P psn.PSN, code wire.NAKCode, recvStatus Status, out *Outpu
 // failNow NAKs P at once, dropping whatever responses are queued, and moves
 // the QP to ERR. A receive WQE the message held completes with recvStatus.
 func (qp *QP) failNow(P psn.PSN, code wire.NAKCode, recvStatus Status, out *Output) {
+	qp.noteResponderFault(code)
 	qp.counters.NakSent++
 	qp.dropReplies() // the QP is going to ERR: what is queued is lost
 	qp.emitAck(wire.NakSyndrome(code), P, out)

@@ -384,11 +384,11 @@ func simOpts() pairOpts {
 
 // TestSimLossy runs mixed WRITE/READ/SEND/atomic workloads in both
 // directions at once over lossy, reordering, duplicating and corrupting
-// links, for many seeds. Up to 10% loss every WR must succeed with the right
-// bytes. At 30% loss a stalled PSN exhausts retry_cnt 7 (which is not
-// infinite) with probability about 0.5^8, as on any IBTA transport; such runs
-// must still fail safely: every WR completes exactly once, successes first
-// with the right bytes, then RETRY_EXC_ERR, then flushes.
+// links, for many seeds. Up to 20% loss every WR must succeed with the right
+// bytes. At 30% loss a stalled PSN may still exhaust retry_cnt 7 (which is
+// not infinite) now and then, as on any IBTA transport; such runs must fail
+// safely: every WR completes exactly once, successes first with the right
+// bytes, then RETRY_EXC_ERR, then flushes.
 func TestSimLossy(t *testing.T) {
 	seeds := 50
 	if testing.Short() {
@@ -408,6 +408,10 @@ func TestSimLossy(t *testing.T) {
 			Reorder: 0.05, ReorderDelay: 30 * time.Microsecond, Duplicate: 0.03}, 256, false},
 		{"loss10%+reorder+dup+corrupt", simnet.LinkConfig{Delay: 10 * time.Microsecond, Jitter: 10 * time.Microsecond, Loss: 0.10,
 			Reorder: 0.1, ReorderDelay: 50 * time.Microsecond, Duplicate: 0.05, Corrupt: 0.02}, 1024, false},
+		{"loss20%+reorder+dup", simnet.LinkConfig{Delay: 10 * time.Microsecond, Jitter: 10 * time.Microsecond, Loss: 0.20,
+			Reorder: 0.1, ReorderDelay: 50 * time.Microsecond, Duplicate: 0.05}, 1024, false},
+		{"loss20%+corrupt", simnet.LinkConfig{Delay: 10 * time.Microsecond, Jitter: 2 * time.Microsecond, Loss: 0.20,
+			Corrupt: 0.02}, 4096, false},
 		{"loss30%+reorder+dup", simnet.LinkConfig{Delay: 10 * time.Microsecond, Jitter: 10 * time.Microsecond, Loss: 0.30,
 			Reorder: 0.1, ReorderDelay: 50 * time.Microsecond, Duplicate: 0.05}, 4096, true},
 	}
@@ -455,11 +459,12 @@ func TestSimLossy(t *testing.T) {
 			}
 			t.Logf("%d seeds, mean virtual time %v, %d ran out of retries", seeds, virtual/time.Duration(seeds), exhausted)
 			// With 30% loss each way a retry round (request and
-			// response both through) succeeds about half the time, so
-			// retry_cnt 7 runs out with probability about 0.5^8 per
-			// stalled PSN: around a fifth of the runs fail, all safely
-			// (verifyUpTo). A broken retransmission would fail them all.
-			if exhausted*5 > seeds*2 {
+			// response both through) succeeds about half the time; the
+			// copies of the head of each retransmission (QP.retry) make
+			// a round that makes no progress rare, so few runs exhaust
+			// retry_cnt 7, all safely (verifyUpTo). A broken
+			// retransmission would fail them all.
+			if exhausted*10 > seeds {
 				t.Errorf("%d of %d runs ran out of retries", exhausted, seeds)
 			}
 		})

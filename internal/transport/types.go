@@ -13,6 +13,13 @@ const (
 	AccessRemoteWrite  Access = 1 << 1 // IBV_ACCESS_REMOTE_WRITE
 	AccessRemoteRead   Access = 1 << 2 // IBV_ACCESS_REMOTE_READ
 	AccessRemoteAtomic Access = 1 << 3 // IBV_ACCESS_REMOTE_ATOMIC
+	AccessZeroBased    Access = 1 << 5 // IBV_ACCESS_ZERO_BASED (memory windows)
+
+	// AccessFlushGlobal and AccessFlushPersistent allow a FLUSH of the
+	// corresponding placement type (IBA 1.5 FLUSH; rxe checks them on the
+	// QP's access flags and on the memory region).
+	AccessFlushGlobal     Access = 1 << 8 // IBV_ACCESS_FLUSH_GLOBAL
+	AccessFlushPersistent Access = 1 << 9 // IBV_ACCESS_FLUSH_PERSISTENT
 )
 
 // Memory resolves memory keys to bytes. It is the transport's only view of
@@ -85,14 +92,18 @@ type WROpcode uint8
 
 // Send work request opcodes supported by the RC transport.
 const (
-	WRRDMAWrite        WROpcode = 0 // IBV_WR_RDMA_WRITE
-	WRRDMAWriteWithImm WROpcode = 1 // IBV_WR_RDMA_WRITE_WITH_IMM
-	WRSend             WROpcode = 2 // IBV_WR_SEND
-	WRSendWithImm      WROpcode = 3 // IBV_WR_SEND_WITH_IMM
-	WRRDMARead         WROpcode = 4 // IBV_WR_RDMA_READ
-	WRAtomicCmpAndSwp  WROpcode = 5 // IBV_WR_ATOMIC_CMP_AND_SWP
-	WRAtomicFetchAdd   WROpcode = 6 // IBV_WR_ATOMIC_FETCH_AND_ADD
-	WRSendWithInv      WROpcode = 9 // IBV_WR_SEND_WITH_INV
+	WRRDMAWrite        WROpcode = 0  // IBV_WR_RDMA_WRITE
+	WRRDMAWriteWithImm WROpcode = 1  // IBV_WR_RDMA_WRITE_WITH_IMM
+	WRSend             WROpcode = 2  // IBV_WR_SEND
+	WRSendWithImm      WROpcode = 3  // IBV_WR_SEND_WITH_IMM
+	WRRDMARead         WROpcode = 4  // IBV_WR_RDMA_READ
+	WRAtomicCmpAndSwp  WROpcode = 5  // IBV_WR_ATOMIC_CMP_AND_SWP
+	WRAtomicFetchAdd   WROpcode = 6  // IBV_WR_ATOMIC_FETCH_AND_ADD
+	WRLocalInv         WROpcode = 7  // IBV_WR_LOCAL_INV (a local operation)
+	WRBindMW           WROpcode = 8  // IBV_WR_BIND_MW (a local operation)
+	WRSendWithInv      WROpcode = 9  // IBV_WR_SEND_WITH_INV
+	WRFlush            WROpcode = 14 // IBV_WR_FLUSH
+	WRAtomicWrite      WROpcode = 15 // IBV_WR_ATOMIC_WRITE
 )
 
 var wrOpcodeNames = [...]string{
@@ -103,7 +114,11 @@ var wrOpcodeNames = [...]string{
 	WRRDMARead:         "RDMA_READ",
 	WRAtomicCmpAndSwp:  "ATOMIC_CMP_AND_SWP",
 	WRAtomicFetchAdd:   "ATOMIC_FETCH_AND_ADD",
+	WRLocalInv:         "LOCAL_INV",
+	WRBindMW:           "BIND_MW",
 	WRSendWithInv:      "SEND_WITH_INV",
+	WRFlush:            "FLUSH",
+	WRAtomicWrite:      "ATOMIC_WRITE",
 }
 
 // String returns the IBV_WR_ name without its prefix, e.g. "RDMA_READ".
@@ -115,8 +130,13 @@ func (o WROpcode) String() string {
 }
 
 func (o WROpcode) valid() bool {
-	return o <= WRAtomicFetchAdd || o == WRSendWithInv
+	return o <= WRSendWithInv || o == WRFlush || o == WRAtomicWrite
 }
+
+// isLocal reports the local operations (rxe WR_LOCAL_OP_MASK): executed by
+// the requester when it reaches them, without a packet or a PSN, and
+// completed in order behind the work requests posted before them.
+func (o WROpcode) isLocal() bool { return o == WRLocalInv || o == WRBindMW }
 
 func (o WROpcode) isSend() bool {
 	return o == WRSend || o == WRSendWithImm || o == WRSendWithInv
@@ -126,9 +146,14 @@ func (o WROpcode) isWrite() bool { return o == WRRDMAWrite || o == WRRDMAWriteWi
 
 func (o WROpcode) isAtomic() bool { return o == WRAtomicCmpAndSwp || o == WRAtomicFetchAdd }
 
-// isReadOrAtomic reports the operations answered with data, which count
-// against max_rd_atomic and are not acknowledged by a coalesced ACK.
-func (o WROpcode) isReadOrAtomic() bool { return o == WRRDMARead || o.isAtomic() }
+// isReadOrAtomic reports the operations answered with a response of their
+// own rather than an ACK, which count against max_rd_atomic and are not
+// acknowledged by a coalesced ACK: READ, the atomics, and FLUSH and
+// ATOMIC_WRITE, which the responder answers with a zero-length READ
+// response and keeps in its responder resources.
+func (o WROpcode) isReadOrAtomic() bool {
+	return o == WRRDMARead || o.isAtomic() || o == WRFlush || o == WRAtomicWrite
+}
 
 // wcOpcode is the completion opcode of a send work request (rxe
 // wr_to_wc_opcode).
@@ -142,6 +167,14 @@ func (o WROpcode) wcOpcode() WCOpcode {
 		return WCCompSwap
 	case WRAtomicFetchAdd:
 		return WCFetchAdd
+	case WRLocalInv:
+		return WCLocalInv
+	case WRBindMW:
+		return WCBindMW
+	case WRFlush:
+		return WCFlush
+	case WRAtomicWrite:
+		return WCAtomicWrite
 	}
 	return WCSend
 }
@@ -181,8 +214,26 @@ type SendWQE struct {
 	// carried on the wire, read big-endian (wire.ImmDt).
 	Imm uint32
 	// InvalidateRKey is the rkey a SEND_WITH_INV invalidates at the
-	// responder.
+	// responder, or a LOCAL_INV locally.
 	InvalidateRKey uint32
+	// FlushLength, FlushType and FlushLevel describe a FLUSH of
+	// [RemoteAddr, RemoteAddr+FlushLength) under RKey: the placement type
+	// (wire.FlushGlobalVisibility, wire.FlushPersistence) and the
+	// selectivity level (wire.FlushRange, wire.FlushMemoryRegion) of its
+	// FETH.
+	FlushLength uint32
+	FlushType   uint8
+	FlushLevel  uint8
+	// Bind is the memory window binding of a BIND_MW, executed through
+	// the QP's Memory (LocalOps).
+	Bind MWBind
+	// RemoteQPN, RemoteQKey and Dest address a send on a UD QP: the
+	// destination QP, its Q_Key (with the high bit set, the QP's own
+	// Q_Key is sent instead, IBTA 10.2.5) and the opaque destination
+	// tagged on the packet in place of the one given to SetDest.
+	RemoteQPN  uint32
+	RemoteQKey uint32
+	Dest       any
 }
 
 // RecvWQE is a receive work request: the local memory an incoming SEND (or
@@ -256,6 +307,8 @@ const (
 	WCFetchAdd        WCOpcode = 4   // IBV_WC_FETCH_ADD
 	WCBindMW          WCOpcode = 5   // IBV_WC_BIND_MW
 	WCLocalInv        WCOpcode = 6   // IBV_WC_LOCAL_INV
+	WCFlush           WCOpcode = 8   // IBV_WC_FLUSH
+	WCAtomicWrite     WCOpcode = 9   // IBV_WC_ATOMIC_WRITE
 	WCRecv            WCOpcode = 128 // IBV_WC_RECV
 	WCRecvRDMAWithImm WCOpcode = 129 // IBV_WC_RECV_RDMA_WITH_IMM
 )
@@ -277,6 +330,10 @@ func (o WCOpcode) String() string {
 		return "BIND_MW"
 	case WCLocalInv:
 		return "LOCAL_INV"
+	case WCFlush:
+		return "FLUSH"
+	case WCAtomicWrite:
+		return "ATOMIC_WRITE"
 	case WCRecv:
 		return "RECV"
 	case WCRecvRDMAWithImm:
@@ -290,6 +347,7 @@ type WCFlags uint8
 
 // Completion flags, with the libibverbs values.
 const (
+	WCGRH     WCFlags = 1 << 0 // IBV_WC_GRH: a GRH precedes the payload (UD)
 	WCWithImm WCFlags = 1 << 1 // IBV_WC_WITH_IMM
 	WCWithInv WCFlags = 1 << 3 // IBV_WC_WITH_INV
 )

@@ -6,7 +6,10 @@
 # MTU 1024). In each namespace an iptables rule in INPUT drops UDP
 # packets to port 4791 (RoCEv2) at random with probability P, so requests
 # and responses (ACKs, NAKs, READ responses, atomic ACKs) are both lost.
-# The out-of-band TCP exchange is not touched.
+# The out-of-band TCP exchange is not touched. UDP segmentation offload
+# is turned off on the veth pair (ethtool), so that a goroce-perf sending
+# with UDP GSO has its batches split into single packets before they
+# cross the pair: the rule then drops RoCE packets, not whole batches.
 #
 # For P in $LOSS and TEST in $TESTS it runs goroce-perf TEST --check --json,
 # the server in goroce-la, the client in goroce-lb, and checks:
@@ -26,7 +29,7 @@
 # does not change them either: a run that exhausts its retries fails.
 #
 # Output: one line per run,
-#   PASS loss=5%  write_bw  <MB/s>  dropped a->b/b->a: <pkts>/<pkts>
+#   PASS loss=5%  write_bw  <MB/s>  n=<iterations> <seconds>s dropped b->a/a->b: <pkts>/<pkts>
 # or FAIL with the reason and the last lines of both sides' output, then
 # "N passed, M failed". Exit status 0 only when nothing failed. The
 # namespaces (and with them the veth pair and the rules) are deleted and
@@ -37,13 +40,14 @@
 #   LOSS       drop probabilities (default "0 0.01 0.05 0.20"; 0 = baseline)
 #   TESTS      goroce-perf tests (default "write_bw read_bw send_bw atomic_bw")
 #   SIZE       message size of write/read/send (default 65536)
-#   ITERS      iterations of write/read/send (default 500)
-#   ATOMIC_ITERS  iterations of atomic_bw (default 2000)
+#   ITERS      iterations of write/read/send (default 1000)
+#   ATOMIC_ITERS  iterations of atomic_bw (default 5000)
 #   HIGH_LOSS  from this drop probability on, use the HIGH_* counts
 #              (default 0.1): go-back-N with a 128-PSN window on a 20%
-#              lossy path moves ~0.15 MB/s, so 500 x 64 KiB would need
-#              minutes per run
-#   HIGH_ITERS, HIGH_ATOMIC_ITERS  those counts (default 50 and 500)
+#              lossy path moves ~1-5 MB/s and ~200 atomics/s, so the
+#              default counts would need minutes per run
+#   HIGH_ITERS, HIGH_ATOMIC_ITERS  those counts (default 200 and 2000)
+# With the defaults the whole script takes one to two minutes.
 #   TIMEOUT    seconds per run (default 120)
 #   CAPTURE    when set, tcpdump UDP 4791 in goroce-la into $OUT per run
 #   OUT        keep the logs (and captures) in this directory (default: a
@@ -59,11 +63,11 @@ MTU=1024
 LOSS=${LOSS:-0 0.01 0.05 0.20}
 TESTS=${TESTS:-write_bw read_bw send_bw atomic_bw}
 SIZE=${SIZE:-65536}
-ITERS=${ITERS:-500}
-ATOMIC_ITERS=${ATOMIC_ITERS:-2000}
+ITERS=${ITERS:-1000}
+ATOMIC_ITERS=${ATOMIC_ITERS:-5000}
 HIGH_LOSS=${HIGH_LOSS:-0.1}
-HIGH_ITERS=${HIGH_ITERS:-50}
-HIGH_ATOMIC_ITERS=${HIGH_ATOMIC_ITERS:-500}
+HIGH_ITERS=${HIGH_ITERS:-200}
+HIGH_ATOMIC_ITERS=${HIGH_ATOMIC_ITERS:-2000}
 TIMEOUT=${TIMEOUT:-120}
 CAPTURE=${CAPTURE:-}
 OOB_PORT=18515
@@ -122,6 +126,7 @@ need() { # need COMMAND DEBIAN-PACKAGE
 }
 need iptables iptables
 need jq jq
+need ethtool ethtool
 [[ -n $CAPTURE ]] && need tcpdump tcpdump
 
 in_a() { ip netns exec "$NS_A" "$@"; }
@@ -133,6 +138,8 @@ setup_net() {
 	ip netns add "$NS_A" && ip netns add "$NS_B" &&
 		ip link add veth-la netns "$NS_A" type veth peer name veth-lb netns "$NS_B" &&
 		in_a ip addr add "$IP_A/24" dev veth-la && in_b ip addr add "$IP_B/24" dev veth-lb &&
+		in_a ethtool -K veth-la tx-udp-segmentation off >/dev/null &&
+		in_b ethtool -K veth-lb tx-udp-segmentation off >/dev/null &&
 		in_a ip link set veth-la mtu 1500 up && in_b ip link set veth-lb mtu 1500 up &&
 		in_a ip link set lo up && in_b ip link set lo up
 }
@@ -207,6 +214,7 @@ run() {
 	*) args+=(-s "$SIZE") ;;
 	esac
 	args+=(-n "$iters")
+	local t0=$SECONDS
 	local base="$OUT/${t}_p${p}"
 	srv=$base.server cli=$base.client
 	if ! set_loss "$p"; then
@@ -273,13 +281,13 @@ run() {
 		r=$(checks client "$cli" "$iters" "$cli_must") || reason+=("$r")
 	fi
 	bw=$(jq -rs 'map(select(.side == "client" and .bw_average != null))[0].bw_average // empty' "$cli" 2>/dev/null)
-	local drops="dropped b->a/a->b: $da/$db"
+	local drops="dropped b->a/a->b: $da/$db" secs=$((SECONDS - t0))
 	if [[ ${#reason[@]} == 0 ]]; then
-		printf 'PASS %-10s %-9s %10.2f MB/s  n=%-5s %s\n' "loss=$pct" "$t" "${bw:-0}" "$iters" "$drops"
+		printf 'PASS %-10s %-9s %10.2f MB/s  n=%-5s %3ss  %s\n' "loss=$pct" "$t" "${bw:-0}" "$iters" "$secs" "$drops"
 		passed=$((passed + 1))
 		return
 	fi
-	printf 'FAIL %-10s %-9s  n=%-5s %s\n' "loss=$pct" "$t" "$iters" "$drops"
+	printf 'FAIL %-10s %-9s  n=%-5s %3ss  %s\n' "loss=$pct" "$t" "$iters" "$secs" "$drops"
 	local r f
 	for r in "${reason[@]}"; do
 		echo "    $r"
@@ -309,5 +317,5 @@ for p in $LOSS; do
 		run "$p" "$t"
 	done
 done
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed in ${SECONDS}s"
 [[ $failed == 0 ]]

@@ -9,7 +9,13 @@
 #                                            (-x 1, MTU 1024; sizes 1, 1024, 1025, 65536)
 #   goroce-perf atomic_bw -A CMP_AND_SWAP / FETCH_AND_ADD   vs ib_atomic_bw
 #   goroce-perf write_lat                    vs ib_write_lat (64 B)
+#   goroce-perf write_bw, send_bw, write_lat, send_lat -c UC
+#                                            vs the same perftest tests -c UC
+#   goroce-perf send_bw, send_lat -c UD      vs ib_send_bw, ib_send_lat -c UD
 #   goroce-pingpong -c                       vs ibv_rc_pingpong -g 1 -c (1 B, 4096 B)
+#   goroce-uc-pingpong -c                    vs ibv_uc_pingpong -g 1 -c (1 B, 4096 B)
+#   goroce-ud-pingpong -c                    vs ibv_ud_pingpong -g 1 -c (1 B, 1024 B)
+#   goroce-srq-pingpong -c -q 4              vs ibv_srq_pingpong -g 1 -c -q 4 (1 B, 4096 B)
 #
 # A scenario passes when both sides exit 0 and both print their result line
 # for the requested size and iteration count. perftest does not look at the
@@ -54,7 +60,7 @@ ITERS=${ITERS:-100}
 PP_ITERS=10
 TIMEOUT=${TIMEOUT:-60}
 ONLY=${ONLY:-}
-# perftest and ibv_rc_pingpong both meet on this TCP port
+# perftest and the ibv_*_pingpong examples all meet on this TCP port
 OOB_PORT=18515
 HW=/sys/class/infiniband/rxe0/ports/1/hw_counters
 # separates a VM job's output from the counters it appends
@@ -213,8 +219,9 @@ fail() {
 selected() { [ -z "$ONLY" ] || [[ $1 =~ $ONLY ]]; }
 
 # ----------------------------------------------------------------------------- setup
-log "building goroce-perf, goroce-pingpong, goroce-dump into $BIN"
-(cd "$ROOT" && go build -o "$BIN/" ./cmd/goroce-perf ./cmd/goroce-pingpong ./cmd/goroce-dump) \
+log "building goroce-perf, the goroce-*pingpong commands, goroce-dump into $BIN"
+(cd "$ROOT" && go build -o "$BIN/" ./cmd/goroce-perf ./cmd/goroce-pingpong ./cmd/goroce-uc-pingpong \
+    ./cmd/goroce-ud-pingpong ./cmd/goroce-srq-pingpong ./cmd/goroce-dump) \
     || die "go build failed"
 
 log "building the VM image (idempotent)"
@@ -298,7 +305,7 @@ has_result() {
     grep -Eq "^ *$1 +$2 +[0-9]" "$3"
 }
 
-# has_pingpong ITERS FILE: ibv_rc_pingpong's closing line is in FILE
+# has_pingpong ITERS FILE: the pingpong examples' closing line is in FILE
 has_pingpong() {
     grep -Eq "^$1 iters in [0-9.]+ seconds" "$2"
 }
@@ -416,6 +423,60 @@ for s in 1 4096; do
         "ibv_rc_pingpong -d rxe0 $args" "$PP --bind $HOST_IP $args $VM_IP"
     host_server "rc_pingpong/s=$s/goroce-server" "has_pingpong $PP_ITERS" \
         "$PP --bind $HOST_IP $args" "ibv_rc_pingpong -d rxe0 $args $HOST_IP"
+done
+
+# UC and UD: perftest's tests for each (UC: no READ or atomics; UD: SEND
+# only, one packet per message), both roles. Neither transport has flow
+# control or retransmission: the receiving side posts every receive before
+# the start, and a lost packet fails the scenario (the waiting side gives
+# up). Sizes stay within a few packets, which the VM (TCG) takes without
+# dropping any.
+for t in write_bw send_bw; do
+    for s in 1 1024 4096; do
+        args="-x 1 -m $MTU -n $ITERS -s $s -c UC"
+        vm_server "${t}_uc/s=$s/goroce-client" "has_result $s $ITERS" \
+            "ib_${t} -d rxe0 $args" "$P ${t} --bind $HOST_IP $args $VM_IP"
+        host_server "${t}_uc/s=$s/goroce-server" "has_result $s $ITERS" \
+            "$P ${t} --bind $HOST_IP $args" "ib_${t} -d rxe0 $args $HOST_IP"
+    done
+done
+for t in write_lat send_lat; do
+    args="-x 1 -m $MTU -n $ITERS -s 64 -c UC"
+    vm_server "${t}_uc/s=64/goroce-client" "has_result 64 $ITERS" \
+        "ib_${t} -d rxe0 $args" "$P ${t} --bind $HOST_IP $args $VM_IP"
+    host_server "${t}_uc/s=64/goroce-server" "has_result 64 $ITERS" \
+        "$P ${t} --bind $HOST_IP $args" "ib_${t} -d rxe0 $args $HOST_IP"
+done
+for s in 1 1024; do
+    args="-x 1 -m $MTU -n $ITERS -s $s -c UD"
+    vm_server "send_bw_ud/s=$s/goroce-client" "has_result $s $ITERS" \
+        "ib_send_bw -d rxe0 $args" "$P send_bw --bind $HOST_IP $args $VM_IP"
+    host_server "send_bw_ud/s=$s/goroce-server" "has_result $s $ITERS" \
+        "$P send_bw --bind $HOST_IP $args" "ib_send_bw -d rxe0 $args $HOST_IP"
+done
+args="-x 1 -m $MTU -n $ITERS -s 64 -c UD"
+vm_server "send_lat_ud/s=64/goroce-client" "has_result 64 $ITERS" \
+    "ib_send_lat -d rxe0 $args" "$P send_lat --bind $HOST_IP $args $VM_IP"
+host_server "send_lat_ud/s=64/goroce-server" "has_result 64 $ITERS" \
+    "$P send_lat --bind $HOST_IP $args" "ib_send_lat -d rxe0 $args $HOST_IP"
+
+# ibv_uc_pingpong, ibv_ud_pingpong, ibv_srq_pingpong: as ibv_rc_pingpong,
+# data checked on both sides. UC: 4096 bytes is four packets, which UC
+# reassembles with no retransmission; UD: at most the MTU (1024), no -m;
+# SRQ: four RC QPs receiving from one shared receive queue.
+for v in uc ud srq; do
+    case $v in
+    uc) sizes="1 4096" opts="-m $MTU" ;;
+    ud) sizes="1 1024" opts="" ;;
+    srq) sizes="1 4096" opts="-m $MTU -q 4" ;;
+    esac
+    for s in $sizes; do
+        args="-g 1 $opts -n $PP_ITERS -s $s -c"
+        vm_server "${v}_pingpong/s=$s/goroce-client" "has_pingpong $PP_ITERS" \
+            "ibv_${v}_pingpong -d rxe0 $args" "$BIN/goroce-$v-pingpong --bind $HOST_IP $args $VM_IP"
+        host_server "${v}_pingpong/s=$s/goroce-server" "has_pingpong $PP_ITERS" \
+            "$BIN/goroce-$v-pingpong --bind $HOST_IP $args" "ibv_${v}_pingpong -d rxe0 $args $HOST_IP"
+    done
 done
 
 # ----------------------------------------------------------------------------- checks

@@ -1,4 +1,4 @@
-package main
+package pingpong
 
 import (
 	"bytes"
@@ -231,7 +231,7 @@ func TestInvalidPages(t *testing.T) {
 		{"one byte", []byte{markByte}, func([]byte) {}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pp := &pingpongCtx{buf: tc.buf, pageSize: page}
+			pp := &pingpongCtx{buf: tc.buf, pageSize: page, fill: fillByte}
 			tc.change(pp.buf)
 			if got := pp.invalidPages(); fmt.Sprint(got) != fmt.Sprint(tc.want) {
 				t.Errorf("invalid pages %v, want %v", got, tc.want)
@@ -406,7 +406,7 @@ func TestServerAddressFromConnection(t *testing.T) {
 
 func TestParseArgs(t *testing.T) {
 	def := options{tcpPort: 18515, ibDev: "goroce0", ibPort: 1, size: 4096, mtu: verbs.MTU1024,
-		rxDepth: 500, iters: 1000, gidIndex: 1}
+		numQP: 1, rxDepth: 500, iters: 1000, gidIndex: 1}
 	with := func(f func(*options)) options { o := def; f(&o); return o }
 	for _, tc := range []struct {
 		args []string
@@ -418,7 +418,7 @@ func TestParseArgs(t *testing.T) {
 		{[]string{"-p", "1234", "-d", "dev", "-i", "1", "-s", "0x100", "-m", "4096", "-r", "10", "-n", "7", "-l", "2", "-e", "-g", "0", "-c", "h"},
 			with(func(o *options) {
 				*o = options{host: "h", tcpPort: 1234, ibDev: "dev", ibPort: 1, size: 256, mtu: verbs.MTU4096,
-					rxDepth: 10, iters: 7, sl: 2, events: true, gidIndex: 0, chk: true}
+					numQP: 1, rxDepth: 10, iters: 7, sl: 2, events: true, gidIndex: 0, chk: true}
 			}), ""},
 		{[]string{"--port=1234", "--ib-dev=dev", "--size=8", "--mtu=256", "--rx-depth=2", "--iters=3", "--sl=1", "--events", "--gid-idx=1", "--chk", "--bind=10.0.0.1"},
 			with(func(o *options) {
@@ -446,7 +446,7 @@ func TestParseArgs(t *testing.T) {
 		{[]string{"-n", "x"}, options{}, "-n"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			o, err := parseArgs(tc.args)
+			o, err := parseArgs(RC, tc.args)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("error %v, want %q", err, tc.err)
@@ -461,18 +461,18 @@ func TestParseArgs(t *testing.T) {
 			}
 		})
 	}
-	if _, err := parseArgs([]string{"-h"}); !errors.Is(err, flag.ErrHelp) {
+	if _, err := parseArgs(RC, []string{"-h"}); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: %v, want flag.ErrHelp", err)
 	}
 }
 
 func TestUsage(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if code := run(context.Background(), []string{"--help"}, &out, &errOut); code != 0 || !strings.HasPrefix(out.String(), "Usage:") || errOut.Len() != 0 {
+	if code := Run(context.Background(), RC, []string{"--help"}, &out, &errOut); code != 0 || !strings.HasPrefix(out.String(), "Usage:") || errOut.Len() != 0 {
 		t.Errorf("--help: exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
 	}
 	out.Reset()
-	if code := run(context.Background(), []string{"-m", "3"}, &out, &errOut); code != 1 || out.Len() != 0 ||
+	if code := Run(context.Background(), RC, []string{"-m", "3"}, &out, &errOut); code != 1 || out.Len() != 0 ||
 		!strings.HasPrefix(errOut.String(), "goroce-pingpong: --mtu 3") || !strings.Contains(errOut.String(), "Usage:") {
 		t.Errorf("-m 3: exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
 	}

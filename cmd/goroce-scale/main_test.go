@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The tests bind 127.0.9.x, which no other package's tests use.
+
+func runScale(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out, errb bytes.Buffer
+	code = run(ctx, args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestSmallRun(t *testing.T) {
+	code, out, errs := runScale(t, "-qps", "20", "-mrs", "300", "-mr-size", "4096", "-mr-buffer", "65536",
+		"-active", "8", "-size", "8192", "-window", "16", "-duration", "200ms",
+		"-addrs", "127.0.9.1,127.0.9.2", "-json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var r report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v in %q", err, out)
+	}
+	switch {
+	case r.QPs != 20 || r.SQDepth != 16 || r.Active != 8 || r.Window != 16:
+		t.Errorf("configuration not reported: %+v", r)
+	case r.MRs != 300 || r.MRsAsked != 300 || r.MRSize != 4096:
+		t.Errorf("MRs: %+v", r)
+	case r.QPHeapBytes <= 0 || r.MRHeapBytes <= 0:
+		// Each QP and MR holds device state on the Go heap.
+		t.Errorf("memory per object not positive: QP %.0f, MR %.0f", r.QPHeapBytes, r.MRHeapBytes)
+	case r.QPRate <= 0 || r.RegRate <= 0 || r.DeregRate <= 0:
+		t.Errorf("rates: %+v", r)
+	case r.OneQPMBps <= 0 || r.ManyQPMBps <= 0 || r.ManyQPRatio <= 0:
+		t.Errorf("throughput: %+v", r)
+	case r.ActiveTouched != 8:
+		// Round robin must give every active QP traffic.
+		t.Errorf("%d of 8 active QPs carried traffic", r.ActiveTouched)
+	}
+}
+
+func TestTable(t *testing.T) {
+	code, out, errs := runScale(t, "-qps", "2", "-mrs", "10", "-mr-buffer", "65536", "-active", "2",
+		"-size", "4096", "-window", "4", "-duration", "100ms", "-addrs", "127.0.9.3,127.0.9.4")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"| measure | value |", "| connected QP pairs | 2 (send queue depth 4) |",
+		"| memory regions | 10 of 4096 bytes |", "| 2 QPs / 1 QP |", "| losses, 2 QP run |"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// More MRs than a device holds: register max_mr and say so, rather than
+// fail after a long registration loop.
+func TestMRsCappedAtMaxMR(t *testing.T) {
+	code, out, errs := runScale(t, "-qps", "1", "-active", "0", "-mrs", "3000", "-max-mr", "2000", "-mr-buffer", "65536",
+		"-addrs", "127.0.9.5,127.0.9.6", "-json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var r report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.MaxMR != 2000 || r.MRs != r.MaxMR || r.MRsAsked != 3000 {
+		t.Fatalf("registered %d of %d asked, max_mr %d", r.MRs, r.MRsAsked, r.MaxMR)
+	}
+	if !strings.Contains(errs, "above the device's max_mr") {
+		t.Errorf("no notice of the cap on stderr: %q", errs)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-qps", "0"}, "at least one QP pair"},
+		{[]string{"-active", "11", "-qps", "10"}, "-active 11"},
+		{[]string{"-addrs", "127.0.9.1"}, "want FIRST,SECOND"},
+		{[]string{"-addrs", "127.0.9.1,127.0.9.1"}, "must differ"},
+		{[]string{"-addrs", "127.0.9.1,nope"}, "-addrs"},
+		{[]string{"-mr-size", "8192", "-mr-buffer", "4096"}, "-mr-size"},
+		{[]string{"-window", "64", "-sq-depth", "8"}, "-sq-depth 8"},
+		{[]string{"-duration", "0s"}, "-duration"},
+		{[]string{"-udp-port", "70000"}, "not a UDP port"},
+		{[]string{"extra"}, "unexpected argument"},
+	} {
+		code, _, errs := runScale(t, tc.args...)
+		if code != 2 || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, code, errs, tc.want)
+		}
+	}
+}

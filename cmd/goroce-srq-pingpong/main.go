@@ -1,0 +1,28 @@
+// Command goroce-srq-pingpong is rdma-core's ibv_srq_pingpong on a goroce
+// device: it exchanges messages with SEND and RECV over several RC queue
+// pairs that receive from one shared receive queue, and is wire-compatible
+// with ibv_srq_pingpong on any RoCEv2 device (rxe or hardware) in either
+// role.
+//
+//	goroce-srq-pingpong [options]          start a server and wait for a client
+//	goroce-srq-pingpong [options] <host>   connect to the server at <host>
+//
+// The options, the exchange and the output are ibv_srq_pingpong's; see
+// package pingpong (cmd/goroce-pingpong/pingpong) for them and for what
+// differs.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+
+	"github.com/goroce/goroce/cmd/goroce-pingpong/pingpong"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := pingpong.Run(ctx, pingpong.SRQ, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

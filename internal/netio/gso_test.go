@@ -1,0 +1,305 @@
+package netio
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net/netip"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// gsoTestMessages returns the packets of TestOffloadExchange: a 64 KiB
+// WRITE at MTU 4096 with a short tail (more than one super-packet's
+// bytes), a run of small equal packets longer than a super-packet's
+// segment limit allows at once, and a few packets of growing size, which
+// cannot share a super-packet (only the last segment may be shorter).
+func gsoTestMessages(t testing.TB, dst netip.AddrPort) []Message {
+	var sizes []int
+	for range 16 {
+		sizes = append(sizes, 4096)
+	}
+	sizes = append(sizes, 1000)
+	for range maxGSOSegments + 6 {
+		sizes = append(sizes, 8)
+	}
+	sizes = append(sizes, 16, 32, 64, 64, 4)
+	msgs := make([]Message, len(sizes))
+	for i, n := range sizes {
+		msgs[i] = Message{Dst: dst, Packet: buildTestPacket(t, wire.RCRDMAWriteMiddle, 0x25, n, uint32(i))}
+	}
+	return msgs
+}
+
+// TestOffloadExchange sends runs of packets with and without segmentation
+// and receive offload, over IPv4 and IPv6, and checks that every packet
+// arrives once, in order, intact, with an ICRC valid for the IPv4
+// identification the kernel gave it, and that the receiver's check was a
+// full one (identification 0 or predicted, never recovered).
+func TestOffloadExchange(t *testing.T) {
+	for _, fam := range []struct {
+		name string
+		a, b netip.Addr
+	}{{"IPv4", addrA, addrB}, {"IPv6", addr6, addr6}} {
+		for _, tc := range []struct {
+			name         string
+			noGSO, noGRO bool
+		}{{"GSO+GRO", false, false}, {"GSO", false, true}, {"GRO", true, false}, {"none", true, true}} {
+			t.Run(fam.name+"/"+tc.name, func(t *testing.T) {
+				a, b := openPair(t, fam.a, fam.b, Config{NoGSO: tc.noGSO, NoGRO: tc.noGRO, BatchSize: 32})
+				if !tc.noGSO && !a.gso {
+					t.Skip("the kernel does not support UDP_SEGMENT")
+				}
+				if !tc.noGRO && !b.gro {
+					t.Skip("the kernel does not support UDP_GRO")
+				}
+				got := make(collector, 256)
+				serve(t, b, got)
+				s := acquire(t, a, SourcePortForQPN(0x31))
+				msgs := gsoTestMessages(t, b.LocalAddr())
+				want := make([][]byte, len(msgs))
+				for i, m := range msgs {
+					want[i] = bytes.Clone(m.Packet)
+				}
+				if sent, err := s.SendBatch(msgs); sent != len(msgs) || err != nil {
+					t.Fatalf("SendBatch = %d, %v", sent, err)
+				}
+				var prevID uint16
+				for i := range msgs {
+					r := got.next(t)
+					n := len(r.raw) - icrcLen
+					if !bytes.Equal(r.raw[:n], want[i]) {
+						t.Fatalf("packet %d: received %d bytes, not the %d sent", i, n, len(want[i]))
+					}
+					if r.info.IDRecovered {
+						t.Errorf("packet %d: identification %d recovered, not predicted", i, r.info.IPID)
+					}
+					if id := r.info.IPID; id != 0 && (id != prevID+1 || fam.a.Is6() || tc.noGSO) {
+						t.Errorf("packet %d: identification %d after %d", i, id, prevID)
+					}
+					prevID = r.info.IPID
+					if crc := refTransportICRC(r.from, b.LocalAddr(), r.info.IPID, want[i]); binary.LittleEndian.Uint32(r.raw[n:]) != crc {
+						t.Errorf("packet %d: ICRC %x, reference %08x for id %d", i, r.raw[n:], crc, r.info.IPID)
+					}
+				}
+				ac, bc := a.Counters(), b.Counters()
+				n := uint64(len(msgs))
+				waitFor(t, "the receive counters", func() bool { return bc.Delivered.Load() == n })
+				if ac.TxPackets.Load() != n || bc.RxPackets.Load() != n || ac.SendErrors.Load() != 0 {
+					t.Errorf("%d packets sent, %d received, %d send errors; want %d, %d, 0",
+						ac.TxPackets.Load(), bc.RxPackets.Load(), ac.SendErrors.Load(), n, n)
+				}
+				if ac.TxBytes.Load() != bc.RxBytes.Load() {
+					t.Errorf("%d bytes sent, %d received", ac.TxBytes.Load(), bc.RxBytes.Load())
+				}
+				if gso := ac.TxGSO.Load(); (gso > 0) == tc.noGSO {
+					t.Errorf("TxGSO = %d with NoGSO %v", gso, tc.noGSO)
+				}
+				// Loopback hands a super-packet whole to a socket with
+				// UDP_GRO, and segments it for the others.
+				if gro := bc.RxGRO.Load(); (gro > 0) != (!tc.noGSO && !tc.noGRO) {
+					t.Errorf("RxGRO = %d with NoGSO %v, NoGRO %v", gro, tc.noGSO, tc.noGRO)
+				}
+				predicted := bc.ICRCIDPredicted.Load()
+				if (predicted > 0) != (!tc.noGSO && fam.a.Is4()) || bc.ICRCIDRecovered.Load() != 0 || bc.ICRCErrors.Load() != 0 {
+					t.Errorf("%d identifications predicted, %d recovered, %d ICRC errors",
+						predicted, bc.ICRCIDRecovered.Load(), bc.ICRCErrors.Load())
+				}
+				if ac.GSOFallbacks.Load() != 0 {
+					t.Errorf("GSOFallbacks = %d", ac.GSOFallbacks.Load())
+				}
+			})
+		}
+	}
+}
+
+// TestGSOGrouping checks which packets share a super-packet: runs of equal
+// sizes to one destination with at most one shorter packet at the end,
+// within the kernel's segment and byte limits.
+func TestGSOGrouping(t *testing.T) {
+	a, b := openPair(t, addrA, addrB, Config{BatchSize: 128})
+	c, _ := openPair(t, addrA, addrB, Config{}) // a second destination
+	if !a.gso {
+		t.Skip("the kernel does not support UDP_SEGMENT")
+	}
+	s := acquire(t, a, SourcePortForQPN(0x32))
+	d1, d2 := b.LocalAddr(), c.LocalAddr()
+	type pkt struct {
+		dst netip.AddrPort
+		n   int
+	}
+	run := func(dst netip.AddrPort, n, count int) []pkt {
+		p := make([]pkt, count)
+		for i := range p {
+			p[i] = pkt{dst, n}
+		}
+		return p
+	}
+	cat := func(ps ...[]pkt) []pkt {
+		var r []pkt
+		for _, p := range ps {
+			r = append(r, p...)
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name string
+		pkts []pkt
+		segs []int // packets per datagram
+	}{
+		{"single", run(d1, 100, 1), []int{1}},
+		{"equal", run(d1, 100, 5), []int{5}},
+		{"short tail", cat(run(d1, 100, 3), run(d1, 40, 1)), []int{4}},
+		{"after the tail", cat(run(d1, 100, 3), run(d1, 40, 2)), []int{4, 1}},
+		{"longer breaks", cat(run(d1, 40, 2), run(d1, 100, 2)), []int{2, 2}},
+		{"destinations", cat(run(d1, 100, 2), run(d2, 100, 2), run(d1, 100, 1)), []int{2, 2, 1}},
+		{"segment limit", run(d1, 0, maxGSOSegments+1), []int{maxGSOSegments, 1}},
+		// 4096-byte payload + 12-byte BTH + 4-byte ICRC: 15 fit.
+		{"byte limit", run(d1, 4096, 17), []int{15, 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			msgs := make([]Message, len(tc.pkts))
+			for i, p := range tc.pkts {
+				msgs[i] = Message{Dst: p.dst, Packet: buildTestPacket(t, wire.RCRDMAWriteMiddle, 1, p.n, uint32(i))}
+			}
+			before := a.Counters().TxGSO.Load()
+			if sent, err := s.SendBatch(msgs); sent != len(msgs) || err != nil {
+				t.Fatalf("SendBatch = %d, %v", sent, err)
+			}
+			// The batch's headers still tell how the last call grouped
+			// the packets.
+			nh := 0
+			for nh < len(s.batch.segs) && nh < len(tc.segs) && s.batch.segs[nh] == tc.segs[nh] {
+				nh++
+			}
+			var gso uint64
+			for _, k := range tc.segs {
+				if k > 1 {
+					gso++
+				}
+			}
+			if nh != len(tc.segs) || a.Counters().TxGSO.Load()-before != gso {
+				t.Errorf("grouped as %v, want %v", s.batch.segs[:len(tc.segs)], tc.segs)
+			}
+			// Each packet's ICRC is for its index in its datagram.
+			i := 0
+			for _, k := range tc.segs {
+				for id := range k {
+					m := msgs[i]
+					n := len(m.Packet)
+					got := binary.LittleEndian.Uint32(m.Packet[n : n+icrcLen])
+					if want := refTransportICRC(s.src, m.Dst, uint16(id), m.Packet); got != want {
+						t.Errorf("packet %d: ICRC %08x, want %08x for id %d", i, got, want, id)
+					}
+					i++
+				}
+			}
+		})
+	}
+}
+
+// TestGSOFallback makes the kernel refuse segmentation (a socket without
+// UDP checksums cannot use it: EINVAL) and checks that the Sender falls
+// back to one datagram per packet, once, without losing a packet.
+func TestGSOFallback(t *testing.T) {
+	a, b := openPair(t, addrA, addrB, Config{})
+	if !a.gso {
+		t.Skip("the kernel does not support UDP_SEGMENT")
+	}
+	got := make(collector, 64)
+	serve(t, b, got)
+	s := acquire(t, a, SourcePortForQPN(0x33))
+	var serr error
+	if err := s.rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_NO_CHECK, 1)
+	}); err != nil || serr != nil {
+		t.Fatal(err, serr)
+	}
+	for round := range 2 {
+		msgs := make([]Message, 8)
+		for i := range msgs {
+			msgs[i] = Message{Dst: b.LocalAddr(), Packet: buildTestPacket(t, wire.RCRDMAWriteMiddle, 1, 256, uint32(i))}
+		}
+		if sent, err := s.SendBatch(msgs); sent != len(msgs) || err != nil {
+			t.Fatalf("round %d: SendBatch = %d, %v", round, sent, err)
+		}
+		for i := range msgs {
+			r := got.next(t)
+			if psn := binary.BigEndian.Uint32(r.raw[8:12]) & 0xffffff; psn != uint32(i) || r.info.IPID != 0 {
+				t.Fatalf("round %d: packet %d has PSN %d, id %d", round, i, psn, r.info.IPID)
+			}
+		}
+	}
+	ac := a.Counters()
+	if ac.GSOFallbacks.Load() != 1 || ac.TxGSO.Load() != 0 || ac.SendErrors.Load() != 0 || s.gso.Load() {
+		t.Errorf("%d fallbacks, %d GSO sends, %d send errors, GSO still on: %v",
+			ac.GSOFallbacks.Load(), ac.TxGSO.Load(), ac.SendErrors.Load(), s.gso.Load())
+	}
+}
+
+// TestOffloadRoundTripNoAlloc checks that the offload paths allocate
+// nothing in steady state: a batch sent as one super-packet, received
+// whole (UDP_GRO) and split.
+func TestOffloadRoundTripNoAlloc(t *testing.T) {
+	a, b := openPair(t, addrA, addrB, Config{})
+	arrived := make(signal, 8)
+	serve(t, b, arrived)
+	s := acquire(t, a, SourcePortForQPN(0x34))
+	pkt := buildTestPacket(t, wire.RCRDMAWriteMiddle, 1, 1024, 0)
+	dst := b.LocalAddr()
+	msgs := []Message{{dst, pkt}, {dst, pkt}, {dst, pkt}, {dst, pkt}}
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := s.SendBatch(msgs); err != nil {
+			t.Fatal(err)
+		}
+		for range msgs {
+			<-arrived
+		}
+	}); n != 0 {
+		t.Errorf("a GSO round trip allocates %v times", n)
+	}
+	if a.gso && b.gro && (a.Counters().TxGSO.Load() == 0 || b.Counters().RxGRO.Load() == 0) {
+		t.Errorf("offload not used: %d GSO sends, %d GRO receives", a.Counters().TxGSO.Load(), b.Counters().RxGRO.Load())
+	}
+}
+
+// TestCheckICRCNext checks the receive check's outcomes against the
+// identification a packet was sent with and the one predicted for it.
+func TestCheckICRCNext(t *testing.T) {
+	src4, dst4 := netip.MustParseAddrPort("10.0.0.1:49152"), netip.MustParseAddrPort("10.0.0.2:4791")
+	src6, dst6 := netip.MustParseAddrPort("[fd00::1]:49152"), netip.MustParseAddrPort("[fd00::2]:4791")
+	transport := buildTestPacket(t, wire.RCRDMAWriteMiddle, 1, 1024, 9)
+	for _, tc := range []struct {
+		name     string
+		src, dst netip.AddrPort
+		sentID   uint16
+		next     uint16
+		weak     bool
+		want     icrcResult
+		wantID   uint16
+	}{
+		{"id 0", src4, dst4, 0, 7, false, icrcOK, 0},
+		{"predicted", src4, dst4, 7, 7, false, icrcPredicted, 7},
+		{"predicted, weak", src4, dst4, 7, 7, true, icrcPredicted, 7},
+		{"not predicted, strict", src4, dst4, 8, 7, false, icrcBad, 0},
+		{"not predicted, weak", src4, dst4, 8, 7, true, icrcRecovered, 8},
+		{"no prediction, strict", src4, dst4, 8, 0, false, icrcBad, 0},
+		{"IPv6", src6, dst6, 0, 7, false, icrcOK, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pkt := binary.LittleEndian.AppendUint32(bytes.Clone(transport), refTransportICRC(tc.src, tc.dst, tc.sentID, transport))
+			var ids idRecoverer
+			res, id := checkICRCNext(&ids, tc.weak, tc.src, tc.dst, pkt, tc.next)
+			if res != tc.want || id != tc.wantID {
+				t.Errorf("checkICRCNext = %v, %d; want %v, %d", res, id, tc.want, tc.wantID)
+			}
+			// A damaged packet fails whatever was predicted.
+			pkt[20] ^= 0x10
+			if res, _ := checkICRCNext(&ids, false, tc.src, tc.dst, pkt, tc.next); res != icrcBad {
+				t.Errorf("damaged packet: %v", res)
+			}
+		})
+	}
+}

@@ -1,0 +1,7 @@
+//go:build !race
+
+package verbs
+
+// raceDetector reports a binary built with -race, where the long
+// randomised tests run fewer rounds.
+const raceDetector = false

@@ -1,0 +1,318 @@
+package verbs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// testSpin is the spin budget of the tests and benchmarks that spin before
+// parking.
+const testSpin = 5 * time.Microsecond
+
+// parkedWaiters returns how many goroutines are parked in Wait on cq.
+func parkedWaiters(cq *CQ) int {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return cq.wait.waiters
+}
+
+// boundedCtx is a context that ends after 10 s, so that a lost wake-up
+// fails the test instead of hanging it.
+func boundedCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitResult is what one Wait call returned.
+type waitResult struct {
+	wrids []uint64
+	err   error
+}
+
+// startWaiter runs WaitSpin on cq in a goroutine and reports its result.
+func startWaiter(ctx context.Context, cq *CQ, spin time.Duration, room int) <-chan waitResult {
+	ch := make(chan waitResult, 1)
+	go func() {
+		wc := make([]WorkCompletion, room)
+		n, err := cq.WaitSpin(ctx, wc, spin)
+		r := waitResult{err: err}
+		for _, c := range wc[:n] {
+			r.wrids = append(r.wrids, c.WRID)
+		}
+		ch <- r
+	}()
+	return ch
+}
+
+func TestWaitReturnsQueuedCompletions(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		spin time.Duration
+	}{{"park", 0}, {"spin", testSpin}, {"busy", -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cq := mustCQ(t, newDevice(t), 8)
+			for i := range 3 {
+				cq.push(WorkCompletion{WRID: uint64(i + 1)}, false)
+			}
+			// A done context does not hide completions already queued.
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			wc := make([]WorkCompletion, 2)
+			n, err := cq.WaitSpin(ctx, wc, tc.spin)
+			if err != nil || n != 2 || wc[0].WRID != 1 || wc[1].WRID != 2 {
+				t.Fatalf("WaitSpin = %d, %v (%+v), want WRIDs 1 and 2", n, err, wc[:n])
+			}
+			n, err = cq.WaitSpin(ctx, wc, tc.spin)
+			if err != nil || n != 1 || wc[0].WRID != 3 {
+				t.Fatalf("second WaitSpin = %d, %v (%+v), want WRID 3", n, err, wc[:n])
+			}
+		})
+	}
+}
+
+func TestWaitParksUntilPush(t *testing.T) {
+	for name, spin := range map[string]time.Duration{"park": 0, "spin": testSpin} {
+		t.Run(name, func(t *testing.T) {
+			cq := mustCQ(t, newDevice(t), 8)
+			res := startWaiter(boundedCtx(t), cq, spin, 4)
+			waitFor(t, "the waiter to park", func() bool { return parkedWaiters(cq) == 1 })
+			cq.push(WorkCompletion{WRID: 42}, false)
+			r := <-res
+			if r.err != nil || len(r.wrids) != 1 || r.wrids[0] != 42 {
+				t.Fatalf("Wait returned %v, %v; want WRID 42", r.wrids, r.err)
+			}
+			if n := parkedWaiters(cq); n != 0 {
+				t.Fatalf("%d waiters left parked", n)
+			}
+		})
+	}
+}
+
+func TestWaitContext(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		spin time.Duration
+	}{{"park", 0}, {"busy", -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cq := mustCQ(t, newDevice(t), 8)
+			ctx, cancel := context.WithCancel(context.Background())
+			res := startWaiter(ctx, cq, tc.spin, 1)
+			if tc.spin == 0 {
+				waitFor(t, "the waiter to park", func() bool { return parkedWaiters(cq) == 1 })
+			}
+			cancel()
+			if r := <-res; !errors.Is(r.err, context.Canceled) || len(r.wrids) != 0 {
+				t.Fatalf("Wait after cancel = %v, %v; want context.Canceled", r.wrids, r.err)
+			}
+			// The CQ still works, and the cancelled waiter took no
+			// wake-up meant for a later one.
+			cq.push(WorkCompletion{WRID: 7}, false)
+			wc := make([]WorkCompletion, 1)
+			if n, err := cq.Wait(context.Background(), wc); n != 1 || err != nil || wc[0].WRID != 7 {
+				t.Fatalf("Wait after the cancelled one = %d, %v", n, err)
+			}
+		})
+	}
+}
+
+func TestWaitDestroyWakesAllWaiters(t *testing.T) {
+	cq := mustCQ(t, newDevice(t), 8)
+	const waiters = 3
+	var res []<-chan waitResult
+	for range waiters {
+		res = append(res, startWaiter(boundedCtx(t), cq, 0, 1))
+	}
+	waitFor(t, "the waiters to park", func() bool { return parkedWaiters(cq) == waiters })
+	if err := cq.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	for i, ch := range res {
+		if r := <-ch; !errors.Is(r.err, ErrClosed) {
+			t.Errorf("waiter %d: %v, %v; want ErrClosed", i, r.wrids, r.err)
+		}
+	}
+	if _, err := cq.Wait(context.Background(), make([]WorkCompletion, 1)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Wait on a destroyed CQ: %v, want ErrClosed", err)
+	}
+}
+
+func TestWaitEmptySlice(t *testing.T) {
+	cq := mustCQ(t, newDevice(t), 8)
+	if _, err := cq.Wait(context.Background(), nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("Wait(nil) = %v, want ErrInvalidArgument", err)
+	}
+}
+
+// Every completion reaches exactly one of several waiters, however the
+// pushes and wake-ups interleave.
+func TestWaitManyWaitersEachCompletionOnce(t *testing.T) {
+	for name, spin := range map[string]time.Duration{"park": 0, "spin": testSpin} {
+		t.Run(name, func(t *testing.T) { testWaitManyWaiters(t, spin) })
+	}
+}
+
+func testWaitManyWaiters(t *testing.T, spin time.Duration) {
+	{
+		cq := mustCQ(t, newDevice(t), 1024)
+		const waiters, perWaiter = 4, 50
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		var (
+			mu   sync.Mutex
+			seen = map[uint64]int{}
+			wg   sync.WaitGroup
+		)
+		total := waiters * perWaiter
+		var got int
+		for range waiters {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				wc := make([]WorkCompletion, 3)
+				for {
+					n, err := cq.WaitSpin(ctx, wc, spin)
+					if err != nil {
+						return
+					}
+					mu.Lock()
+					for _, c := range wc[:n] {
+						seen[c.WRID]++
+					}
+					got += n
+					if got == total {
+						cancel() // release the other waiters
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+		for i := range total {
+			cq.push(WorkCompletion{WRID: uint64(i)}, false)
+		}
+		wg.Wait()
+		if ctx.Err() == context.DeadlineExceeded {
+			t.Fatalf("spin %v: %d of %d completions reached a waiter", spin, got, total)
+		}
+		cancel()
+		if len(seen) != total {
+			t.Fatalf("spin %v: %d distinct completions, want %d", spin, len(seen), total)
+		}
+		for id, k := range seen {
+			if k != 1 {
+				t.Fatalf("spin %v: WRID %d returned %d times", spin, id, k)
+			}
+		}
+	}
+}
+
+// Wait sees the completion of a real RDMA WRITE over loopback, and the
+// data is in place when it returns.
+func TestWaitRDMAWrite(t *testing.T) {
+	a, b := newPair(t, endOpts{}, endOpts{})
+	fill(a.buf[:512], 9)
+	mustPostSend(t, a.qp, SendWR{WRID: 5, Opcode: WRRDMAWrite, SendFlags: SendSignaled,
+		SGList: []SGE{a.mr.SGE(0, 512)}, RDMA: RDMAParams{RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wc := make([]WorkCompletion, 4)
+	n, err := a.cq.Wait(ctx, wc)
+	if err != nil || n != 1 || wc[0].WRID != 5 || wc[0].Status != WCSuccess || wc[0].Opcode != WCRDMAWrite {
+		t.Fatalf("Wait = %d, %v, %+v", n, err, wc[:n])
+	}
+	_, _ = b.cq.Poll(nil) // the device's stores are published by a poll
+	for i := range 512 {
+		if b.buf[i] != a.buf[i] {
+			t.Fatalf("byte %d: %#x, want %#x", i, b.buf[i], a.buf[i])
+		}
+	}
+}
+
+// BenchmarkRCWriteLatency8BWait is BenchmarkRCWriteLatency8B with each side
+// waiting for the peer's WRITE with immediate in CQ.WaitSpin instead of on
+// a completion channel: "park" parks at once (Wait), "spin" spins 5 µs
+// first and "busy" never parks. One op is one round trip.
+func BenchmarkRCWriteLatency8BWait(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		spin time.Duration
+	}{{"park", 0}, {"spin", testSpin}, {"busy", -1}} {
+		b.Run(tc.name, func(b *testing.B) {
+			if tc.spin < 0 && runtime.GOMAXPROCS(0) < 4 {
+				// Two busy waiters and the two devices' receive
+				// goroutines need four processors: with fewer, the
+				// packets wait for the runtime's 10 ms background
+				// poll and the transport's retries run out.
+				b.Skip("busy polling needs GOMAXPROCS >= 4 here")
+			}
+			x, y := newEnd(b, "127.0.1.1", endOpts{}), newEnd(b, "127.0.1.2", endOpts{})
+			l := defaultLink()
+			l.mtu = MTU4096
+			connect(b, x, y, l, l)
+			for _, e := range []*rcEnd{x, y} {
+				for range benchWindow {
+					if err := e.qp.PostRecv(&RecvWR{}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			answered := make(chan error, 1)
+			go func() {
+				for seq := uint32(1); ; seq++ {
+					if err := waitImm(ctx, y, seq, tc.spin); err != nil {
+						answered <- err
+						return
+					}
+					if err := pingImm(y, x, seq); err != nil {
+						answered <- err
+						return
+					}
+				}
+			}()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				seq := uint32(i + 1)
+				if err := pingImm(x, y, seq); err != nil {
+					b.Fatal(err)
+				}
+				if err := waitImm(ctx, x, seq, tc.spin); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			cancel()
+			if err := <-answered; !errors.Is(err, context.Canceled) {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
+// waitImm is awaitImm with CQ.WaitSpin.
+func waitImm(ctx context.Context, e *rcEnd, seq uint32, spin time.Duration) error {
+	var wcs [4]WorkCompletion
+	for {
+		n, err := e.cq.WaitSpin(ctx, wcs[:], spin)
+		if err != nil {
+			return err
+		}
+		for _, wc := range wcs[:n] {
+			switch {
+			case wc.Status != WCSuccess:
+				return fmt.Errorf("completion %+v", wc)
+			case wc.Opcode != WCRecvRDMAWithImm:
+			case wc.ImmData != seq:
+				return fmt.Errorf("sequence %d, want %d", wc.ImmData, seq)
+			default:
+				return e.qp.PostRecv(&RecvWR{})
+			}
+		}
+	}
+}
