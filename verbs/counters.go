@@ -87,8 +87,8 @@ type Counters struct {
 	// responder already held max_dest_rd_atomic of them; the requester's
 	// retry resends them.
 	DroppedBusy uint64
-	// SentSeqErr counts PSN sequence error NAKs the responder sent, one
-	// per gap.
+	// SentSeqErr counts PSN sequence error NAKs the responder sent: one
+	// per gap, repeated for each packet in the gap that asks for an ACK.
 	SentSeqErr uint64
 	// SentNAKs and RcvdNAKs count the other NAKs (invalid request, remote
 	// access, remote operational error) sent and received.

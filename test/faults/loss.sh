@@ -121,7 +121,10 @@ trap 'exit 143' TERM
 need() { # need COMMAND DEBIAN-PACKAGE
 	command -v "$1" >/dev/null && return
 	echo "installing $2" >&2
+	# On a fresh machine the package lists may be empty: update once.
 	DEBIAN_FRONTEND=noninteractive apt-get install -y "$2" >"$OUT/apt-$2.log" 2>&1 ||
+		{ apt-get update >>"$OUT/apt-$2.log" 2>&1 &&
+			DEBIAN_FRONTEND=noninteractive apt-get install -y "$2" >>"$OUT/apt-$2.log" 2>&1; } ||
 		{ echo "loss.sh: cannot install $2 (see $OUT/apt-$2.log)" >&2; exit 2; }
 }
 need iptables iptables
