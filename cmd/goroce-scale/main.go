@@ -42,6 +42,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"time"
 )
@@ -68,6 +69,7 @@ type config struct {
 	udpPort  int
 	json     bool
 	maxMR    int
+	cpuProf  string
 }
 
 func parseArgs(args []string, stderr io.Writer) (*config, error) {
@@ -77,6 +79,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	addrs := "127.0.0.1,127.0.0.2"
 	fs.IntVar(&c.qps, "qps", 10000, "connected QP pairs to create between the two devices")
 	fs.IntVar(&c.mrs, "mrs", 1000000, "memory regions to register on one device (capped at its max_mr)")
+	fs.StringVar(&c.cpuProf, "cpuprofile", "", "write a CPU profile of the measurements to `file`")
 	fs.IntVar(&c.maxMR, "max-mr", 0, "lower the device's max_mr to `N` (0: the default)")
 	fs.IntVar(&c.mrSize, "mr-size", 4096, "bytes per memory region")
 	fs.IntVar(&c.mrBuf, "mr-buffer", 64<<20, "bytes of the buffer the memory regions are carved from")
@@ -146,6 +149,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "goroce-scale:", err)
 		return 2
+	}
+	if cfg.cpuProf != "" {
+		f, err := os.Create(cfg.cpuProf)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "goroce-scale:", err)
+			return 1
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
 	}
 	rep, err := measure(ctx, cfg, stderr)
 	if err != nil {
