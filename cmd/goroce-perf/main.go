@@ -70,8 +70,9 @@
 // has flow control, so the send tests post all their receives up front (up
 // to 16000, perftest's UC_MAX_RX); a lost message is lost, and the side
 // waiting for it fails after 10 s without progress. --check works on both;
-// on the passive side of a UC WRITE test it waits up to 5 s for the last
-// WRITEs, which nothing acknowledges, to land.
+// on the passive side of a UC WRITE test, which nothing tells when the
+// WRITEs have landed, it first waits (up to 5 s) until the QP has taken in
+// every packet of the run.
 //
 // Not supported yet: XRC, DC and SRD (-c), rdma_cm (-R), -D in ib_send_*
 // and ib_write_lat (both sides must stop together).

@@ -22,6 +22,38 @@ const stallTimeout = 10 * time.Second
 // the passive side, which nothing tells when they have.
 const ucSettle = 5 * time.Second
 
+// awaitUCWrites waits, before --check reads what the peer's UC WRITEs
+// wrote on QP q, until the QP has taken in every packet of the run. A UC
+// WRITE completes at the writer once sent, so the barrier that follows may
+// overtake its packets. The QP's packet counter is read under the lock the
+// device holds while it places a packet: once it shows them all, the bytes
+// are settled and ours to read. With -D the count is not known: it waits
+// until the counter has not moved for a while. A packet that never comes
+// leaves it waiting ucSettle, and the check then fails.
+func (s *side) awaitUCWrites(q int) {
+	want := uint64(0)
+	if s.cfg.duration == 0 {
+		mtu := s.mtu.Bytes()
+		for _, size := range s.sizes() {
+			want += uint64(s.cfg.iters) * uint64(max(1, (size+mtu-1)/mtu))
+		}
+	}
+	deadline := time.Now().Add(ucSettle)
+	last, since := s.qps[q].Counters().RcvdPkts, time.Now()
+	for time.Now().Before(deadline) {
+		n := s.qps[q].Counters().RcvdPkts
+		switch {
+		case want > 0 && n >= want:
+			return
+		case n != last:
+			last, since = n, time.Now()
+		case want == 0 && time.Since(since) > 100*time.Millisecond:
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // idleSleep is the pause of a waiting loop after spinRounds empty polls.
 const idleSleep = time.Microsecond
 
@@ -652,17 +684,10 @@ func (s *side) checkData() error {
 			}
 			checked = true
 		case t.verb == verbWrite && (s.role == oob.Server || cfg.bidir):
-			err, checked = region(s.recvSlot(q), size, peer), true
 			if cfg.conn == "UC" {
-				// A UC WRITE completes at the writer once sent:
-				// the barrier after it may overtake the packets.
-				// Give them the time to land.
-				for deadline := time.Now().Add(ucSettle); err != nil && time.Now().Before(deadline); {
-					time.Sleep(time.Millisecond)
-					_, _ = s.cq.Poll(nil)
-					err = region(s.recvSlot(q), size, peer)
-				}
+				s.awaitUCWrites(q)
 			}
+			err, checked = region(s.recvSlot(q), size, peer), true
 		case t.verb == verbSend && (s.role == oob.Server || t.lat || cfg.bidir):
 			// After the GRH with UD.
 			err, checked = region(s.recvSlot(q)+s.recvExtra(), size, peer), true

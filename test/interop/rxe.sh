@@ -21,10 +21,13 @@
 # for the requested size and iteration count. perftest does not look at the
 # data it moves: there, success means every work request completed without
 # error on both sides; the pingpong scenarios (-c) check the bytes received.
+# A scenario whose perftest in the VM failed only to calibrate its clock
+# ("Can't produce a report", a busy host descheduling the VM) runs once
+# more.
 # Meanwhile br0 is captured (tcpdump, UDP port 4791), and after the run:
 #
 #   rxe counters                  no error counter of rxe0 grew (see
-#                                 ERROR_COUNTERS; one exception, explained by
+#                                 ERROR_COUNTERS; two exceptions, explained by
 #                                 the capture, at the check)
 #   rxe counters: packets         rxe's sent_pkts+rcvd_pkts equal the
 #                                 captured packets: rxe dropped none of ours
@@ -92,6 +95,7 @@ retry_rnr_exceeded_err send_err completer_retry_err rcvd_rnr_err link_downed"
 # also listed on stderr). A connection is told by its UDP source port, which
 # both directions share; goroce answers with ACKNOWLEDGE, ATOMIC_ACKNOWLEDGE
 # or READ responses carrying the PSN of the request, answering all before it.
+# shellcheck disable=SC2016 # an awk program: no shell expansion wanted
 RETRANSMISSIONS_AWK='
 function hex(s,   i, n) {
     n = 0
@@ -115,6 +119,37 @@ $4 == "→" && $6 == "RC" && $9 ~ /^psn=0x/ {
     }
 }
 END { print spurious + 0, late + 0 }
+'
+
+# GOROCE_RETRANSMISSIONS_AWK is the same for goroce's retransmissions: it
+# prints "T E": how many went out after the retransmit timer (at least
+# 60 ms after the first copy of that PSN, the timeout being 67 ms in every
+# scenario) with no answer from rxe covering the PSN (T), and how many
+# before the timer or after such an answer (E, also listed on stderr). An
+# answer captured less than 1 ms before a retransmission may have crossed
+# it on the wire and does not count.
+# shellcheck disable=SC2016 # an awk program: no shell expansion wanted
+GOROCE_RETRANSMISSIONS_AWK='
+function hex(s,   i, n) {
+    n = 0
+    for (i = 1; i <= length(s); i++) n = n * 16 + index("0123456789abcdef", tolower(substr(s, i, 1))) - 1
+    return n
+}
+function response(op) { return op == "ACKNOWLEDGE" || op == "ATOMIC_ACKNOWLEDGE" || op ~ /^RDMA_READ_RESPONSE/ }
+function psn_ge(a, b) { return (a - b + 16777216) % 16777216 < 8388608 }
+$4 == "→" && $6 == "RC" && $9 ~ /^psn=0x/ {
+    split($3, sp, ":"); src = sp[1]; port = sp[2]
+    psn = hex(substr($9, 7)); op = $7; t = $2 + 0
+    if (src != rxe && !response(op)) {
+        if (!((port, psn) in first)) { first[port, psn] = t; next }
+        if ((port in answered) && psn_ge(answered[port], psn) && answeredAt[port] < t - 0.001 || t - first[port, psn] < 0.060) {
+            early++; print "goroce resent a request before its timer or after rxe answered it: " $0 > "/dev/stderr"
+        } else timely++
+    } else if (src == rxe && response(op) && $0 !~ /NAK/) {
+        if (!(port in answered) || psn_ge(psn, answered[port])) { answered[port] = psn; answeredAt[port] = t }
+    }
+}
+END { print timely + 0, early + 0 }
 '
 
 log() { echo "[interop $(date +%T)] $*" >&2; }
@@ -312,8 +347,8 @@ has_pingpong() {
 
 # wait_listen_host: goroce's server is listening on the OOB port
 wait_listen_host() {
-    local i
-    for i in $(seq 1 100); do
+    local _
+    for _ in $(seq 1 100); do
         ip netns exec "$NS" ss -Hltn "sport = :$OOB_PORT" | grep -q . && return 0
         kill -0 "$SERVER_PID" 2>/dev/null || return 1
         sleep 0.1
@@ -335,15 +370,19 @@ vm_server() {
     local name=$1 check=$2 vmc=$3 hostc=$4 id hrc vrc f
     selected "$name" || return 0
     f=$(logname "$name")
-    local t0=$SECONDS
-    id=$("$VM" exec vm0 --bg -- "$(vm_cmd "$vmc")")
-    wait_listen_vm || log "$name: the VM's server is not listening yet, trying anyway"
-    # shellcheck disable=SC2086
-    run ip netns exec "$NS" timeout -k 5 "$TIMEOUT" $hostc >"$LOGS/$f.host.log" 2>&1
-    hrc=$?
-    run "$VM" wait vm0 "$id" $((TIMEOUT + 30)) >"$LOGS/$f.vm.raw" 2>&1
-    vrc=$?
-    split_vm_out "$name" "$f"
+    local t0=$SECONDS attempt
+    for attempt in 1 2; do
+        id=$("$VM" exec vm0 --bg -- "$(vm_cmd "$vmc")")
+        wait_listen_vm || log "$name: the VM's server is not listening yet, trying anyway"
+        # shellcheck disable=SC2086
+        run ip netns exec "$NS" timeout -k 5 "$TIMEOUT" $hostc >"$LOGS/$f.host.log" 2>&1
+        hrc=$?
+        run "$VM" wait vm0 "$id" $((TIMEOUT + 30)) >"$LOGS/$f.vm.raw" 2>&1
+        vrc=$?
+        split_vm_out "$name" "$f"
+        if [ "$attempt" = 1 ] && clock_failed "$name" "$f" "$vrc"; then continue; fi
+        break
+    done
     finish "$name" "$f" "$check" "$hrc" "$vrc" $((SECONDS - t0))
 }
 
@@ -353,18 +392,37 @@ host_server() {
     local name=$1 check=$2 hostc=$3 vmc=$4 hrc vrc f
     selected "$name" || return 0
     f=$(logname "$name")
-    local t0=$SECONDS
-    # shellcheck disable=SC2086
-    ip netns exec "$NS" timeout -k 5 "$TIMEOUT" $hostc >"$LOGS/$f.host.log" 2>&1 &
-    SERVER_PID=$!
-    wait_listen_host || log "$name: goroce's server is not listening, trying anyway"
-    run "$VM" exec vm0 --timeout $((TIMEOUT + 30)) -- "$(vm_cmd "$vmc")" >"$LOGS/$f.vm.raw" 2>&1
-    vrc=$?
-    wait "$SERVER_PID"
-    hrc=$?
-    SERVER_PID=
-    split_vm_out "$name" "$f"
+    local t0=$SECONDS attempt
+    for attempt in 1 2; do
+        # shellcheck disable=SC2086
+        ip netns exec "$NS" timeout -k 5 "$TIMEOUT" $hostc >"$LOGS/$f.host.log" 2>&1 &
+        SERVER_PID=$!
+        wait_listen_host || log "$name: goroce's server is not listening, trying anyway"
+        run "$VM" exec vm0 --timeout $((TIMEOUT + 30)) -- "$(vm_cmd "$vmc")" >"$LOGS/$f.vm.raw" 2>&1
+        vrc=$?
+        wait "$SERVER_PID"
+        hrc=$?
+        SERVER_PID=
+        split_vm_out "$name" "$f"
+        if [ "$attempt" = 1 ] && clock_failed "$name" "$f" "$vrc"; then continue; fi
+        break
+    done
     finish "$name" "$f" "$check" "$hrc" "$vrc" $((SECONDS - t0))
+}
+
+# clock_failed NAME FILE VM-STATUS: the rxe side failed only because
+# perftest could not calibrate its cycle counter: it times gettimeofday
+# against the TSC at report time and gives up ("Correlation coefficient
+# r^2: ... < 0.9", "Can't produce a report", exit 1) when the VM (TCG) is
+# descheduled meanwhile on a busy host, after the traffic went through.
+# Then the scenario runs once more, its first logs kept as FILE.attempt1.*.
+clock_failed() {
+    local name=$1 f=$2 vrc=$3
+    if [ "$vrc" = 0 ] || ! grep -q "^Can't produce a report" "$LOGS/$f.vm.log"; then return 1; fi
+    log "$name: rxe's perftest could not calibrate its clock (host load); running it again"
+    mv "$LOGS/$f.host.log" "$LOGS/$f.attempt1.host.log"
+    mv "$LOGS/$f.vm.log" "$LOGS/$f.attempt1.vm.log"
+    return 0
 }
 
 finish() {
@@ -506,10 +564,21 @@ awk -v rxe="$VM_IP" "$RETRANSMISSIONS_AWK" "$LOGS/goroce-dump.log" \
     >"$WORK/retransmissions.count" 2>"$WORK/retransmissions.txt"
 read -r spurious late <"$WORK/retransmissions.count"
 echo "rxe retransmissions in the capture: $spurious of requests goroce had answered, $late of requests it had not"
+# duplicate_request is the same exception the other way: the VM (TCG, on a
+# shared host) sometimes stalls for longer than the 67 ms timeout, goroce's
+# timer fires and it resends what rxe then finds it already has (with the
+# extra copies of the head goroce sends in a retry round). That is the
+# protocol working; a resend before the timer, or of a request rxe had
+# answered, is a goroce bug.
+awk -v rxe="$VM_IP" "$GOROCE_RETRANSMISSIONS_AWK" "$LOGS/goroce-dump.log" \
+    >"$WORK/goroce-retransmissions.count" 2>>"$WORK/retransmissions.txt"
+read -r timely early <"$WORK/goroce-retransmissions.count"
+echo "goroce retransmissions in the capture: $timely after its timer with no answer from rxe, $early other"
 errs=$(counter_deltas "$WORK/counters.0" "$WORK/counters.1" |
-    awk -v errs="$ERROR_COUNTERS" -v excused=$((late == 0 && spurious > 0)) '
+    awk -v errs="$ERROR_COUNTERS" -v excused=$((late == 0 && spurious > 0)) -v gexcused=$((early == 0 && timely > 0)) '
         BEGIN { split(errs, e); for (i in e) bad[e[i]] = 1 }
         $1 == "completer_retry_err" && excused { next }
+        $1 == "duplicate_request" && gexcused { next }
         $1 in bad && $2 > 0 { print $1 " +" $2 }')
 if [ -z "$errs" ]; then
     pass "rxe counters"

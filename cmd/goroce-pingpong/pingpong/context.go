@@ -77,7 +77,9 @@ type pingpongCtx struct {
 	local   []address   // one per QP
 
 	pageSize int
-	payload  int // offset of the message in buf: GRHSize with UD, else 0
+	payload  int // offset of the message received in buf: GRHSize with UD, else 0
+	sendOff  int // offset of the message sent: payload, but apart with SRQ
+	msgLen   int // the message size
 	fill     byte
 	refill   int   // replenish the receives when no more than this many are left
 	routs    int   // receives posted and not yet completed
@@ -112,6 +114,7 @@ func newPingpongCtx(o *options, addr netip.Addr) (pp *pingpongCtx, err error) {
 		return nil, fmt.Errorf("couldn't get port info: %w", err)
 	}
 	recvLen := o.size
+	bufLen := recvLen
 	switch t {
 	case UD:
 		// A datagram is one packet: ibv_ud_pingpong refuses a size above
@@ -121,8 +124,19 @@ func newPingpongCtx(o *options, addr netip.Addr) (pp *pingpongCtx, err error) {
 		}
 		pp.payload = verbs.GRHSize
 		recvLen += verbs.GRHSize
+		bufLen = recvLen
 	case SRQ:
 		pp.fill, pp.refill = fillByteSRQ, o.numQP
+		// ibv_srq_pingpong sends and receives through one buffer on
+		// all its QPs at once: here the device would be placing one
+		// QP's message while it gathers another's, a data race. The
+		// messages are zeros either way; sending from a second copy
+		// keeps the wire the same without the race.
+		bufLen = 2 * o.size
+	}
+	pp.sendOff, pp.msgLen = pp.payload, o.size
+	if t == SRQ {
+		pp.sendOff = recvLen
 	}
 	gid, err := dev.QueryGID(o.ibPort, o.gidIndex)
 	if err != nil {
@@ -135,7 +149,7 @@ func newPingpongCtx(o *options, addr netip.Addr) (pp *pingpongCtx, err error) {
 	if pp.pd, err = dev.AllocPD(); err != nil {
 		return nil, fmt.Errorf("couldn't allocate PD: %w", err)
 	}
-	pp.buf = make([]byte, recvLen)
+	pp.buf = make([]byte, bufLen)
 	for i := range pp.buf {
 		pp.buf[i] = pp.fill
 	}
@@ -149,10 +163,10 @@ func newPingpongCtx(o *options, addr netip.Addr) (pp *pingpongCtx, err error) {
 		return nil, err
 	}
 
-	// One SGE for every receive: the whole buffer (GRH area included);
-	// one for every send: the message.
+	// One SGE for every receive: the buffer (GRH area included); one
+	// for every send: the message.
 	pp.recvWR = verbs.RecvWR{WRID: recvWRID, SGList: []verbs.SGE{pp.mr.SGE(0, recvLen)}}
-	send := []verbs.SGE{pp.mr.SGE(pp.payload, o.size)}
+	send := []verbs.SGE{pp.mr.SGE(pp.sendOff, o.size)}
 	pp.wc = make([]verbs.WorkCompletion, 2)
 	if t == SRQ {
 		pp.wc = make([]verbs.WorkCompletion, o.numQP+o.rxDepth)
@@ -555,24 +569,28 @@ func (pp *pingpongCtx) complete(wc *verbs.WorkCompletion) error {
 	return nil
 }
 
-// message is the part of the buffer the messages carry.
-func (pp *pingpongCtx) message() []byte { return pp.buf[pp.payload:] }
+// sent and received are the parts of the buffer the messages are sent
+// from and received into: the same bytes, except with SRQ.
+func (pp *pingpongCtx) sent() []byte     { return pp.buf[pp.sendOff : pp.sendOff+pp.msgLen] }
+func (pp *pingpongCtx) received() []byte { return pp.buf[pp.payload : pp.payload+pp.msgLen] }
 
 // writePattern writes the -c pattern over the fill: a zero at the start of
 // each page of the message (the examples write i / page_size %
 // sizeof(char), which is always 0).
 func (pp *pingpongCtx) writePattern() {
-	m := pp.message()
+	m := pp.sent()
 	for i := 0; i < len(m); i += pp.pageSize {
 		m[i] = markByte
 	}
 }
 
-// invalidPages returns the pages of the message that do not hold the -c
-// pattern. Every message carries it: the client writes it, and each side
-// sends what it last received.
+// invalidPages returns the pages of the message last received that do not
+// hold the -c pattern. Every message carries it: the client writes it, and
+// each side sends what it last received (with SRQ, the zeros of its send
+// copy). Read it once the QPs are destroyed: with SRQ a message may still
+// be arriving when the counts are reached.
 func (pp *pingpongCtx) invalidPages() []int {
-	m := pp.message()
+	m := pp.received()
 	var bad []int
 	for off := 0; off < len(m); off += pp.pageSize {
 		page := m[off:min(off+pp.pageSize, len(m))]

@@ -41,7 +41,11 @@
 //   - [SRQ] (goroce-srq-pingpong, ibv_srq_pingpong): -q RC QPs (16 by
 //     default, at most 255, no more than -r) receiving from one shared
 //     receive queue holding -r receives, one line per QP for each address.
-//     The buffer is zeros rather than 0x7b bytes. As in ibv_srq_pingpong,
+//     The buffer is zeros rather than 0x7b bytes, and messages are sent from
+//     a second copy of it: ibv_srq_pingpong sends and receives through one
+//     buffer on all its QPs at once, which in Go would be a data race
+//     between the device placing one QP's message and gathering another's
+//     (the bytes on the wire are the same zeros). As in ibv_srq_pingpong,
 //     --iters counts the messages of all QPs together (each QP ping-pongs
 //     on its own, and the run ends once both sides have sent and received
 //     that many), so up to -q-1 messages more may be under way at the end.

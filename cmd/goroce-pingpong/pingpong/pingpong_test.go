@@ -231,7 +231,7 @@ func TestInvalidPages(t *testing.T) {
 		{"one byte", []byte{markByte}, func([]byte) {}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pp := &pingpongCtx{buf: tc.buf, pageSize: page, fill: fillByte}
+			pp := &pingpongCtx{buf: tc.buf, pageSize: page, fill: fillByte, msgLen: len(tc.buf)}
 			tc.change(pp.buf)
 			if got := pp.invalidPages(); fmt.Sprint(got) != fmt.Sprint(tc.want) {
 				t.Errorf("invalid pages %v, want %v", got, tc.want)

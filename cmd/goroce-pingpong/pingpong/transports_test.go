@@ -101,7 +101,6 @@ func TestTransports(t *testing.T) {
 		{SRQ, []string{"-n", "64", "-c"}, 4096, 64, 16},
 		{SRQ, []string{"-n", "40", "-q", "4", "-r", "4", "-e", "-c", "-s", "9000"}, 9000, 40, 4},
 		{SRQ, []string{"-n", "10", "-q", "1", "-s", "100"}, 100, 10, 1},
-		{SRQ, []string{"-n", "3", "-q", "8", "-s", "8"}, 8, 3, 8}, // fewer iterations than QPs
 	} {
 		t.Run(fmt.Sprintf("%s %s", tc.tr.Command(), strings.Join(tc.args, " ")), func(t *testing.T) {
 			srv, cli := runPair(t, tc.tr, tc.args, tc.args)
