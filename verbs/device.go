@@ -66,6 +66,16 @@ type DeviceConfig struct {
 	// when a middlebox should see (and drop) single packets.
 	NoOffload bool
 
+	// PerQPReplyPort sends every ACKNOWLEDGE (ACK, NAK, RNR NAK) from
+	// its QP's own UDP source port, as rxe does. By default the ones the
+	// packets of one receive batch cause leave together from the
+	// device's port (Port), in one system call for all QPs, which many
+	// active QPs need; requests, READ responses and ATOMIC_ACKNOWLEDGE
+	// always use the QP's port. The cost is ECMP entropy: on a multipath
+	// fabric an ACK may overtake the READ responses of its QP, which the
+	// requester handles as an implied NAK (it re-reads). See engine.go.
+	PerQPReplyPort bool
+
 	// NoStatsEndpoint turns off the Unix socket on which the device
 	// serves its counters to goroce-stat (see Device.StatsEndpoint).
 	NoStatsEndpoint bool
@@ -236,7 +246,7 @@ func Open(cfg DeviceConfig) (*Device, error) {
 		srqs:           make(map[*SRQ]struct{}),
 		ahs:            make(map[*AH]struct{}),
 	}
-	eng, err := startEngine(d, netioFaults(cfg.FaultInjection), cfg.NoOffload)
+	eng, err := startEngine(d, netioFaults(cfg.FaultInjection), cfg.NoOffload, cfg.PerQPReplyPort)
 	if err != nil {
 		return nil, errorf(op, "Addr", ErrInvalidArgument, "cannot bind %v: %v", netip.AddrPortFrom(addr, udpPort), err)
 	}

@@ -22,6 +22,31 @@ import (
 // batch (EndBatch), in one sendmmsg with as few GSO datagrams as netio can
 // make of it.
 //
+// Replies. With many active QPs a batch touches many QPs with a packet or
+// two each, and sending each QP's acknowledgement from its own source port
+// costs a system call per QP (one socket each): with 1,000 active QPs that
+// was one sendmmsg per WRITE just for its ACK, and the requester's receive
+// path got no GRO either. So the single-packet responses a batch makes
+// (ACKNOWLEDGE, which also carries NAKs and RNR NAKs) leave together at
+// its end from the device's own
+// socket, port 4791 (netio.Conn.ReplySender), as one GSO datagram per
+// peer. Receivers do not look at the source port (rxe matches a packet to
+// its QP by the destination port and the BTH's QPN, and checks the
+// addresses, not the ports), and nothing answers a response. What the
+// replies give up is the per-QP ECMP entropy: requests and READ responses
+// keep the QP's port, so a QP's requests stay on one path, and so do its
+// replies, but an ACK may take another path than the READ responses of the
+// same QP before it. EndBatch sends every QP's own packets before the
+// replies, and only the replies that follow a QP's last other response in
+// its output go with the shared batch (firstReply), so on one path (a
+// link, loopback) a QP's responses stay in order; ATOMIC_ACKNOWLEDGE keeps
+// the QP's port (see take). Across ECMP paths an ACK that overtakes a READ
+// response is an implied NAK at the requester, which re-reads: slower,
+// never wrong. Devices whose peers mix
+// READs and WRITEs on one QP over multipath fabrics can keep every reply
+// on its QP's port with DeviceConfig.PerQPReplyPort. Replies the timer or
+// a PostSend send (they send what is pending) use the QP's port too.
+//
 // Lock order: QP.xmu, then engine.tmu (schedule is called with xmu held);
 // the timer goroutine never holds tmu while it takes a QP's xmu.
 type engine struct {
@@ -44,6 +69,12 @@ type engine struct {
 	// the end of the batch (transmitAfterBatch); only that goroutine
 	// touches it.
 	pending []*QP
+	// replies gathers the replies of the batch (see "Replies" above);
+	// nil with DeviceConfig.PerQPReplyPort. Receive goroutine only.
+	replies *replyBatch
+
+	// outputs lends QPs the buffers the transport builds packets in.
+	outputs outputPool
 	// now and nowUses are rxNow's clock reading and how many packets
 	// used it; receive goroutine only.
 	now     time.Time
@@ -60,14 +91,18 @@ type engine struct {
 }
 
 // startEngine opens the device's socket, with the fault-injection tap
-// faults unless nil, and starts its goroutines.
-func startEngine(d *Device, faults *netio.Faults, noOffload bool) (*engine, error) {
+// faults unless nil, and starts its goroutines. perQPReplies keeps each
+// reply on its QP's source port (DeviceConfig.PerQPReplyPort).
+func startEngine(d *Device, faults *netio.Faults, noOffload, perQPReplies bool) (*engine, error) {
 	conn, err := netio.Open(netio.Config{Addr: d.addr, Port: d.udpPort, Faults: faults, NoGSO: noOffload, NoGRO: noOffload})
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &engine{dev: d, conn: conn, cancel: cancel, wake: make(chan struct{}, 1), async: newAsyncQueue()}
+	if !perQPReplies {
+		e.replies = &replyBatch{sender: conn.ReplySender()}
+	}
 	e.done.Add(2)
 	go func() {
 		defer e.done.Done()
@@ -113,7 +148,7 @@ func (e *engine) HandlePacket(p *wire.Packet, from netip.AddrPort, info netio.Re
 		return
 	}
 	raceSync()
-	qp.tq.HandlePacket(p, e.rxNow(), &qp.out)
+	qp.tq.HandlePacket(p, e.rxNow(), qp.outputLocked())
 	raceSync()
 	e.transmitAfterBatch(qp)
 }
@@ -155,17 +190,146 @@ func (e *engine) transmitAfterBatch(qp *QP) {
 
 // EndBatch sends what the packets of a receive batch caused
 // (netio.BatchEnder): it runs on the receive goroutine after each batch.
+// Each QP's own packets go first, from its port; then the replies of all
+// of them, from the device's (see "Replies" above).
 func (e *engine) EndBatch() {
 	for i, qp := range e.pending {
 		qp.xmu.Lock()
 		if !qp.closed.Load() {
-			qp.transmitLocked()
+			qp.transmitRepliesToLocked(e.replies)
 		}
 		qp.xmu.Unlock()
 		e.pending[i] = nil
 	}
 	e.pending = e.pending[:0]
 	e.nowUses = 0
+	if e.replies != nil {
+		e.replies.flush()
+	}
+}
+
+// outputPool lends transport.Outputs to QPs from the moment the transport
+// builds packets in one until they are sent (transmitLocked). A QP's
+// packet buffers are as large as the packets it sent, a path MTU each: held
+// by every QP, 1,000 QPs that each send a 64 KiB message keep 64 MiB of
+// buffers, and every message is copied into buffers long evicted from the
+// caches (measured with goroce-scale: lending raised 1,000-QP throughput
+// by a fifth, and the 1-QP figure did not move). Lent, only as many
+// exist as QPs hold packets at once (those a receive batch touched, those
+// in PostSend), and the last returned, still in the caches, is lent first.
+// An idle QP holds none. The pool's lock is taken under a QP's xmu and
+// never the other way round.
+type outputPool struct {
+	mu   sync.Mutex
+	free []*transport.Output // LIFO
+}
+
+func (p *outputPool) get() *transport.Output {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.free); n > 0 {
+		o := p.free[n-1]
+		p.free[n-1] = nil
+		p.free = p.free[:n-1]
+		return o
+	}
+	return new(transport.Output)
+}
+
+func (p *outputPool) put(o *transport.Output) {
+	o.Reset()
+	p.mu.Lock()
+	p.free = append(p.free, o)
+	p.mu.Unlock()
+}
+
+// outputLocked returns the Output the transport builds qp's packets in,
+// borrowing one from the engine's pool unless qp holds one already (what
+// the receive path left for the end of its batch, say). The caller holds
+// qp.xmu.
+func (qp *QP) outputLocked() *transport.Output {
+	if qp.out == nil {
+		qp.out = qp.dev.eng.outputs.get()
+	}
+	return qp.out
+}
+
+// releaseOutputLocked discards what qp's Output holds and returns it to
+// the pool. The caller holds qp.xmu.
+func (qp *QP) releaseOutputLocked() {
+	if qp.out != nil {
+		qp.dev.eng.outputs.put(qp.out)
+		qp.out = nil
+	}
+}
+
+// replyBatch gathers the replies the QPs of a receive batch make, to send
+// them at its end in one SendBatch from the device's own port. The packets
+// are copied: a QP's Output is reused once its lock is released (by a
+// PostSend, or the timer).
+type replyBatch struct {
+	sender *netio.Sender
+	buf    []byte // the copies, each followed by room for its ICRC
+	msgs   []netio.Message
+}
+
+// replyLen is the length of a reply: BTH and AETH.
+const replyLen = wire.BTHLen + wire.AETHLen
+
+// isReply reports whether pkt is a reply: an ACKNOWLEDGE (ACK, NAK or RNR
+// NAK).
+func isReply(pkt []byte) bool {
+	return len(pkt) == replyLen && wire.Opcode(pkt[0]) == wire.RCAcknowledge
+}
+
+// firstReply returns the index of the first packet of pkts from which on
+// the replies may leave separately, after the QP's other packets: past its
+// last response that is not a reply. A reply before a READ response or an
+// ATOMIC_ACKNOWLEDGE of its QP must stay on the QP's port, sent before it;
+// if it were sent after, an ACK would merely be stale at the requester, but
+// a NAK arriving after the responses to the retransmission it asked for
+// makes the requester retry again. Requests do not order against
+// responses.
+func firstReply(pkts []transport.OutPacket) int {
+	for i := len(pkts) - 1; i >= 0; i-- {
+		b := pkts[i].Bytes
+		if len(b) > 0 && !isReply(b) && wire.Opcode(b[0]).Info().IsResponse() {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// take copies pkt, for dst, into the batch if it is a reply, and reports
+// whether it did. ATOMIC_ACKNOWLEDGE is not taken: a READ response of a
+// later request would overtake it (one the timer paces out between the
+// QP's part of EndBatch and the flush of the replies), which the requester
+// takes for an implied NAK and answers by retrying the atomic. The batch's
+// memory grows to the largest batch seen and is then reused: no allocation
+// per packet.
+func (b *replyBatch) take(dst netip.AddrPort, pkt []byte) bool {
+	if !isReply(pkt) {
+		return false
+	}
+	n := len(b.buf)
+	// If append moves buf, the packets taken so far keep the old array.
+	b.buf = append(b.buf, pkt...)
+	b.buf = append(b.buf, 0, 0, 0, 0) // the ICRC's room
+	b.msgs = append(b.msgs, netio.Message{Dst: dst, Packet: b.buf[n : n+len(pkt) : n+len(pkt)+wire.ICRCLen]})
+	return true
+}
+
+// flush sends the replies taken since the last flush. As for any packet,
+// a failed send is counted by netio and recovered by the requester's
+// retransmission.
+func (b *replyBatch) flush() {
+	if len(b.msgs) == 0 {
+		return
+	}
+	_, _ = b.sender.SendBatch(b.msgs)
+	clear(b.msgs) // the copies are reused; keep no stale pointers around
+	b.msgs = b.msgs[:0]
+	b.buf = b.buf[:0]
 }
 
 // handleDatagram is the receive path of a UD QP: datagrams come from any
@@ -191,7 +355,7 @@ func (e *engine) handleDatagram(qp *QP, p *wire.Packet, from netip.AddrPort, inf
 		return
 	}
 	raceSync()
-	qp.tq.HandlePacketFrom(p, &nh, time.Now(), &qp.out)
+	qp.tq.HandlePacketFrom(p, &nh, time.Now(), qp.outputLocked())
 	raceSync()
 	qp.transmitLocked()
 }
@@ -268,7 +432,7 @@ func (e *engine) runTimers(ctx context.Context) {
 			due.xmu.Lock()
 			if due.tq != nil && !due.closed.Load() {
 				raceSync()
-				due.tq.OnTimer(time.Now(), &due.out)
+				due.tq.OnTimer(time.Now(), due.outputLocked())
 				raceSync()
 				due.transmitLocked()
 			}

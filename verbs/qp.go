@@ -44,13 +44,13 @@ type QP struct {
 	closed atomic.Bool
 
 	xmu    sync.Mutex
-	tq     *transport.QP    // the transport state machines (RC, UC or UD)
-	out    transport.Output // packets produced under xmu
-	msgs   []netio.Message  // their batch for the socket
-	sgl    []transport.SGE  // work request conversion scratch
-	inline []byte           // inline data gathering scratch
-	peer   netip.AddrPort   // the remote device, from the AV (RTR on)
-	sender *netio.Sender    // our UDP source port for this connection
+	tq     *transport.QP     // the transport state machines (RC, UC or UD)
+	out    *transport.Output // packets produced under xmu; nil when none (outputLocked)
+	msgs   []netio.Message   // their batch for the socket
+	sgl    []transport.SGE   // work request conversion scratch
+	inline []byte            // inline data gathering scratch
+	peer   netip.AddrPort    // the remote device, from the AV (RTR on)
+	sender *netio.Sender     // our UDP source port for this connection
 
 	timerIndex int       // position in the engine's timer heap; -1 if absent
 	deadline   time.Time // when the transport wants OnTimer; guarded by engine.tmu
@@ -376,7 +376,7 @@ func (qp *QP) applyTransportLocked(op string, a *QPAttr, mask QPAttrMask, cur, n
 			qp.disconnectLocked()
 		}
 	}
-	qp.out.Reset()
+	qp.releaseOutputLocked()
 	// RESET empties the queues; ERR flushes them through the CQs; RTS
 	// starts work posted in SQD: the transport says when to run next.
 	qp.dev.eng.schedule(qp)
@@ -432,22 +432,39 @@ func (qp *QP) disconnectLocked() {
 // transmitLocked sends the packets the transport produced, in one batch,
 // and files the QP's next deadline. A packet the socket refuses counts as
 // lost: the transport's retransmission recovers it. The caller holds xmu.
-func (qp *QP) transmitLocked() {
-	pkts := qp.out.Packets()
+func (qp *QP) transmitLocked() { qp.transmitRepliesToLocked(nil) }
+
+// transmitRepliesToLocked is transmitLocked, except that the replies among
+// the packets go to replies, unless nil, instead of the QP's port (the
+// engine's EndBatch sends them; see engine.go).
+func (qp *QP) transmitRepliesToLocked(replies *replyBatch) {
+	var pkts []transport.OutPacket
+	if qp.out != nil { // nil: nothing was built since the last transmission
+		pkts = qp.out.Packets()
+	}
 	if len(pkts) > 0 && qp.sender != nil {
 		msgs := qp.msgs[:0]
+		from := len(pkts)
+		if replies != nil {
+			from = firstReply(pkts)
+		}
 		for i := range pkts {
 			dst := qp.peer
 			if ah, ok := pkts[i].Dest.(*AH); ok {
 				dst = ah.dst // a UD send: the WR's address handle
 			}
+			if i >= from && replies.take(dst, pkts[i].Bytes) {
+				continue
+			}
 			msgs = append(msgs, netio.Message{Dst: dst, Packet: pkts[i].Bytes})
 		}
-		_, _ = qp.sender.SendBatch(msgs)
+		if len(msgs) > 0 {
+			_, _ = qp.sender.SendBatch(msgs)
+		}
 		clear(msgs) // drop references to the packet buffers
 		qp.msgs = msgs[:0]
 	}
-	qp.out.Reset()
+	qp.releaseOutputLocked()
 	qp.noteTransportErrorLocked()
 	qp.dev.eng.schedule(qp)
 }
@@ -594,7 +611,7 @@ func (qp *QP) Destroy() error {
 		qp.tq.SetState(transport.StateReset)
 	}
 	qp.disconnectLocked()
-	qp.out.Reset()
+	qp.releaseOutputLocked()
 	// Fold the QP's counters into the device's totals in the same xmu
 	// section that closes it: Device.Counters sees it either live or
 	// folded, never both nor neither.
@@ -865,7 +882,7 @@ func (qp *QP) postSendLocked(op string, wr *SendWR, info opcodeInfo) error {
 		w.SGL = qp.convertSGL(wr.SGList)
 	}
 	raceSync()
-	if err := qp.tq.PostSend(&w, time.Now(), &qp.out); err != nil {
+	if err := qp.tq.PostSend(&w, time.Now(), qp.outputLocked()); err != nil {
 		return transportPostError(op, err)
 	}
 	return nil

@@ -14,7 +14,7 @@
 //
 //	goroce-scale [-qps 10000] [-mrs 1000000] [-active 1000] [-size 65536]
 //	             [-window 128] [-duration 2s] [-addrs 127.0.0.1,127.0.0.2]
-//	             [-json]
+//	             [-per-qp-reply-port] [-json]
 //
 // The MRs are -mr-size bytes each (4 KiB by default), carved in turn out of
 // one -mr-buffer buffer (64 MiB by default) and wrapping around it, so MRs
@@ -70,6 +70,10 @@ type config struct {
 	json     bool
 	maxMR    int
 	cpuProf  string
+	// perQPReplies sends every ACK from its QP's own source port
+	// (verbs.DeviceConfig.PerQPReplyPort), to measure what sharing one
+	// gains.
+	perQPReplies bool
 }
 
 func parseArgs(args []string, stderr io.Writer) (*config, error) {
@@ -91,6 +95,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&addrs, "addrs", addrs, "the two devices' loopback addresses, FIRST,SECOND")
 	fs.IntVar(&c.udpPort, "udp-port", 4791, "RoCEv2 UDP port of both devices")
 	fs.BoolVar(&c.json, "json", false, "print one JSON object instead of the table")
+	fs.BoolVar(&c.perQPReplies, "per-qp-reply-port", false, "send every ACK from its QP's own UDP source port, as rxe does (DeviceConfig.PerQPReplyPort)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

@@ -63,7 +63,7 @@ type end struct {
 const access = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
 
 func openEnd(cfg *config, i int) (*end, error) {
-	dc := verbs.DeviceConfig{Addr: cfg.addrs[i], Port: uint16(cfg.udpPort)}
+	dc := verbs.DeviceConfig{Addr: cfg.addrs[i], Port: uint16(cfg.udpPort), PerQPReplyPort: cfg.perQPReplies}
 	if cfg.maxMR > 0 {
 		dc.Limits = &verbs.DeviceAttr{MaxMR: cfg.maxMR}
 	}

@@ -152,6 +152,7 @@ type Conn struct {
 	gro     bool               // the receive socket has UDP_GRO set
 	senders map[uint16]*Sender // by bound port
 	aliases map[uint16]uint16  // requested port → bound port, when the bind moved on
+	reply   *Sender            // on uc, made by the first ReplySender
 }
 
 // Open opens the receive socket of a RoCEv2 endpoint bound to

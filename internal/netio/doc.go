@@ -19,6 +19,21 @@
 // Handler that is a [BatchEnder] learns when a batch ends, to send what it
 // caused at once.
 //
+// # Replies
+//
+// [Conn.ReplySender] sends from the Conn's own socket, so from its port
+// (4791), rather than from a per-QP port. goroce's devices use it for the
+// acknowledgements (ACK, NAK, RNR NAK) the QPs of one receive batch make:
+// with many active QPs, each QP's acknowledgement from its own socket was a
+// sendmmsg of its own, where one socket sends them all in one call, as one
+// GSO datagram per peer, which the peer's GRO receives as one buffer. The
+// source port means nothing to receivers (rxe finds the QP from the BTH and
+// checks the addresses), and requests and READ responses keep the QP's
+// port, so only the ECMP spreading of acknowledgements is lost; see
+// verbs/engine.go for the ordering argument and
+// verbs.DeviceConfig.PerQPReplyPort for the switch that keeps them on the
+// QP's port.
+//
 // # Segmentation and receive offload
 //
 // The per-packet cost of the kernel's UDP path, not copying, bounds the

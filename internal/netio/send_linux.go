@@ -111,6 +111,25 @@ func (c *Conn) openSender(port uint16) (*Sender, error) {
 	return s, nil
 }
 
+// ReplySender returns a Sender on the Conn's own socket: what it sends
+// leaves from the address and port the Conn receives on (4791 by
+// default), not from a per-QP source port. It is meant for the small
+// single-packet responses of many QPs (acknowledgements), which can then
+// share one sendmmsg, and one GSO datagram per destination, where each
+// QP's own port would cost a system call per QP: see "Replies" in the
+// package documentation for what that changes on the wire. The Sender is
+// the Conn's: Release does nothing, and Close closes its socket.
+func (c *Conn) ReplySender() *Sender {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reply == nil {
+		// refs stays 0, which makes Release a no-op.
+		c.reply = &Sender{c: c, src: c.local, req: c.local.Port(), uc: c.uc, rc: c.rc}
+		c.reply.gso.Store(c.gso)
+	}
+	return c.reply
+}
+
 // Port returns the UDP source port the Sender sends from.
 func (s *Sender) Port() uint16 { return s.src.Port() }
 
@@ -121,7 +140,7 @@ func (s *Sender) Release() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if s.refs <= 0 {
-		return // released more often than acquired: already closed
+		return // the ReplySender, or released more often than acquired
 	}
 	s.refs--
 	if s.refs > 0 || c.closed {
