@@ -29,7 +29,7 @@
 // ImmDt or IETH on the last), a READ as one request consuming one PSN per
 // response packet, an atomic as one request. It asks for an ACK on the last
 // packet of every message and at least every 64 packets (SetAckEvery),
-// keeps at most 128 PSNs unacknowledged (SetMaxUnackedPSNs), at most
+// keeps at most 256 PSNs unacknowledged (SetMaxUnackedPSNs), at most
 // max_rd_atomic READs and atomics outstanding, and holds a fenced work
 // request until every earlier READ and atomic has completed.
 //

@@ -110,7 +110,7 @@ func TestGatherFailsMidMessage(t *testing.T) {
 	o.mtu = 256
 	a, b := newPair(t, o)
 	l := newLink(t, a, b)
-	n := 200 * 256
+	n := (DefaultMaxUnackedPSNs + 72) * 256 // longer than the window
 	rkey := b.mem.register(pd, make([]byte, n), 0, AccessRemoteWrite)
 	lkey := a.mem.register(pd, make([]byte, n), 0, 0)
 	l.post(a, SendWQE{WRID: 1, Opcode: WRRDMAWrite, SGL: []SGE{{0, uint32(n), lkey}}, RKey: rkey})

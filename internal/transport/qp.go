@@ -38,7 +38,7 @@ const (
 	DefaultRetryCnt       = 7
 	DefaultRNRRetry       = 7 // infinite
 	DefaultMinRNRTimer    = 12
-	DefaultMaxUnackedPSNs = 128 // rxe RXE_MAX_UNACKED_PSNS
+	DefaultMaxUnackedPSNs = 256 // twice rxe's RXE_MAX_UNACKED_PSNS (see SetMaxUnackedPSNs)
 	DefaultAckEvery       = 64  // rxe RXE_MAX_PKT_PER_ACK
 )
 
@@ -307,7 +307,12 @@ func (qp *QP) SetMaxDestRdAtomic(n int) error {
 func (qp *QP) SetAccessFlags(a Access) { qp.access = a }
 
 // SetMaxUnackedPSNs sets the requester's window: how far the next PSN may be
-// ahead of the oldest unacknowledged one (default 128, rxe's value).
+// ahead of the oldest unacknowledged one. The default, 256, is twice rxe's
+// 128: the window only bounds the requester (a responder takes any PSN in
+// sequence), and at 128 PSNs (512 KiB at MTU 4096) a loopback connection
+// waits for ACKs with a core idle: 64 KiB WRITEs went from ~2.6 to ~4.0
+// GB/s with 256, no further with 512 or 1024. A larger window also means
+// more to resend after a loss under go-back-N.
 func (qp *QP) SetMaxUnackedPSNs(n int) error {
 	if n < 1 || n > 1<<22 {
 		return ErrBadAttr
