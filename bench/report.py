@@ -159,13 +159,15 @@ def main():
 
     p("## Message rate, 8-byte RDMA WRITE")
     p()
-    p("| QPs | Mpps | MB/s |")
-    p("|---|---|---|")
+    p("| QPs | Mpps, one WR per post | Mpps, lists of 16 (-l 16) | MB/s (lists) |")
+    p("|---|---|---|---|")
     for q in (1, 4, 16):
         lines = client(j(f"write_rate_q{q}.json"))
         mpps = lines[0].get("msg_rate_mpps") if lines else None
-        mb = lines[0].get("bw_average") if lines else None
-        p(f"| {q} | {fmt(mpps, 3)} | {fmt(mb)} |")
+        lists = client(j(f"write_rate_q{q}_l16.json"))
+        lmpps = lists[0].get("msg_rate_mpps") if lists else None
+        mb = lists[0].get("bw_average") if lists else None
+        p(f"| {q} | {fmt(mpps, 3)} | {fmt(lmpps, 3)} | {fmt(mb)} |")
     p()
 
     sc = load_json(j("scale.json"))

@@ -16,7 +16,8 @@
 #      busy-polling with --nonblocked) against goroce write_lat with 8-byte
 #      messages (default waiting, and --busy-poll), p50 and p99.9, with a
 #      latency CDF plot;
-#   4. message rate: 8-byte WRITEs on 1, 4 and 16 QPs (Mpps);
+#   4. message rate: 8-byte WRITEs on 1, 4 and 16 QPs (Mpps), one WR per
+#      post and lists of 16 (-l 16);
 #   5. scale: goroce-scale (10,000 connected QP pairs, memory per QP and per
 #      MR, registration rate, WRITE throughput with 1,000 active QPs against
 #      one).
@@ -182,6 +183,9 @@ main() {
 	# 4. Message rate.
 	for q in 1 4 16; do
 		perf "write_rate_q$q" write_bw -s 8 -n "$rate_iters" -q "$q"
+		# The same with post lists of 16 (perftest's -l): one batch
+		# of system calls per 16 work requests.
+		perf "write_rate_q${q}_l16" write_bw -s 8 -n "$rate_iters" -q "$q" -l 16
 	done
 	# 5. Scale.
 	log "goroce-scale -qps $scale_qps -mrs $scale_mrs -active $scale_active"
