@@ -194,7 +194,8 @@ func (c *Conn) Counters() *Counters { return &c.counters }
 // Close closes every socket of the Conn: a running Serve returns promptly
 // (after the Handler call in progress, if any), and later sends fail with
 // net.ErrClosed. Close does not wait for Serve to return, so it may be called
-// from a Handler.
+// from a Handler. While a Serve runs, the receive socket is closed by that
+// Serve as it returns: the local port is free once Serve has returned.
 func (c *Conn) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -203,12 +204,24 @@ func (c *Conn) Close() error {
 	}
 	c.closed = true
 	c.closing.Store(true)
+	serving := c.serving
 	senders := c.senders
 	c.senders, c.aliases = nil, nil
 	tap := c.tap.Swap(nil)
 	c.mu.Unlock()
 
-	err := c.uc.Close()
+	var err error
+	if serving {
+		// Serve delivers packets from inside the receive socket's
+		// RawConn.Read (see receiver.read), and closing a socket waits
+		// until its reads have returned: from a Handler, that would
+		// wait for itself. Expire the read deadline instead, which
+		// wakes a blocked Serve; Serve sees closing and closes the
+		// socket as it returns (stopServing).
+		_ = c.uc.SetReadDeadline(aLongTimeAgo)
+	} else {
+		err = c.uc.Close()
+	}
 	for _, s := range senders {
 		s.uc.Close()
 	}

@@ -93,8 +93,9 @@ type mmsgBatch struct {
 	// Result of the last system call: datagrams transferred, or errno.
 	n     int
 	errno unix.Errno
-	// fn is the bound method value handed to RawConn.Read or Write, made
-	// once so that a call allocates no closure.
+	// fn is the bound method value sendmmsg handed to RawConn.Write, made
+	// once so that a call allocates no closure. (Receiving goes through
+	// receiver.read, which calls recvmmsg.)
 	fn func(uintptr) bool
 }
 
@@ -115,17 +116,15 @@ func newMmsgBatch(size int, recv bool) *mmsgBatch {
 		h.Iov = &b.iovs[i]
 		h.SetIovlen(1)
 	}
-	if recv {
-		b.fn = b.recvmmsg
-	} else {
+	if !recv {
 		b.fn = b.sendmmsg
 	}
 	return b
 }
 
-// recvmmsg is the RawConn.Read callback: it reads as many datagrams as are
-// queued, up to len(hdrs), without blocking (the socket is non-blocking);
-// it returns false to wait for readability when none is.
+// recvmmsg reads as many datagrams as are queued, up to len(hdrs), without
+// blocking (the socket is non-blocking), for the RawConn.Read callback
+// receiver.read; it returns false when none is (EAGAIN).
 func (b *mmsgBatch) recvmmsg(fd uintptr) bool {
 	for {
 		r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&b.hdrs[0])), uintptr(len(b.hdrs)), 0, 0, 0)

@@ -70,6 +70,11 @@ type receiver struct {
 	// last packet accepted, from which the next one's is predicted.
 	prevFrom netip.AddrPort
 	prevID   uint16
+
+	// serve holds the running Serve's state for serveFn, the bound
+	// method value r.read made once, so that a Read allocates no closure.
+	serve   serveState
+	serveFn func(uintptr) bool
 }
 
 // newReceiver allocates the receive state for batchSize datagrams of up to
@@ -81,6 +86,7 @@ func newReceiver(batchSize, size int) *receiver {
 		oob:   make([]byte, batchSize*oobSize),
 		size:  size,
 	}
+	r.serveFn = r.read
 	for i := range r.batch.hdrs {
 		r.batch.iovs[i].Base = &r.bufs[i*size]
 		r.batch.hdrs[i].Hdr.Control = &r.oob[i*oobSize]
@@ -148,38 +154,121 @@ func (c *Conn) Serve(ctx context.Context, h Handler) error {
 	if ft != nil {
 		ft.disarm()
 	}
-	be, _ := h.(BatchEnder)
+	rx.serve = serveState{c: c, ctx: ctx, h: h, ft: ft}
+	rx.serve.be, _ = h.(BatchEnder)
+	defer func() { rx.serve = serveState{} }()
 	for {
 		if ft != nil {
 			// Wake the read when the next held datagram is due.
-			if err := ft.arm(ctx, c); err != nil {
-				if c.closing.Load() {
-					return nil
-				}
+			err := ft.arm(ctx, c)
+			// Checked after arm, which may have replaced the
+			// expired deadline by which Close wakes Serve (see
+			// receiver.read).
+			if c.closing.Load() {
+				return nil
+			}
+			if err != nil {
 				return err
 			}
 		}
-		rx.reset()
-		rx.batch.n = 0
-		err := c.rc.Read(rx.batch.fn)
+		rx.serve.err = nil
+		err := c.rc.Read(rx.serveFn)
 		switch {
 		case c.closing.Load():
 			return nil
 		case ctx.Err() != nil:
 			return ctx.Err()
+		case rx.serve.err != nil:
+			return rx.serve.err
 		case ft != nil && errors.Is(err, os.ErrDeadlineExceeded):
 			// The fault tap's deadline: deliver what is due.
 			ft.disarm()
+			rx.batch.n = 0
+			if !c.deliver(rx, h) {
+				return nil
+			}
+			if be := rx.serve.be; be != nil {
+				be.EndBatch()
+			}
 		case err != nil:
 			return err
-		case rx.batch.errno != 0:
-			return os.NewSyscallError("recvmmsg", rx.batch.errno)
 		}
-		if !c.deliver(rx, h) {
-			return nil
+	}
+}
+
+// serveState is what the RawConn.Read callback of Serve (receiver.read)
+// needs: the arguments of the running Serve, and the error that ended the
+// callback's work.
+type serveState struct {
+	c   *Conn
+	ctx context.Context
+	h   Handler
+	be  BatchEnder
+	ft  *faultTap
+	err error
+}
+
+// read is the RawConn.Read callback of Serve. It reads a batch, delivers it
+// and ends it (EndBatch) itself, and reads again at once only when the
+// batch was full; after a shorter batch it returns false, so that the
+// RawConn waits for readability without first reading the empty socket
+// once more. It returns true to end the Read: the Conn is closing, the
+// context is done, or rx.serve.err says what failed.
+//
+// Why waiting after a short batch loses no datagram: Go registers the
+// socket with epoll edge-triggered. internal/poll's RawRead resets the
+// descriptor's ready flag (runtime poll_runtime_pollReset) only once,
+// before its first callback; afterwards, between callbacks, it calls
+// waitRead (runtime poll_runtime_pollWait, netpollblock), which first
+// consumes the ready flag if netpoll set it. A short batch means recvmmsg
+// found the receive queue empty (it returns fewer than asked only when the
+// next read would block, or with an error pending, which the kernel also
+// signals to epoll). A datagram queued after that makes the queue
+// non-empty and raises an edge; netpoll records it as ready, or wakes the
+// parked waiter, so it is seen whatever the order. An edge raised for a
+// datagram this batch already took costs one recvmmsg that finds nothing
+// (EAGAIN), never a missed wakeup. A full batch gives no such proof, and
+// the kernel may raise no further edge while the queue stays non-empty, so
+// the queue is read again before waiting. Serve's old loop, which returned
+// from Read after every batch, paid one EAGAIN recvmmsg per wakeup because
+// of that reset.
+func (r *receiver) read(fd uintptr) bool {
+	st := &r.serve
+	c := st.c
+	for {
+		r.reset()
+		r.batch.n = 0
+		if !r.batch.recvmmsg(fd) {
+			return false // nothing queued: wait
 		}
-		if be != nil {
-			be.EndBatch()
+		if r.batch.errno != 0 {
+			st.err = os.NewSyscallError("recvmmsg", r.batch.errno)
+			return true
+		}
+		full := r.batch.n == len(r.batch.hdrs)
+		if !c.deliver(r, st.h) {
+			return true
+		}
+		if st.be != nil {
+			st.be.EndBatch()
+		}
+		if c.closing.Load() || st.ctx.Err() != nil {
+			return true
+		}
+		if st.ft != nil {
+			if err := st.ft.arm(st.ctx, c); err != nil {
+				st.err = err
+				return true
+			}
+			// Close stores closing before it expires the
+			// deadline: if closing is still false after arm set
+			// its deadline, Close's comes later and wins.
+			if c.closing.Load() {
+				return true
+			}
+		}
+		if !full {
+			return false
 		}
 	}
 }
@@ -204,10 +293,16 @@ func (c *Conn) startServing() (*receiver, error) {
 	return c.rx, nil
 }
 
+// stopServing ends a Serve; it closes the receive socket if Close was
+// called meanwhile, which left that to it.
 func (c *Conn) stopServing() {
 	c.mu.Lock()
 	c.serving = false
+	closed := c.closed
 	c.mu.Unlock()
+	if closed {
+		c.uc.Close()
+	}
 }
 
 // rxTally counts what one pass of the receive loop did, added to the

@@ -130,6 +130,13 @@ func (c *Conn) ReplySender() *Sender {
 	return c.reply
 }
 
+// closedReply reports that s is the ReplySender of a closed Conn. Its
+// socket is the receive socket, which Close leaves to a running Serve to
+// close (see Conn.Close): until then it would still send.
+func (s *Sender) closedReply() bool {
+	return s.uc == s.c.uc && s.c.closing.Load()
+}
+
 // Port returns the UDP source port the Sender sends from.
 func (s *Sender) Port() uint16 { return s.src.Port() }
 
@@ -162,6 +169,10 @@ func (s *Sender) Release() {
 // configured otherwise.
 func (s *Sender) Send(dst netip.AddrPort, pkt []byte) error {
 	c := s.c
+	if s.closedReply() {
+		c.counters.SendErrors.Add(1)
+		return net.ErrClosed
+	}
 	dst, err := c.destination(dst)
 	if err != nil {
 		c.counters.SendErrors.Add(1)
@@ -201,6 +212,10 @@ type Message struct {
 // (see gso_linux.go), in which case the ICRC is computed for the IPv4
 // identification the kernel gives each segment.
 func (s *Sender) SendBatch(msgs []Message) (int, error) {
+	if s.closedReply() {
+		s.c.counters.SendErrors.Add(1)
+		return 0, net.ErrClosed
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.batch == nil {

@@ -1,0 +1,103 @@
+package netio
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// batchCounter counts packets and batches and signals each batch end.
+type batchCounter struct {
+	packets, batches atomic.Int64
+	ended            chan struct{}
+}
+
+func (h *batchCounter) HandlePacket(*wire.Packet, netip.AddrPort, RecvInfo) { h.packets.Add(1) }
+
+func (h *batchCounter) EndBatch() {
+	h.batches.Add(1)
+	select {
+	case h.ended <- struct{}{}:
+	default:
+	}
+}
+
+// TestServeDrainsFullBatches queues more datagrams than several batches
+// hold before Serve starts (over loopback, a datagram is queued at the
+// receiver before the sending call returns), so that no readiness event
+// comes after Serve's first read: Serve must read batch after batch while
+// they come back full, not wait for readability in between, which would
+// never come.
+func TestServeDrainsFullBatches(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		batch int
+		n     int
+	}{
+		{"exact multiple", 4, 40},
+		{"partial last", 4, 41},
+		{"single", 1, 7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := openPair(t, addrA, addrB, Config{BatchSize: tc.batch})
+			s := acquire(t, a, MinSourcePort+6)
+			for i := range tc.n {
+				if err := s.Send(b.LocalAddr(), buildTestPacket(t, wire.RCSendOnly, 1, 4, uint32(i))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h := &batchCounter{ended: make(chan struct{}, 1)}
+			serve(t, b, h)
+			waitFor(t, "every datagram", func() bool { return h.packets.Load() == int64(tc.n) })
+			if got, min := h.batches.Load(), int64((tc.n+tc.batch-1)/tc.batch); got < min {
+				t.Errorf("%d batches for %d datagrams of batch size %d, want at least %d", got, tc.n, tc.batch, min)
+			}
+		})
+	}
+}
+
+// TestCloseFromHandler closes the Conn from inside a Handler, which runs
+// within the receive socket's read: Close must not wait for that read, the
+// Conn's ReplySender must refuse to send from then on, Serve must return
+// nil, and the port must be free once it has.
+func TestCloseFromHandler(t *testing.T) {
+	a, b := openPair(t, addrA, addrB, Config{})
+	reply := b.ReplySender()
+	closed := make(chan error, 1)
+	sendErr := make(chan error, 1)
+	h := HandlerFunc(func(p *wire.Packet, from netip.AddrPort, _ RecvInfo) {
+		closed <- b.Close()
+		sendErr <- reply.Send(from, buildTestPacket(t, wire.RCAcknowledge, 1, 0, 0))
+	})
+	done := make(chan error, 1)
+	go func() { done <- b.Serve(context.Background(), h) }()
+	s := acquire(t, a, MinSourcePort+7)
+	if err := s.Send(b.LocalAddr(), buildTestPacket(t, wire.RCSendOnly, 1, 4, 0)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Serve returned %v after Close, want nil", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("Serve still running after Close from its Handler")
+	}
+	if err := <-closed; err != nil {
+		t.Errorf("Close from Handler = %v", err)
+	}
+	if err := <-sendErr; !errors.Is(err, net.ErrClosed) {
+		t.Errorf("ReplySender.Send after Close = %v, want net.ErrClosed", err)
+	}
+	uc, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(b.LocalAddr()))
+	if err != nil {
+		t.Fatalf("port still bound after Serve returned: %v", err)
+	}
+	uc.Close()
+}
