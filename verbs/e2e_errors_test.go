@@ -323,7 +323,7 @@ func TestE2EPeerGone(t *testing.T) {
 // with the error.
 func TestE2EErrorBehindRead(t *testing.T) {
 	// 80 response packets at MTU 256, in two bursts; the requests after it
-	// stay within the requester's window of 128 unacknowledged PSNs, so
+	// stay within the requester's window (at least 128 unacknowledged PSNs), so
 	// they leave right behind the READ and reach the responder while the
 	// second burst is pending. Posting them in SQD and moving to RTS sends
 	// all three in one batch.

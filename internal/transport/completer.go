@@ -36,10 +36,13 @@ func (qp *QP) armTimer(now time.Time) {
 	}
 }
 
-// progress records that the peer acknowledged something: the retry budgets
-// are refilled (as rxe's reset_retry_counters) and the retransmit timer
-// restarts, or stops if nothing is outstanding.
-func (qp *QP) progress(now time.Time) {
+// progress records that the peer acknowledged something, the PSNs from up
+// to the oldest unacknowledged one: the window widens for them
+// (growWindow), the retry budgets are refilled (as rxe's
+// reset_retry_counters) and the retransmit timer restarts, or stops if
+// nothing is outstanding.
+func (qp *QP) progress(now time.Time, from psn.PSN) {
+	qp.growWindow(from)
 	qp.comp.retryLeft = qp.retryCnt
 	qp.comp.rnrLeft = qp.rnrRetry
 	qp.comp.startedRetry = false
@@ -87,6 +90,7 @@ func (qp *QP) handleResponse(p *wire.Packet, info wire.OpInfo, now time.Time) {
 // (rxe's implicit NAK). It reports whether anything was acknowledged.
 func (qp *QP) ackThrough(a psn.PSN, now time.Time) bool {
 	progress, lost := false, false
+	from := qp.comp.psn
 	for qp.sq.len() > 0 && qp.state != StateErr {
 		s := qp.sq.at(qp.sq.head)
 		if !s.started || s.failed {
@@ -111,7 +115,7 @@ func (qp *QP) ackThrough(a psn.PSN, now time.Time) bool {
 		break
 	}
 	if progress {
-		qp.progress(now)
+		qp.progress(now, from)
 		qp.retireFailed()
 	}
 	if lost && qp.state != StateErr {
@@ -136,6 +140,7 @@ func (qp *QP) lostResponse(now time.Time) {
 	qp.comp.gapRetry = false
 	qp.comp.startedRetry = true
 	qp.counters.CompleterRetry++
+	qp.shrinkWindow()
 	qp.rewind()
 	qp.req.headCopies = retryHeadCopies // as retry does, for the same reason
 }
@@ -233,6 +238,7 @@ func (qp *QP) retry(now time.Time, timeout bool) {
 	qp.comp.retryLeft--
 	qp.comp.startedRetry = true
 	qp.counters.CompleterRetry++
+	qp.shrinkWindow()
 	qp.rewind()
 	// A retry means a packet or its response was lost: send the head of
 	// the retransmission more than once, so that one more loss on the
@@ -298,7 +304,7 @@ func (qp *QP) readResponse(p *wire.Packet, P psn.PSN, now time.Time) {
 	if final {
 		qp.completeHead(StatusSuccess)
 	}
-	qp.progress(now)
+	qp.progress(now, P)
 	qp.retireFailed()
 }
 
@@ -324,7 +330,7 @@ func (qp *QP) atomicAck(p *wire.Packet, P psn.PSN, now time.Time) {
 	}
 	qp.comp.psn = P.Next()
 	qp.completeHead(StatusSuccess)
-	qp.progress(now)
+	qp.progress(now, P)
 	qp.retireFailed()
 }
 

@@ -412,7 +412,7 @@ func TestFenceAndRdAtomicLimit(t *testing.T) {
 	}
 }
 
-// TestWindow: at most 128 PSNs are unacknowledged.
+// TestWindow: at most DefaultMaxUnackedPSNs PSNs are unacknowledged.
 func TestWindow(t *testing.T) {
 	o := defaultOpts()
 	o.mtu = 256

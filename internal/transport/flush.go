@@ -148,6 +148,6 @@ func (qp *QP) emptyReadResponse(p *wire.Packet, P psn.PSN, now time.Time) {
 	}
 	qp.comp.psn = P.Next()
 	qp.completeHead(StatusSuccess)
-	qp.progress(now)
+	qp.progress(now, P)
 	qp.retireFailed()
 }

@@ -196,7 +196,7 @@ func (qp *QP) SetState(s State) {
 // resetState clears the progress of all three roles.
 func (qp *QP) resetState() {
 	sqpsn, rqpsn := qp.req.psn, qp.resp.epsn
-	qp.req = requester{psn: sqpsn, sentHigh: sqpsn, idx: qp.sq.head}
+	qp.req = requester{psn: sqpsn, sentHigh: sqpsn, idx: qp.sq.head, win: qp.window}
 	qp.comp = completer{psn: sqpsn, retryLeft: qp.retryCnt, rnrLeft: qp.rnrRetry}
 	held := qp.resp.held.store
 	res, replies := qp.resp.res, qp.resp.replies
@@ -306,24 +306,29 @@ func (qp *QP) SetMaxDestRdAtomic(n int) error {
 // AccessRemoteAtomic. Others are ignored.
 func (qp *QP) SetAccessFlags(a Access) { qp.access = a }
 
-// SetMaxUnackedPSNs sets the requester's window: how far the next PSN may be
-// ahead of the oldest unacknowledged one. The default, 256, is twice rxe's
-// 128: the window only bounds the requester (a responder takes any PSN in
-// sequence), and at 128 PSNs (512 KiB at MTU 4096) a loopback connection
-// waits for ACKs with a core idle: 64 KiB WRITEs went from ~2.6 to ~4.0
-// GB/s with 256, no further with 512 or 1024. A larger window also means
-// more to resend after a loss under go-back-N.
+// SetMaxUnackedPSNs sets the maximum of the requester's window: how far the
+// next PSN may be ahead of the oldest unacknowledged one. The default, 256,
+// is twice rxe's 128: the window only bounds the requester (a responder
+// takes any PSN in sequence), and at 128 PSNs (512 KiB at MTU 4096) a
+// loopback connection waits for ACKs with a core idle: 64 KiB WRITEs went
+// from ~2.6 to ~4.0 GB/s with 256, no further with 512 or 1024. A larger
+// window also means more to resend after a loss under go-back-N, so the
+// effective window shrinks toward 128 on retries and grows back to n as
+// PSNs are acknowledged (window.go, doc.go); with n at most 128 it is fixed
+// at n. The window starts at n.
 func (qp *QP) SetMaxUnackedPSNs(n int) error {
 	if n < 1 || n > 1<<22 {
 		return ErrBadAttr
 	}
 	qp.window = uint32(n)
+	qp.req.win, qp.req.winCredit = qp.window, 0
 	return nil
 }
 
 // SetAckEvery sets how many packets the requester sends at most without
 // asking for an acknowledgement (default 64); the last packet of every
-// message asks anyway.
+// message asks anyway. While a retry has narrowed the window below its
+// maximum the interval shrinks in proportion (window.go).
 func (qp *QP) SetAckEvery(n int) error {
 	if n < 1 {
 		return ErrBadAttr

@@ -30,6 +30,11 @@ type requester struct {
 	// kick asks for an OnTimer call at once: the QP returned to RTS with
 	// work queued.
 	kick bool
+	// win is the effective window, between floorWindow and the maximum
+	// QP.window (window.go); winCredit counts acknowledged PSNs toward its
+	// next increment.
+	win       uint32
+	winCredit uint32
 }
 
 // pump transmits as many packets as the window, max_rd_atomic, fences and
@@ -53,7 +58,7 @@ func (qp *QP) pump(now time.Time, out *Output) {
 			qp.retireLocalOps()
 			continue
 		}
-		if qp.req.psn.Sub(qp.comp.psn) >= int32(qp.window) {
+		if qp.req.psn.Sub(qp.comp.psn) >= int32(qp.req.win) {
 			return
 		}
 		if !s.started {
@@ -180,7 +185,7 @@ func (qp *QP) transmit(s *sendSlot, now time.Time, out *Output) bool {
 				(op.isSend() || op == WRRDMAWriteWithImm)
 		}
 	}
-	h.BTH.AckReq = last || qp.req.ackNext || qp.req.noAck+1 >= qp.ackEvery
+	h.BTH.AckReq = last || qp.req.ackNext || qp.req.noAck+1 >= qp.ackInterval()
 	pad := wire.PadCount(int(payload))
 	h.BTH.PadCount = pad
 
