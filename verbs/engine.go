@@ -193,6 +193,9 @@ func (e *engine) transmitAfterBatch(qp *QP) {
 // Each QP's own packets go first, from its port; then the replies of all
 // of them, from the device's (see "Replies" above).
 func (e *engine) EndBatch() {
+	if h := endBatchHook.Load(); h != nil {
+		(*h)(e.dev)
+	}
 	for i, qp := range e.pending {
 		qp.xmu.Lock()
 		if !qp.closed.Load() {
@@ -207,6 +210,11 @@ func (e *engine) EndBatch() {
 		e.replies.flush()
 	}
 }
+
+// endBatchHook, when set (by tests only), runs at the start of every
+// EndBatch: it lets a test hold a receive batch's replies back and check
+// what happens to them meanwhile.
+var endBatchHook atomic.Pointer[func(*Device)]
 
 // outputPool lends transport.Outputs to QPs from the moment the transport
 // builds packets in one until they are sent (transmitLocked). A QP's

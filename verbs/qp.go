@@ -605,6 +605,14 @@ func (qp *QP) Destroy() error {
 		return closedError(op, "qp")
 	}
 	qp.xmu.Lock()
+	if qp.out != nil && qp.out.Len() > 0 {
+		// Packets the receive path built for the end of its batch go
+		// out first, as a NIC would have sent them: among them may be
+		// the ACK of a SEND whose completion the application already
+		// holds, and without it the peer retries that SEND into a
+		// closed port until RETRY_EXC_ERR.
+		qp.transmitRepliesToLocked(nil)
+	}
 	qp.closed.Store(true)
 	if qp.tq != nil {
 		// RESET discards the queued work requests without completions.
