@@ -57,13 +57,16 @@
 //
 // # Data movement
 //
-// A device is a software RoCEv2 NIC bound to a UDP socket. PostSend runs the
-// RC requester on the caller's goroutine and sends what the window allows;
-// the device's receive goroutine runs the responder (remote READ, WRITE and
-// atomics on registered memory, with no call from the target application)
-// and the completer inline, and a timer goroutine retransmits. Completions
-// arrive on the CQs. UC and UD QPs exist as objects, but posting to them
-// returns ErrNotSupported until their transports are written.
+// A device is a software RoCEv2 NIC bound to a UDP socket. PostSend (and
+// PostSendList) runs the requester on the caller's goroutine and sends what
+// the window allows; the device's receive goroutine runs the responder
+// (remote READ, WRITE, atomics, FLUSH and ATOMIC_WRITE on registered memory
+// and memory windows, with no call from the target application) and the
+// completer inline, and a timer goroutine retransmits. Completions arrive on
+// the CQs (Poll, Wait, or a completion channel). RC, UC (no
+// acknowledgements: a lost packet drops its message) and UD (one packet per
+// message, Q_Keys, the 40-byte GRH ahead of the received data) are
+// supported.
 //
 // # Asynchronous events
 //
