@@ -23,7 +23,7 @@ const (
 	EventQPReqErr                               // IBV_EVENT_QP_REQ_ERR: the responder refused an invalid request (raised)
 	EventQPAccessErr                            // IBV_EVENT_QP_ACCESS_ERR: the responder refused a remote access (raised)
 	EventCommEst                                // IBV_EVENT_COMM_EST
-	EventSQDrained                              // IBV_EVENT_SQ_DRAINED
+	EventSQDrained                              // IBV_EVENT_SQ_DRAINED: a QP moved to SQD with en_sqd_async_notify has drained (raised)
 	EventPathMig                                // IBV_EVENT_PATH_MIG
 	EventPathMigErr                             // IBV_EVENT_PATH_MIG_ERR
 	EventDeviceFatal                            // IBV_EVENT_DEVICE_FATAL

@@ -40,6 +40,11 @@ type QP struct {
 	mu   sync.Mutex
 	attr QPAttr // QPState and CurQPState are kept in state
 
+	// sqDraining is set by a move to SQD with en_sqd_async_notify until
+	// the send queue has drained and EventSQDrained is raised; guarded
+	// by xmu.
+	sqDraining bool
+
 	state  atomic.Int32 // QPState
 	closed atomic.Bool
 
@@ -314,7 +319,21 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	if next == QPStateErr && cur != QPStateErr {
 		qp.raiseQPEventsLocked(false)
 	}
+	// IBA 11.6.3: SQ Drained is raised when asked for by the move to SQD.
+	qp.sqDraining = next == QPStateSQD && (qp.sqDraining ||
+		cur != QPStateSQD && mask&QPAttrEnSQDAsyncNotify != 0 && attr.EnSQDAsyncNotify)
+	qp.checkSQDrainedLocked()
 	return nil
+}
+
+// checkSQDrainedLocked raises EventSQDrained once the send queue of a QP
+// moved to SQD with en_sqd_async_notify has no work request in flight.
+// The caller holds xmu.
+func (qp *QP) checkSQDrainedLocked() {
+	if qp.sqDraining && qp.State() == QPStateSQD && qp.tq != nil && qp.tq.SendQueueDrained() {
+		qp.sqDraining = false
+		qp.dev.events().post(AsyncEvent{Type: EventSQDrained, QP: qp})
+	}
 }
 
 // applyTransportLocked hands the new attributes to the transport state
@@ -466,6 +485,7 @@ func (qp *QP) transmitRepliesToLocked(replies *replyBatch) {
 	}
 	qp.releaseOutputLocked()
 	qp.noteTransportErrorLocked()
+	qp.checkSQDrainedLocked()
 	qp.dev.eng.schedule(qp)
 }
 

@@ -510,6 +510,13 @@ func (qp *QP) Deadline() (time.Time, bool) {
 // posted receive work request completes with WR_FLUSH_ERR, exactly once, in
 // posting order. Requests of a shared receive queue stay queued, except one
 // a message in progress had taken.
+// SendQueueDrained reports whether no send work request is in flight:
+// every one the requester started has completed. In SQD none starts, so
+// this is the moment the IBA's SQ Drained event marks.
+func (qp *QP) SendQueueDrained() bool {
+	return qp.sq.len() == 0 || !qp.sq.at(qp.sq.head).started
+}
+
 func (qp *QP) Flush() { qp.enterError() }
 
 func (qp *QP) enterError() {
