@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/psn"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -90,37 +89,6 @@ func TestSteadyStateAllocs(t *testing.T) {
 				t.Fatalf("%d completions, %d errors", l.scq.n, l.scq.errors)
 			}
 		})
-	}
-}
-
-// BenchmarkRequesterWrite64K segments a 64 KiB WRITE into 1024-byte packets
-// (64 of them, gathered from two SGEs) and retires it with one ACK.
-func BenchmarkRequesterWrite64K(b *testing.B) {
-	l := newLoop(b, 1024)
-	const n = 64 << 10
-	src := make([]byte, n)
-	k := l.a.mem.register(pd, src, 0, 0)
-	w := SendWQE{Opcode: WRRDMAWrite, SGL: []SGE{{0, n / 2, k}, {n / 2, n / 2, k}}, RKey: 1}
-	ack := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAcknowledge, PKey: 0xFFFF, DestQP: qpnA},
-		AETH: wire.AETHFields{Syndrome: wire.SyndromeAckUnlimited}}
-	buf := make([]byte, 0, 64)
-	var pkt wire.Packet
-	b.SetBytes(n)
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := l.a.qp.PostSend(&w, l.now, &l.a.out); err != nil {
-			b.Fatal(err)
-		}
-		if l.a.out.Len() != 64 {
-			b.Fatalf("%d packets", l.a.out.Len())
-		}
-		l.a.out.Reset()
-		ack.BTH.PSN = l.a.qp.req.psn.Add(psn.Mask)
-		buf = append(wire.AppendHeaders(buf[:0], &ack), 0, 0, 0, 0)
-		if err := pkt.Parse(buf, 0); err != nil {
-			b.Fatal(err)
-		}
-		l.a.qp.HandlePacket(&pkt, l.now, &l.a.out)
 	}
 }
 

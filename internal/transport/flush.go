@@ -90,18 +90,8 @@ func (qp *QP) execAtomicWrite(p *wire.Packet, P psn.PSN, out *Output) {
 		return
 	}
 	va, rkey := p.RETH.VA(), p.RETH.RKey()
-	if qp.mem == nil {
-		qp.classC(P, wire.NAKRemoteAccessError, StatusRemAccessErr, out)
-		return
-	}
-	b, ref, err := qp.mem.Remote(qp.pd, rkey, va, wire.AtomicWriteLen, AccessRemoteWrite)
-	if err != nil {
-		qp.classC(P, wire.NAKRemoteAccessError, StatusRemAccessErr, out)
-		return
-	}
-	if va%8 != 0 {
-		ref.Release()
-		qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+	b, ref, ok := qp.alignedTarget(P, rkey, va, AccessRemoteWrite, out)
+	if !ok {
 		return
 	}
 	mu := qp.locks.lockFor(b)

@@ -17,12 +17,18 @@ import (
 // BenchmarkRequesterWrite posts one signaled RDMA WRITE, checks that it
 // was cut into the expected packets, and retires it with one ACK.
 func BenchmarkRequesterWrite(b *testing.B) {
-	for _, tc := range []struct{ mtu, size int }{{4096, 64 << 10}, {4096, 8}, {1024, 8}} {
-		b.Run(fmt.Sprintf("mtu%d/%dB", tc.mtu, tc.size), func(b *testing.B) {
+	for _, tc := range []struct{ mtu, size, sges int }{{4096, 64 << 10, 1}, {1024, 64 << 10, 2}, {4096, 8, 1}, {1024, 8, 1}} {
+		b.Run(fmt.Sprintf("mtu%d/%dB/%dsge", tc.mtu, tc.size, tc.sges), func(b *testing.B) {
 			l := newLoop(b, tc.mtu)
 			src := make([]byte, tc.size)
 			k := l.a.mem.register(pd, src, 0, 0)
-			w := SendWQE{Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{{0, uint32(tc.size), k}}, RKey: 1}
+			// The message in tc.sges equal pieces of one region.
+			part := uint32(tc.size / tc.sges)
+			var sgl []SGE
+			for i := range tc.sges {
+				sgl = append(sgl, SGE{uint64(i) * uint64(part), part, k})
+			}
+			w := SendWQE{Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: sgl, RKey: 1}
 			packets := (tc.size + tc.mtu - 1) / tc.mtu
 			ack := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAcknowledge, PKey: 0xFFFF, DestQP: qpnA},
 				AETH: wire.AETHFields{Syndrome: wire.SyndromeAckUnlimited}}

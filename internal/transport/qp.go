@@ -349,27 +349,12 @@ func (qp *QP) PostSend(w *SendWQE, now time.Time, out *Output) error {
 	if !w.Opcode.valid() {
 		return ErrBadOpcode
 	}
-	var length uint32
-	if w.Flags&SendInline != 0 {
-		if w.Opcode.isReadOrAtomic() {
-			return ErrBadOpcode
-		}
-		if len(w.Inline) > qp.maxInline {
-			return ErrInlineTooLong
-		}
-		length = uint32(len(w.Inline))
-	} else {
-		if len(w.SGL) > qp.maxSGE {
-			return ErrTooManySGE
-		}
-		var n uint64
-		for _, s := range w.SGL {
-			n += uint64(s.Length)
-		}
-		if n > 1<<31 {
-			return ErrTooLong
-		}
-		length = uint32(n)
+	if w.Flags&SendInline != 0 && w.Opcode.isReadOrAtomic() {
+		return ErrBadOpcode
+	}
+	length, err := qp.wqeLength(w)
+	if err != nil {
+		return err
 	}
 	if w.Opcode.isAtomic() && (w.Flags&SendInline != 0 || len(w.SGL) != 1 || w.SGL[0].Length != 8) {
 		return ErrBadAtomicSGL
@@ -510,6 +495,24 @@ func (qp *QP) Deadline() (time.Time, bool) {
 // posted receive work request completes with WR_FLUSH_ERR, exactly once, in
 // posting order. Requests of a shared receive queue stay queued, except one
 // a message in progress had taken.
+// wqeLength checks a send work request's data against the QP's limits
+// (inline size, SGE count, 2^31 bytes) and returns its message length.
+func (qp *QP) wqeLength(w *SendWQE) (uint32, error) {
+	if w.Flags&SendInline != 0 {
+		if len(w.Inline) > qp.maxInline {
+			return 0, ErrInlineTooLong
+		}
+		return uint32(len(w.Inline)), nil
+	}
+	if len(w.SGL) > qp.maxSGE {
+		return 0, ErrTooManySGE
+	}
+	if n := sglLength(w.SGL); n <= 1<<31 {
+		return uint32(n), nil
+	}
+	return 0, ErrTooLong
+}
+
 // SendQueueDrained reports whether no send work request is in flight:
 // every one the requester started has completed. In SQD none starts, so
 // this is the moment the IBA's SQ Drained event marks.

@@ -186,25 +186,12 @@ func (qp *QP) transmit(s *sendSlot, now time.Time, out *Output) bool {
 		}
 	}
 	h.BTH.AckReq = last || qp.req.ackNext || qp.req.noAck+1 >= qp.ackInterval()
-	pad := wire.PadCount(int(payload))
-	h.BTH.PadCount = pad
-
-	p := out.alloc(h.Len() + int(payload) + int(pad))
-	b := wire.AppendHeaders(p.Bytes, h)
-	if payload > 0 {
-		var dst []byte
-		b, dst = grow(b, int(payload))
-		if !qp.gather(s, qp.req.off, dst) {
-			out.n-- // drop the half-built packet
-			s.failed, s.status = true, StatusLocProtErr
-			qp.counters.LocalErrors++
-			qp.retireFailed()
-			return false
-		}
+	if !qp.appendRequest(s, payload, qp.dest, out) {
+		s.failed, s.status = true, StatusLocProtErr
+		qp.counters.LocalErrors++
+		qp.retireFailed()
+		return false
 	}
-	p.Bytes = wire.AppendPad(b, pad)
-	p.QPN, p.Dest = qp.qpn, qp.dest
-	qp.counters.SentPackets++
 	for ; qp.req.headCopies > 1; qp.req.headCopies-- {
 		// alloc may move the packets: index, do not keep p.
 		i := out.n - 1
@@ -356,4 +343,28 @@ func (qp *QP) retireFailed() {
 	if s := qp.sq.at(qp.sq.head); s.failed {
 		qp.fatal(s.status)
 	}
+}
+
+// appendRequest appends the request packet whose headers are in qp.hdr,
+// with payload bytes of s gathered from offset qp.req.off and the pad the
+// payload needs, addressed to dest. It reports false, appending nothing,
+// if the local memory could not be read. RC, UC and UD requests share it.
+func (qp *QP) appendRequest(s *sendSlot, payload uint32, dest any, out *Output) bool {
+	h := &qp.hdr
+	pad := wire.PadCount(int(payload))
+	h.BTH.PadCount = pad
+	p := out.alloc(h.Len() + int(payload) + int(pad))
+	b := wire.AppendHeaders(p.Bytes, h)
+	if payload > 0 {
+		var dst []byte
+		b, dst = grow(b, int(payload))
+		if !qp.gather(s, qp.req.off, dst) {
+			out.n-- // drop the half-built packet
+			return false
+		}
+	}
+	p.Bytes = wire.AppendPad(b, pad)
+	p.QPN, p.Dest = qp.qpn, dest
+	qp.counters.SentPackets++
+	return true
 }

@@ -491,6 +491,28 @@ func (qp *QP) continueRead(r *reply, budget *int, out *Output) bool {
 }
 
 // execAtomic performs a COMPARE_SWAP or FETCH_ADD on the native-endian
+// alignedTarget resolves the 8 bytes at va an atomic or ATOMIC_WRITE
+// targets, checked against rkey and need, and pinned: the caller releases
+// ref. A bad key or right is a remote access error, a va not 8-byte
+// aligned an invalid request; either is NAKed here and ok is false.
+func (qp *QP) alignedTarget(P psn.PSN, rkey uint32, va uint64, need Access, out *Output) (b []byte, ref Ref, ok bool) {
+	if qp.mem == nil {
+		qp.classC(P, wire.NAKRemoteAccessError, StatusRemAccessErr, out)
+		return nil, nil, false
+	}
+	b, ref, err := qp.mem.Remote(qp.pd, rkey, va, 8, need)
+	if err != nil {
+		qp.classC(P, wire.NAKRemoteAccessError, StatusRemAccessErr, out)
+		return nil, nil, false
+	}
+	if va%8 != 0 {
+		ref.Release()
+		qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+		return nil, nil, false
+	}
+	return b, ref, true
+}
+
 // 8-byte word at the target, under the device's stripe lock.
 func (qp *QP) execAtomic(p *wire.Packet, P psn.PSN, out *Output) {
 	if len(qp.resp.res) == 0 {
@@ -499,18 +521,8 @@ func (qp *QP) execAtomic(p *wire.Packet, P psn.PSN, out *Output) {
 	}
 	a := p.AtomicETH
 	va := a.VA()
-	if qp.mem == nil {
-		qp.classC(P, wire.NAKRemoteAccessError, StatusRemAccessErr, out)
-		return
-	}
-	b, ref, err := qp.mem.Remote(qp.pd, a.RKey(), va, 8, AccessRemoteAtomic)
-	if err != nil {
-		qp.classC(P, wire.NAKRemoteAccessError, StatusRemAccessErr, out)
-		return
-	}
-	if va%8 != 0 {
-		ref.Release()
-		qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+	b, ref, ok := qp.alignedTarget(P, a.RKey(), va, AccessRemoteAtomic, out)
+	if !ok {
 		return
 	}
 	mu := qp.locks.lockFor(b)

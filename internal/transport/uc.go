@@ -76,24 +76,9 @@ func (qp *QP) postSendUnreliable(w *SendWQE, now time.Time, out *Output) error {
 	default:
 		return ErrBadOpcodeForType
 	}
-	var length uint32
-	if w.Flags&SendInline != 0 {
-		if len(w.Inline) > qp.maxInline {
-			return ErrInlineTooLong
-		}
-		length = uint32(len(w.Inline))
-	} else {
-		if len(w.SGL) > qp.maxSGE {
-			return ErrTooManySGE
-		}
-		var n uint64
-		for _, s := range w.SGL {
-			n += uint64(s.Length)
-		}
-		if n > 1<<31 {
-			return ErrTooLong
-		}
-		length = uint32(n)
+	length, err := qp.wqeLength(w)
+	if err != nil {
+		return err
 	}
 	if qp.typ == TypeUD && length > qp.mtu {
 		return ErrMessageTooLong
@@ -207,22 +192,9 @@ func (qp *QP) transmitUnreliable(s *sendSlot, out *Output) bool {
 			(op.isSend() || op == WRRDMAWriteWithImm)
 	}
 	// No AckReq: nothing answers UC or UD (the rxe captures show it clear).
-	pad := wire.PadCount(int(payload))
-	h.BTH.PadCount = pad
-
-	p := out.alloc(h.Len() + int(payload) + int(pad))
-	b := wire.AppendHeaders(p.Bytes, h)
-	if payload > 0 {
-		var dst []byte
-		b, dst = grow(b, int(payload))
-		if !qp.gather(s, qp.req.off, dst) {
-			out.n-- // drop the half-built packet
-			return false
-		}
+	if !qp.appendRequest(s, payload, dest, out) {
+		return false
 	}
-	p.Bytes = wire.AppendPad(b, pad)
-	p.QPN, p.Dest = qp.qpn, dest
-	qp.counters.SentPackets++
 	qp.req.psn = qp.req.psn.Next()
 	qp.req.sentHigh = qp.req.psn
 	qp.comp.psn = qp.req.psn // nothing is ever outstanding
