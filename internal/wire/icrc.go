@@ -112,13 +112,13 @@ func icrc(ip, udp, hdrs, payload, pad []byte) (crc uint32, ok bool) {
 // icrcTail continues crc over the unmasked remainder of the packet.
 func icrcTail(crc uint32, hdrs, payload, pad []byte) uint32 {
 	if len(hdrs) > 0 {
-		crc = crc32.Update(crc, crc32.IEEETable, hdrs)
+		crc = crcUpdate(crc, hdrs)
 	}
 	if len(payload) > 0 {
-		crc = crc32.Update(crc, crc32.IEEETable, payload)
+		crc = crcUpdate(crc, payload)
 	}
 	if len(pad) > 0 {
-		crc = crc32.Update(crc, crc32.IEEETable, pad)
+		crc = crcUpdate(crc, pad)
 	}
 	return crc
 }

@@ -1,0 +1,104 @@
+package wire
+
+import (
+	"hash/crc32"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+)
+
+// TestCRCUpdate compares crcUpdate with hash/crc32 for every length up to
+// a little over two MTUs, at every alignment of a cache line, from random
+// starting values: a wrong fold constant or a mishandled tail fails it.
+func TestCRCUpdate(t *testing.T) {
+	if !hasFoldAVX512 {
+		t.Log("no AVX-512 VPCLMULQDQ here: checking the generic path only")
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	buf := make([]byte, 9000+64)
+	for i := range buf {
+		buf[i] = byte(r.Uint32())
+	}
+	n := 9000
+	if testing.Short() {
+		n = 4200
+	}
+	for l := 0; l <= n; l++ {
+		off := l % 64
+		p := buf[off : off+l]
+		c := r.Uint32()
+		if got, want := crcUpdate(c, p), crc32.Update(c, crc32.IEEETable, p); got != want {
+			t.Fatalf("len %d offset %d: crcUpdate %#08x, hash/crc32 %#08x", l, off, got, want)
+		}
+	}
+}
+
+// TestCRCFoldConstants recomputes the fold constants in crc_amd64.s.
+func TestCRCFoldConstants(t *testing.T) {
+	for _, c := range []struct {
+		bits   int
+		lo, hi uint64
+	}{
+		{128, 0x1751997d0, 0xccaa009e},
+		{256, 0xf1da05aa, 0x15a546366},
+		{384, 0x3db1ecdc, 0x174359406},
+		{512, 0x154442bd4, 0x1c6e41596},
+		{2048, 0x11542778a, 0x1322d1430},
+	} {
+		if lo, hi := crcFoldConstant(c.bits+32), crcFoldConstant(c.bits-32); lo != c.lo || hi != c.hi {
+			t.Errorf("fold by %d bits: (%#x, %#x), want (%#x, %#x)", c.bits, lo, hi, c.lo, c.hi)
+		}
+	}
+}
+
+// crcFoldConstant is x^n mod P for the CRC-32 polynomial, bit-reflected
+// and shifted left by one (the form a reflected carry-less fold uses).
+func crcFoldConstant(n int) uint64 {
+	const poly = 0x104C11DB7
+	r := uint64(1)
+	for range n {
+		r <<= 1
+		if r&(1<<32) != 0 {
+			r ^= poly
+		}
+	}
+	var rev uint64
+	for i := range 32 {
+		if r&(1<<i) != 0 {
+			rev |= 1 << (31 - i)
+		}
+	}
+	return rev << 1
+}
+
+func FuzzCRCUpdate(f *testing.F) {
+	f.Add(uint32(0), make([]byte, 600))
+	f.Add(uint32(0xFFFFFFFF), make([]byte, 4096+28))
+	f.Add(uint32(0x2144DF1C), []byte("short"))
+	f.Fuzz(func(t *testing.T, c uint32, p []byte) {
+		if got, want := crcUpdate(c, p), crc32.Update(c, crc32.IEEETable, p); got != want {
+			t.Fatalf("len %d: crcUpdate %#08x, hash/crc32 %#08x", len(p), got, want)
+		}
+	})
+}
+
+// BenchmarkCRCUpdate compares crcUpdate with hash/crc32 on a 4 KiB payload
+// and a 1 KiB one.
+func BenchmarkCRCUpdate(b *testing.B) {
+	for _, size := range []int{1024, 4096} {
+		p := make([]byte, size)
+		var sink uint32
+		b.Run("goroce/"+strconv.Itoa(size), func(b *testing.B) {
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				sink = crcUpdate(sink, p)
+			}
+		})
+		b.Run("hash-crc32/"+strconv.Itoa(size), func(b *testing.B) {
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				sink = crc32.Update(sink, crc32.IEEETable, p)
+			}
+		})
+	}
+}
