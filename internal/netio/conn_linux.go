@@ -28,6 +28,9 @@ const (
 	// MTU, plus at most 60 bytes of headers, 3 of pad and the ICRC) with
 	// room to spare.
 	DefaultMaxDatagramSize = 4096 + 256
+	// DefaultEndBatchEvery is the default of Config.EndBatchEvery: a
+	// quarter of a 256-PSN send window.
+	DefaultEndBatchEvery = 64
 )
 
 // Config configures Open.
@@ -51,6 +54,15 @@ type Config struct {
 	// BatchSize is the number of datagrams moved per system call; 0
 	// means DefaultBatchSize.
 	BatchSize int
+	// EndBatchEvery is how many packets a receive batch delivers at most
+	// before the Handler's EndBatch runs (see BatchEnder); 0 means
+	// DefaultEndBatchEvery, a negative value only at the end of each
+	// batch. With UDP_GRO one recvmmsg can return a whole send window
+	// (hundreds of packets): ending the batch only after the last of
+	// them holds their acknowledgements back while the sender waits for
+	// them with its window full, and the two ends then take turns instead
+	// of overlapping.
+	EndBatchEvery int
 	// MaxDatagramSize is the largest UDP payload received; larger
 	// datagrams are dropped and counted as malformed. 0 means
 	// DefaultMaxDatagramSize.
@@ -106,6 +118,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.MaxDatagramSize <= 0 {
 		cfg.MaxDatagramSize = DefaultMaxDatagramSize
+	}
+	if cfg.EndBatchEvery == 0 {
+		cfg.EndBatchEvery = DefaultEndBatchEvery
 	}
 	if cfg.MaxDatagramSize < wire.BTHLen+icrcLen {
 		return cfg, fmt.Errorf("netio: Config.MaxDatagramSize %d is smaller than the smallest RoCEv2 packet", cfg.MaxDatagramSize)

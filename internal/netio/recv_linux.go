@@ -36,7 +36,9 @@ func (f HandlerFunc) HandlePacket(p *wire.Packet, from netip.AddrPort, info Recv
 // what they caused (acknowledgements, further requests) together, in fewer
 // and larger batches, instead of after each packet. EndBatch is called on
 // the Serve goroutine after the last HandlePacket of each batch, and also
-// after batches in which nothing was delivered.
+// after batches in which nothing was delivered. A long batch is ended early
+// as well, after every Config.EndBatchEvery delivered packets, so that
+// what the first packets caused does not wait for the last ones.
 type BatchEnder interface {
 	EndBatch()
 }
@@ -309,6 +311,9 @@ func (c *Conn) stopServing() {
 // Counters once per batch.
 type rxTally struct {
 	rxPackets, rxBytes, gro, malformed, icrcErrors, recovered, predicted, delivered uint64
+
+	// endedAt is delivered when EndBatch last ran within this batch.
+	endedAt uint64
 }
 
 // deliver processes the datagrams of the last recvmmsg (and, with the fault
@@ -379,6 +384,7 @@ func (c *Conn) deliver(rx *receiver, h Handler) bool {
 				ft.admit(c, rx, h, pkt, from, local, &tl, now)
 			default:
 				c.accept(rx, h, pkt, from, local, &tl)
+				c.endBatchEarly(rx, &tl)
 			}
 			if off = end; off >= len(data) {
 				break
@@ -386,6 +392,18 @@ func (c *Conn) deliver(rx *receiver, h Handler) bool {
 		}
 	}
 	return true
+}
+
+// endBatchEarly ends the batch being delivered (EndBatch) when it has
+// delivered Config.EndBatchEvery packets since it began or was last ended.
+func (c *Conn) endBatchEarly(rx *receiver, tl *rxTally) {
+	be := rx.serve.be
+	every := c.cfg.EndBatchEvery
+	if be == nil || every <= 0 || tl.delivered-tl.endedAt < uint64(every) {
+		return
+	}
+	tl.endedAt = tl.delivered
+	be.EndBatch()
 }
 
 // accept parses one datagram received from from on local, checks its ICRC

@@ -101,3 +101,69 @@ func TestCloseFromHandler(t *testing.T) {
 	}
 	uc.Close()
 }
+
+// runCounter records the longest run of packets delivered between two
+// EndBatch calls; it sends the figures on done at the first EndBatch after
+// the last packet.
+type runCounter struct {
+	packets, run, longest, ends int
+	want                        int
+	done                        chan runFigures
+}
+
+type runFigures struct{ longest, ends int }
+
+func (h *runCounter) HandlePacket(*wire.Packet, netip.AddrPort, RecvInfo) {
+	h.packets++
+	h.run++
+	h.longest = max(h.longest, h.run)
+}
+
+func (h *runCounter) EndBatch() {
+	h.ends++
+	h.run = 0
+	if h.packets == h.want {
+		h.want = -1
+		h.done <- runFigures{h.longest, h.ends}
+	}
+}
+
+// TestEndBatchEvery queues one batch's worth of datagrams before Serve
+// starts, so that its first read returns all of them: EndBatch must still
+// run after every EndBatchEvery packets, not only after the last one
+// (which would hold the acknowledgements of the first packets back until
+// the whole batch was handled), and a negative EndBatchEvery must leave
+// the batch whole.
+func TestEndBatchEvery(t *testing.T) {
+	const n = 48
+	for _, tc := range []struct {
+		every, maxRun, minEnds int
+	}{
+		{every: 10, maxRun: 10, minEnds: n / 10},
+		{every: 1, maxRun: 1, minEnds: n},
+		{every: -1, maxRun: n, minEnds: 1},
+	} {
+		a, b := openPair(t, addrA, addrB, Config{BatchSize: 64, EndBatchEvery: tc.every})
+		s := acquire(t, a, MinSourcePort+8)
+		for i := range n {
+			if err := s.Send(b.LocalAddr(), buildTestPacket(t, wire.RCSendOnly, 1, 4, uint32(i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h := &runCounter{done: make(chan runFigures, 1), want: n}
+		serve(t, b, h)
+		var got runFigures
+		select {
+		case got = <-h.done:
+		case <-time.After(waitTimeout):
+			t.Fatalf("every %d: not all %d packets delivered", tc.every, n)
+		}
+		if got.longest > tc.maxRun || got.ends < tc.minEnds {
+			t.Errorf("EndBatchEvery %d: longest run %d (want <= %d), %d EndBatch calls (want >= %d)",
+				tc.every, got.longest, tc.maxRun, got.ends, tc.minEnds)
+		}
+		if tc.every < 0 && got.longest != n {
+			t.Errorf("EndBatchEvery %d: longest run %d, want the whole batch of %d", tc.every, got.longest, n)
+		}
+	}
+}
