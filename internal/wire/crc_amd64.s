@@ -27,12 +27,13 @@ DATA fold128<>+0(SB)/8, $0x1751997d0
 DATA fold128<>+8(SB)/8, $0xccaa009e
 GLOBL fold128<>(SB), RODATA, $16
 
-// func foldAVX512(crc uint32, p []byte, out *[16]byte) int
+// func foldAVX512(head *[64]byte, p []byte, out *[16]byte) int
 //
-// foldAVX512 folds the longest prefix of p that is a multiple of 64 bytes
-// (len(p) >= 256) into 128 bits, written to out: the raw (not inverted)
-// CRC of that prefix, started from the raw value crc, equals the raw CRC
-// of out's 16 bytes started from 0. It returns the prefix's length.
+// foldAVX512 folds the stream head || p[:n], where n is the largest
+// multiple of 64 not above len(p) (len(p) >= 192), into 128 bits written
+// to out: the raw CRC (no initial value, no final inversion) of that
+// stream equals the raw CRC of out's 16 bytes. It returns n. A starting
+// CRC value is XORed into the stream's first four bytes by the caller.
 //
 // Four independent 512-bit accumulators each fold 64 bytes per 256-byte
 // step, so the carry-less multiplies of one step don't wait for each
@@ -40,20 +41,18 @@ GLOBL fold128<>(SB), RODATA, $16
 // multiply's latency every 64 bytes). Requires AVX512F, AVX512VL and
 // VPCLMULQDQ.
 TEXT ·foldAVX512(SB), NOSPLIT, $0-48
-	MOVL crc+0(FP), AX
+	MOVQ head+0(FP), AX
 	MOVQ p_base+8(FP), SI
 	MOVQ p_len+16(FP), CX
 	MOVQ out+32(FP), DI
 	MOVQ CX, BX
 
-	VMOVDQU64 (SI), Z1
-	VMOVDQU64 64(SI), Z2
-	VMOVDQU64 128(SI), Z3
-	VMOVDQU64 192(SI), Z4
-	VMOVD     AX, X10 // zeroes the rest of Z10
-	VPXORQ    Z10, Z1, Z1
-	ADDQ      $256, SI
-	SUBQ      $256, CX
+	VMOVDQU64 (AX), Z1
+	VMOVDQU64 (SI), Z2
+	VMOVDQU64 64(SI), Z3
+	VMOVDQU64 128(SI), Z4
+	ADDQ      $192, SI
+	SUBQ      $192, CX
 	VBROADCASTI32X4 fold2048<>(SB), Z0
 	CMPQ      CX, $256
 	JB        merge

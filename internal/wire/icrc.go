@@ -211,7 +211,15 @@ func icrcAddrs(buf []byte, ipLen int, srcPort, dstPort uint16, udpLen int, hdrs,
 	b := buf[ipLen+UDPHeaderLen : ipLen+UDPHeaderLen+BTHLen]
 	copy(b, hdrs[:BTHLen])
 	maskBTH(b)
-	crc := updateSmall(icrcSeed, buf[:ipLen+UDPHeaderLen+BTHLen])
+	hdr := buf[:ipLen+UDPHeaderLen+BTHLen]
+	ext, rest := hdrs[BTHLen:], payload
+	if len(payload) == 0 {
+		ext, rest = nil, hdrs[BTHLen:] // the whole packet in hdrs
+	}
+	if crc, ok := icrcFold(hdr, ext, rest); ok {
+		return crcUpdateGeneric(crc, pad)
+	}
+	crc := updateSmall(icrcSeed, hdr)
 	return icrcTail(crc, hdrs[BTHLen:], payload, pad)
 }
 
