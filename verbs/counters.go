@@ -133,6 +133,10 @@ type Counters struct {
 	// GSOFallbacks counts send sockets that stopped using segmentation
 	// offload because the kernel refused it; device only.
 	GSOFallbacks uint64
+	// RxPolled counts the received packets (of RcvdPkts) that a CQ.Poll
+	// took from the socket itself (DeviceConfig.BusyPoll) rather than the
+	// device's receive goroutine; device only.
+	RxPolled uint64
 }
 
 // counterField names one field of Counters.
@@ -184,6 +188,7 @@ var counterFields = [...]counterField{
 	{"tx_gso", func(c *Counters) *uint64 { return &c.TxGSO }},
 	{"rx_gro", func(c *Counters) *uint64 { return &c.RxGRO }},
 	{"gso_fallbacks", func(c *Counters) *uint64 { return &c.GSOFallbacks }},
+	{"rx_polled", func(c *Counters) *uint64 { return &c.RxPolled }},
 }
 
 // Each calls fn with the name and value of every counter, zero or not, in
@@ -256,6 +261,7 @@ func (d *Device) Counters() Counters {
 	c.TxGSO = n.TxGSO.Load()
 	c.RxGRO = n.RxGRO.Load()
 	c.GSOFallbacks = n.GSOFallbacks.Load()
+	c.RxPolled = n.Polled.Load()
 	c.SendErr = n.SendErrors.Load()
 	c.CaptureErrors = n.CaptureErrors.Load()
 	return c

@@ -1,6 +1,9 @@
 package verbs
 
-import "sync"
+import (
+	"runtime"
+	"sync"
+)
 
 // CQ is a completion queue (struct ibv_cq): a bounded ring of work
 // completions filled by the device and drained by Poll.
@@ -113,8 +116,22 @@ func (cq *CQ) Size() int {
 
 // Poll moves up to len(wc) completions, oldest first, into wc and returns
 // how many (ibv_poll_cq). It does not allocate and does not block; 0 means
-// the CQ is empty.
+// the CQ is empty. On a device opened with DeviceConfig.BusyPoll, a Poll
+// that finds fewer than len(wc) completions (or none, for an empty wc)
+// first receives what the device's socket holds.
 func (cq *CQ) Poll(wc []WorkCompletion) (int, error) {
+	if cq.dev.busyPoll {
+		cq.mu.Lock()
+		short := cq.count < max(len(wc), 1)
+		cq.mu.Unlock()
+		if short {
+			if _, busy := cq.dev.eng.conn.Poll(); busy {
+				// The device's receive goroutine is reading:
+				// let it run if it waits for a processor.
+				runtime.Gosched()
+			}
+		}
+	}
 	raceSync()
 	cq.mu.Lock()
 	defer cq.mu.Unlock()

@@ -79,6 +79,19 @@ type DeviceConfig struct {
 	// NoStatsEndpoint turns off the Unix socket on which the device
 	// serves its counters to goroce-stat (see Device.StatsEndpoint).
 	NoStatsEndpoint bool
+
+	// BusyPoll lets an application that busy-polls its CQs drive the
+	// device's receive path itself: CQ.Poll, when the CQ holds fewer
+	// completions than asked for, first reads the device's socket
+	// without waiting and processes what it finds on the caller's
+	// goroutine, as a NIC would have done meanwhile. A spinning loop
+	// (perftest's busy polling, WaitSpin with a negative spin) then needs
+	// no processor for the device's receive goroutine, which on a
+	// machine with few cores it would otherwise starve. The receive
+	// goroutine still handles whatever no poller took. Each such Poll
+	// costs a system call (about a microsecond when nothing is there);
+	// applications that park (Wait, completion channels) gain nothing.
+	BusyPoll bool
 }
 
 // Device is an open goroce RDMA device (struct ibv_context): one port, one
@@ -100,7 +113,8 @@ type Device struct {
 	// mws maps memory window rkeys to windows, lock-free as well.
 	mws *keyTable[MW]
 
-	eng *engine // the socket and the data path's goroutines
+	eng      *engine // the socket and the data path's goroutines
+	busyPoll bool    // DeviceConfig.BusyPoll
 
 	stats *statsEndpoint // nil without one (NoStatsEndpoint, or it failed)
 
@@ -251,6 +265,7 @@ func Open(cfg DeviceConfig) (*Device, error) {
 		return nil, errorf(op, "Addr", ErrInvalidArgument, "cannot bind %v: %v", netip.AddrPortFrom(addr, udpPort), err)
 	}
 	d.eng = eng
+	d.busyPoll = cfg.BusyPoll
 	d.res = resources{
 		pd:  resource{name: "max_pd", limit: int64(attr.MaxPD)},
 		mr:  resource{name: "max_mr", limit: int64(attr.MaxMR)},

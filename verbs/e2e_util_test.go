@@ -20,6 +20,7 @@ type endOpts struct {
 	sqSigAll bool
 	mrAccess AccessFlags // default rcAccess
 	cap      QPCap       // default: 64 WRs, 4 SGEs, 64 bytes inline
+	busyPoll bool        // DeviceConfig.BusyPoll
 }
 
 // newEnd opens a device on addr with a PD, a CQ, a registered buffer and an
@@ -35,7 +36,7 @@ func newEnd(t testing.TB, addr string, o endOpts) *rcEnd {
 	if o.cap == (QPCap{}) {
 		o.cap = QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}
 	}
-	e := &rcEnd{dev: openDevice(t, DeviceConfig{Addr: netip.MustParseAddr(addr)})}
+	e := &rcEnd{dev: openDevice(t, DeviceConfig{Addr: netip.MustParseAddr(addr), BusyPoll: o.busyPoll})}
 	e.pd = mustPD(t, e.dev)
 	var ch *CompChannel
 	if o.channel {

@@ -235,21 +235,25 @@ func TestWaitRDMAWrite(t *testing.T) {
 // BenchmarkRCWriteLatency8BWait is BenchmarkRCWriteLatency8B with each side
 // waiting for the peer's WRITE with immediate in CQ.WaitSpin instead of on
 // a completion channel: "park" parks at once (Wait), "spin" spins 5 µs
-// first and "busy" never parks. One op is one round trip.
+// first and "busy" never parks; "busy-device" never parks either, on
+// devices opened with BusyPoll, whose polls receive the packets
+// themselves. One op is one round trip.
 func BenchmarkRCWriteLatency8BWait(b *testing.B) {
 	for _, tc := range []struct {
-		name string
-		spin time.Duration
-	}{{"park", 0}, {"spin", testSpin}, {"busy", -1}} {
+		name     string
+		spin     time.Duration
+		busyPoll bool
+	}{{"park", 0, false}, {"spin", testSpin, false}, {"busy", -1, false}, {"busy-device", -1, true}} {
 		b.Run(tc.name, func(b *testing.B) {
-			if tc.spin < 0 && runtime.GOMAXPROCS(0) < 4 {
+			if tc.spin < 0 && !tc.busyPoll && runtime.GOMAXPROCS(0) < 4 {
 				// Two busy waiters and the two devices' receive
 				// goroutines need four processors: with fewer, the
 				// packets wait for the runtime's 10 ms background
 				// poll and the transport's retries run out.
 				b.Skip("busy polling needs GOMAXPROCS >= 4 here")
 			}
-			x, y := newEnd(b, "127.0.1.1", endOpts{}), newEnd(b, "127.0.1.2", endOpts{})
+			o := endOpts{busyPoll: tc.busyPoll}
+			x, y := newEnd(b, "127.0.1.1", o), newEnd(b, "127.0.1.2", o)
 			l := defaultLink()
 			l.mtu = MTU4096
 			connect(b, x, y, l, l)
@@ -314,5 +318,70 @@ func waitImm(ctx context.Context, e *rcEnd, seq uint32, spin time.Duration) erro
 				return e.qp.PostRecv(&RecvWR{})
 			}
 		}
+	}
+}
+
+// TestBusyPollDrivesDevice runs a WRITE-with-immediate ping-pong between
+// two devices opened with BusyPoll, both sides spinning in WaitSpin
+// without ever parking, on two processors: the spinners leave no
+// processor to the devices' receive goroutines, so the round trips only
+// go on if the polls receive the packets themselves (without BusyPoll the
+// same loop waits for the runtime's background network poll, every 10 ms,
+// until the transport's retries run out). Every round trip must complete
+// in order, and both devices must count packets received by polls.
+func TestBusyPollDrivesDevice(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	o := endOpts{busyPoll: true}
+	x, y := newEnd(t, "127.0.1.1", o), newEnd(t, "127.0.1.2", o)
+	connect(t, x, y, defaultLink(), defaultLink())
+	for _, e := range []*rcEnd{x, y} {
+		for range benchWindow {
+			if err := e.qp.PostRecv(&RecvWR{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rounds := 2000
+	if testing.Short() {
+		rounds = 300
+	}
+	answered := make(chan error, 1)
+	go func() {
+		for seq := uint32(1); seq <= uint32(rounds); seq++ {
+			if err := waitImm(ctx, y, seq, -1); err != nil {
+				answered <- err
+				return
+			}
+			if err := pingImm(y, x, seq); err != nil {
+				answered <- err
+				return
+			}
+		}
+		answered <- nil
+	}()
+	for seq := uint32(1); seq <= uint32(rounds); seq++ {
+		if err := pingImm(x, y, seq); err != nil {
+			t.Fatal(err)
+		}
+		if err := waitImm(ctx, x, seq, -1); err != nil {
+			t.Fatalf("round trip %d: %v", seq, err)
+		}
+	}
+	if err := <-answered; err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []*rcEnd{x, y} {
+		c := e.dev.Counters()
+		if c.RxPolled == 0 || c.RxPolled > c.RcvdPkts {
+			t.Errorf("%s: rx_polled %d of rcvd_pkts %d; want some, at most all", e.dev.Name(), c.RxPolled, c.RcvdPkts)
+		}
+		t.Logf("%s: %d of %d packets received by polls", e.dev.Name(), c.RxPolled, c.RcvdPkts)
+	}
+	// A busy poll that reads the (empty) socket allocates nothing.
+	var wcs [4]WorkCompletion
+	if n := testing.AllocsPerRun(200, func() { _, _ = x.cq.Poll(wcs[:]) }); n != 0 {
+		t.Errorf("CQ.Poll on a BusyPoll device: %v allocations per call, want 0", n)
 	}
 }

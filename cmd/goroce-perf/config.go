@@ -176,7 +176,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	both(&c.check, "", "check", false, "validate the data end to end (goroce peers only)")
 	both(&c.json, "", "json", false, "print one JSON object per result line instead of the table")
 	both(&c.counters, "", "counters", false, "print the device's counters (rxe's hw_counters and goroce's own) at the end")
-	both(&c.busyPoll, "", "busy-poll", false, "poll completions and memory in a tight loop, never yielding the processor (lowest latency; burns a core per waiting side)")
+	both(&c.busyPoll, "", "busy-poll", false, "poll completions and memory in a tight loop that also receives the device's packets (DeviceConfig.BusyPoll), never yielding the processor (lowest latency; burns a core per waiting side)")
 	both(&c.plotRef, "", "plot-ref", "", "LABEL=FILE: draw FILE's latencies (one per line, usec) in the plot's CDF as LABEL, e.g. a UDP ping-pong")
 	both(&c.plot, "", "plot", "", "write plots of bandwidth against message size (use -a) and a latency CDF to FILE.svg or FILE.png")
 

@@ -74,6 +74,11 @@ func TestLoopbackEveryTest(t *testing.T) {
 		// server of write_bw, the client alone in read_lat.
 		{"write_bw", []string{"--busy-poll", "-s", "4096"}, 4096, []string{"client", "server"}},
 		{"read_lat", []string{"--busy-poll"}, defSizeLat, []string{"client"}},
+		// Both sides spinning at once, which leaves no processor to
+		// the devices' receive goroutines on two cores: the polls
+		// receive the packets themselves (DeviceConfig.BusyPoll).
+		{"write_lat", []string{"--busy-poll", "-s", "8"}, 8, []string{"client", "server"}},
+		{"send_lat", []string{"--busy-poll"}, defSizeLat, []string{"client", "server"}},
 	} {
 		name := tc.test + strings.Join(tc.extra, "")
 		t.Run(name, func(t *testing.T) {

@@ -344,7 +344,10 @@ func (s *side) closeConn(ctx context.Context) error {
 
 // openDevice opens the device on s.addr, with the MTU asked for.
 func (s *side) openDevice() error {
-	cfg := verbs.DeviceConfig{Name: s.cfg.ibDev, Addr: s.addr, Port: uint16(s.cfg.udpPort)}
+	// Busy polling drives the device's receive path from the polling
+	// loop (DeviceConfig.BusyPoll): with two spinning sides on two
+	// cores, nothing else would run the devices' receive goroutines.
+	cfg := verbs.DeviceConfig{Name: s.cfg.ibDev, Addr: s.addr, Port: uint16(s.cfg.udpPort), BusyPoll: s.cfg.busyPoll}
 	if s.cfg.mtu != 0 {
 		cfg.MTU = verbs.MTUFromBytes(s.cfg.mtu)
 	}

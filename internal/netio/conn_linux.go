@@ -159,6 +159,13 @@ type Conn struct {
 	faults   *faultTap // nil unless Config.Faults; used by Serve only
 	closing  atomic.Bool
 
+	// rxMu is held by whoever reads the receive socket and delivers
+	// what it read: Serve's loop, a batch at a time, or Poll. serveRx is
+	// the receiver of the running Serve (nil when none runs), guarded by
+	// rxMu.
+	rxMu    sync.Mutex
+	serveRx *receiver
+
 	mu      sync.Mutex
 	closed  bool
 	serving bool

@@ -32,6 +32,9 @@ type Counters struct {
 	ICRCIDPredicted atomic.Uint64
 	// Delivered counts packets handed to the Handler.
 	Delivered atomic.Uint64
+	// Polled counts the packets of Delivered that Poll delivered, on
+	// its caller's goroutine, rather than Serve.
+	Polled atomic.Uint64
 	// RxGRO counts datagrams the kernel coalesced (UDP_GRO) and the
 	// receive loop split back into packets, each counted in RxPackets.
 	RxGRO atomic.Uint64

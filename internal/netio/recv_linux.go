@@ -73,10 +73,12 @@ type receiver struct {
 	prevFrom netip.AddrPort
 	prevID   uint16
 
-	// serve holds the running Serve's state for serveFn, the bound
-	// method value r.read made once, so that a Read allocates no closure.
+	// serve holds the running Serve's state for serveFn and pollFn, the
+	// bound method values r.read and r.pollRead made once, so that a
+	// Read or a Poll allocates no closure.
 	serve   serveState
 	serveFn func(uintptr) bool
+	pollFn  func(uintptr)
 }
 
 // newReceiver allocates the receive state for batchSize datagrams of up to
@@ -89,6 +91,7 @@ func newReceiver(batchSize, size int) *receiver {
 		size:  size,
 	}
 	r.serveFn = r.read
+	r.pollFn = r.pollRead
 	for i := range r.batch.hdrs {
 		r.batch.iovs[i].Base = &r.bufs[i*size]
 		r.batch.hdrs[i].Hdr.Control = &r.oob[i*oobSize]
@@ -156,9 +159,17 @@ func (c *Conn) Serve(ctx context.Context, h Handler) error {
 	if ft != nil {
 		ft.disarm()
 	}
+	c.rxMu.Lock()
 	rx.serve = serveState{c: c, ctx: ctx, h: h, ft: ft}
 	rx.serve.be, _ = h.(BatchEnder)
-	defer func() { rx.serve = serveState{} }()
+	c.serveRx = rx
+	c.rxMu.Unlock()
+	defer func() {
+		c.rxMu.Lock()
+		rx.serve = serveState{}
+		c.serveRx = nil
+		c.rxMu.Unlock()
+	}()
 	for {
 		if ft != nil {
 			// Wake the read when the next held datagram is due.
@@ -185,12 +196,15 @@ func (c *Conn) Serve(ctx context.Context, h Handler) error {
 		case ft != nil && errors.Is(err, os.ErrDeadlineExceeded):
 			// The fault tap's deadline: deliver what is due.
 			ft.disarm()
+			c.rxMu.Lock()
 			rx.batch.n = 0
-			if !c.deliver(rx, h) {
-				return nil
-			}
-			if be := rx.serve.be; be != nil {
+			ok := c.deliver(rx, h)
+			if be := rx.serve.be; ok && be != nil {
 				be.EndBatch()
+			}
+			c.rxMu.Unlock()
+			if !ok {
+				return nil
 			}
 		case err != nil:
 			return err
@@ -235,43 +249,106 @@ type serveState struct {
 // from Read after every batch, paid one EAGAIN recvmmsg per wakeup because
 // of that reset.
 func (r *receiver) read(fd uintptr) bool {
-	st := &r.serve
-	c := st.c
 	for {
-		r.reset()
-		r.batch.n = 0
-		if !r.batch.recvmmsg(fd) {
-			return false // nothing queued: wait
-		}
-		if r.batch.errno != 0 {
-			st.err = os.NewSyscallError("recvmmsg", r.batch.errno)
+		more, stop := r.readBatch(fd)
+		if stop {
 			return true
 		}
-		full := r.batch.n == len(r.batch.hdrs)
-		if !c.deliver(r, st.h) {
-			return true
-		}
-		if st.be != nil {
-			st.be.EndBatch()
-		}
-		if c.closing.Load() || st.ctx.Err() != nil {
-			return true
-		}
-		if st.ft != nil {
-			if err := st.ft.arm(st.ctx, c); err != nil {
-				st.err = err
-				return true
-			}
-			// Close stores closing before it expires the
-			// deadline: if closing is still false after arm set
-			// its deadline, Close's comes later and wins.
-			if c.closing.Load() {
-				return true
-			}
-		}
-		if !full {
+		if !more {
 			return false
 		}
+	}
+}
+
+// readBatch is one pass of read, under the Conn's rxMu (see Poll): it reads
+// a batch and delivers and ends it. more reports a full batch, after which
+// the socket must be read again before waiting; stop ends the Read.
+func (r *receiver) readBatch(fd uintptr) (more, stop bool) {
+	st := &r.serve
+	c := st.c
+	c.rxMu.Lock()
+	defer c.rxMu.Unlock()
+	r.reset()
+	r.batch.n = 0
+	if !r.batch.recvmmsg(fd) {
+		return false, false // nothing queued: wait
+	}
+	if r.batch.errno != 0 {
+		st.err = os.NewSyscallError("recvmmsg", r.batch.errno)
+		return false, true
+	}
+	full := r.batch.n == len(r.batch.hdrs)
+	if !c.deliver(r, st.h) {
+		return false, true
+	}
+	if st.be != nil {
+		st.be.EndBatch()
+	}
+	if c.closing.Load() || st.ctx.Err() != nil {
+		return false, true
+	}
+	if st.ft != nil {
+		if err := st.ft.arm(st.ctx, c); err != nil {
+			st.err = err
+			return false, true
+		}
+		// Close stores closing before it expires the deadline: if
+		// closing is still false after arm set its deadline, Close's
+		// comes later and wins.
+		if c.closing.Load() {
+			return false, true
+		}
+	}
+	return full, false
+}
+
+// Poll reads what the receive socket holds, without waiting, and hands it
+// to the running Serve's Handler on the calling goroutine, as Serve would
+// have (EndBatch included). It returns the number of packets delivered. It
+// lets a goroutine that busy-polls for the packets' effects (a CQ) receive
+// them itself, without needing a processor for Serve's goroutine. While
+// Serve or another Poll is reading, Poll returns 0 and busy at once: they
+// deliver (a spinning caller should yield its processor then, in case the
+// reader is a goroutine waiting for one). It also returns 0 when no Serve
+// runs, when the Conn is closing and under a fault tap (which only Serve
+// drives).
+//
+// Serve needs no other wake-up for what Poll leaves behind: it reads until
+// the socket is empty after every readiness edge, and a datagram queued
+// after its last read raises one (see read); a Poll that takes the datagram
+// an edge announced only costs Serve an empty read.
+func (c *Conn) Poll() (delivered int, busy bool) {
+	if c.faults != nil || c.closing.Load() {
+		return 0, false
+	}
+	if !c.rxMu.TryLock() {
+		return 0, true
+	}
+	defer c.rxMu.Unlock()
+	rx := c.serveRx
+	if rx == nil {
+		return 0, false
+	}
+	before := c.counters.Delivered.Load()
+	_ = c.rc.Control(rx.pollFn)
+	n := c.counters.Delivered.Load() - before
+	c.counters.Polled.Add(n)
+	return int(n), false
+}
+
+// pollRead is Poll's RawConn.Control callback, under the Conn's rxMu: one
+// read that does not wait, and the delivery of what it returned.
+func (r *receiver) pollRead(fd uintptr) {
+	r.reset()
+	r.batch.n = 0
+	// An error from recvmmsg (none is expected: the socket is unconnected
+	// and does not set IP_RECVERR) is dropped here; Serve would have
+	// ended on it.
+	if !r.batch.recvmmsg(fd) || r.batch.errno != 0 {
+		return
+	}
+	if r.serve.c.deliver(r, r.serve.h) && r.serve.be != nil {
+		r.serve.be.EndBatch()
 	}
 }
 

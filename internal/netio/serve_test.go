@@ -1,10 +1,13 @@
 package netio
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
 	"net/netip"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -165,5 +168,86 @@ func TestEndBatchEvery(t *testing.T) {
 		if tc.every < 0 && got.longest != n {
 			t.Errorf("EndBatchEvery %d: longest run %d, want the whole batch of %d", tc.every, got.longest, n)
 		}
+	}
+}
+
+// pollRecorder counts packets by PSN, and those delivered from within a
+// call to Poll (seen in the call stack).
+type pollRecorder struct {
+	mu     sync.Mutex
+	seen   map[uint32]int
+	byPoll int
+	ends   int
+}
+
+func (h *pollRecorder) HandlePacket(p *wire.Packet, _ netip.AddrPort, _ RecvInfo) {
+	var stack [8192]byte
+	inPoll := bytes.Contains(stack[:runtime.Stack(stack[:], false)], []byte("netio.(*Conn).Poll("))
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.seen[uint32(p.BTH.PSN())]++
+	if inPoll {
+		h.byPoll++
+	}
+}
+
+func (h *pollRecorder) EndBatch() {
+	h.mu.Lock()
+	h.ends++
+	h.mu.Unlock()
+}
+
+// TestPollDeliversOnCaller sends packets to a Conn whose Serve runs and
+// calls Poll right after each send, racing Serve's wake-up: every packet
+// must be delivered exactly once, by one or the other, and Poll must
+// deliver some of them itself, ending its batches. With one processor,
+// Serve's goroutine cannot run between a send and the Poll after it
+// unless the scheduler preempts the test, so Poll gets most of them.
+// Without Serve and after Close, Poll delivers nothing.
+func TestPollDeliversOnCaller(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	a, b := openPair(t, addrA, addrB, Config{})
+	if n, busy := b.Poll(); n != 0 || busy {
+		t.Fatalf("Poll without Serve = %d, %v; want 0, false", n, busy)
+	}
+	h := &pollRecorder{seen: make(map[uint32]int)}
+	serve(t, b, h)
+	waitFor(t, "Serve to start", func() bool {
+		b.rxMu.Lock()
+		defer b.rxMu.Unlock()
+		return b.serveRx != nil
+	})
+	s := acquire(t, a, MinSourcePort+9)
+	const n = 2000
+	polled := 0
+	for i := range n {
+		if err := s.Send(b.LocalAddr(), buildTestPacket(t, wire.RCSendOnly, 1, 4, uint32(i))); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := b.Poll()
+		polled += got
+	}
+	waitFor(t, "every packet", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return len(h.seen) == n
+	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for psn, k := range h.seen {
+		if k != 1 {
+			t.Errorf("PSN %d delivered %d times", psn, k)
+		}
+	}
+	if polled == 0 || h.byPoll != polled {
+		t.Errorf("Poll reported %d packets, the handler saw %d delivered within Poll; want the same, more than 0", polled, h.byPoll)
+	}
+	if h.ends == 0 {
+		t.Error("no EndBatch")
+	}
+	t.Logf("%d of %d packets delivered by Poll", polled, n)
+	b.Close()
+	if n, busy := b.Poll(); n != 0 || busy {
+		t.Errorf("Poll after Close = %d, %v; want 0, false", n, busy)
 	}
 }
