@@ -3,8 +3,8 @@
 
 Usage: report.py RAW_DIR DATE > DATE.md
 
-RAW_DIR holds what run.sh collected: machine.txt, iperf3.json, the
-sockperf logs, the goroce-perf JSON lines (one object per result) and
+RAW_DIR holds what run.sh collected: machine.txt, the iperf3 JSON and
+sockperf logs of each round (iperf3_rN.json, sockperf_rN.log), the goroce-perf JSON lines (one object per result) and
 scale.json. A measurement that is missing or failed shows as "-".
 """
 
@@ -61,6 +61,42 @@ def sockperf(path):
     return pct.get(50.0), pct.get(99.9)
 
 
+def round_files(raw, prefix, ext):
+    """The per-round outputs PREFIX_rN.EXT of run.sh, in round order, or
+    the single PREFIX.EXT of a run without rounds."""
+    paths = []
+    i = 1
+    while os.path.exists(os.path.join(raw, f"{prefix}_r{i}{ext}")):
+        paths.append(os.path.join(raw, f"{prefix}_r{i}{ext}"))
+        i += 1
+    return paths or [os.path.join(raw, prefix + ext)]
+
+
+def iperf3(path):
+    """MB/s received and CPU seconds per GB (client and server) of an iperf3
+    -J run."""
+    ip = load_json(path)
+    if not ip or "sum_received" not in ip.get("end", {}):
+        return None, None
+    rx = ip["end"]["sum_received"]
+    mb = rx["bits_per_second"] / 8 / MB
+    cpu = ip["end"].get("cpu_utilization_percent", {})
+    secs = rx.get("seconds") or 0
+    gb = rx.get("bytes", 0) / 1e9
+    if gb <= 0:
+        return mb, None
+    return mb, (cpu.get("host_total", 0) + cpu.get("remote_total", 0)) / 100 * secs / gb
+
+
+def median(values):
+    """The median of the values that are not None; None if there are none."""
+    v = sorted(x for x in values if x is not None)
+    if not v:
+        return None
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
 def fmt(v, digits=2):
     if v is None or (isinstance(v, float) and (math.isnan(v) or math.isinf(v))):
         return "-"
@@ -94,25 +130,24 @@ def main():
     except OSError:
         pass
 
-    # Bandwidth and CPU.
-    ip = load_json(j("iperf3.json"))
-    tcp_mb = tcp_cpu = None
-    if ip and "end" in ip and "sum_received" in ip["end"]:
-        rx = ip["end"]["sum_received"]
-        tcp_mb = rx["bits_per_second"] / 8 / MB
-        cpu = ip["end"].get("cpu_utilization_percent", {})
-        secs = rx.get("seconds") or 0
-        gb = rx.get("bytes", 0) / 1e9
-        if gb > 0:
-            tcp_cpu = (cpu.get("host_total", 0) + cpu.get("remote_total", 0)) / 100 * secs / gb
-    g_mb = client(j("write_bw_64k.json"), "bw_average")
-    g_cpu = client(j("write_bw_64k.json"), "cpu_sec_per_gb")
+    # Bandwidth and CPU, per round (run.sh alternates which goes first).
+    bw_rounds = []
+    for i, (ipf, gpf) in enumerate(zip(round_files(raw, "iperf3", ".json"),
+                                        round_files(raw, "write_bw_64k", ".json")), 1):
+        tcp_mb, tcp_cpu = iperf3(ipf)
+        bw_rounds.append((i, client(gpf, "bw_average"), tcp_mb,
+                          client(gpf, "cpu_sec_per_gb"), tcp_cpu))
+    g_mb, tcp_mb, g_cpu, tcp_cpu = (median([r[k] for r in bw_rounds]) for k in (1, 2, 3, 4))
 
-    # Latency.
-    sp50, sp999 = sockperf(j("sockperf.log"))
+    # Latency, per round.
+    lat_rounds = []
+    for i, (spf, gpf) in enumerate(zip(round_files(raw, "sockperf", ".log"),
+                                        round_files(raw, "write_lat", ".json")), 1):
+        sp50, sp999 = sockperf(spf)
+        lat_rounds.append((i, client(gpf, "t_typical_usec"), sp50,
+                           client(gpf, "p99_9_usec"), sp999))
+    gl50, sp50, gl999, sp999 = (median([r[k] for r in lat_rounds]) for k in (1, 2, 3, 4))
     sb50, sb999 = sockperf(j("sockperf_busy.log"))
-    gl50 = client(j("write_lat.json"), "t_typical_usec")
-    gl999 = client(j("write_lat.json"), "p99_9_usec")
     gb50 = client(j("write_lat_busy.json"), "t_typical_usec")
     gb999 = client(j("write_lat_busy.json"), "p99_9_usec")
 
@@ -137,18 +172,31 @@ def main():
     p()
     p("| measure | goroce | kernel | goroce / kernel | target | met |")
     p("|---|---|---|---|---|---|")
-    r = ratio(g_mb, tcp_mb)
+    r = median([ratio(x[1], x[2]) for x in bw_rounds])
     p(f"| bandwidth, 64 KiB RDMA WRITE, 1 QP, MTU 4096 vs iperf3 TCP 1 stream (MB/s) | {fmt(g_mb, 1)} | {fmt(tcp_mb, 1)} | {fmt(r)} | >= 1.0 | {verdict(r, 1.0, True)} |")
-    r = ratio(g_cpu, tcp_cpu)
+    r = median([ratio(x[3], x[4]) for x in bw_rounds])
     p(f"| CPU seconds per GB moved (both ends) | {fmt(g_cpu, 3)} | {fmt(tcp_cpu, 3)} | {fmt(r)} | (lower is better) | |")
-    r = ratio(gl50, sp50)
+    r = median([ratio(x[1], x[2]) for x in lat_rounds])
     p(f"| latency p50, 8-byte write_lat vs sockperf UDP ping-pong, blocking (usec, half RTT) | {fmt(gl50)} | {fmt(sp50)} | {fmt(r)} | <= 1.5 | {verdict(r, 1.5, False)} |")
-    r = ratio(gl999, sp999)
+    r = median([ratio(x[3], x[4]) for x in lat_rounds])
     p(f"| latency p99.9, same (usec) | {fmt(gl999)} | {fmt(sp999)} | {fmt(r)} | <= 2 | {verdict(r, 2.0, False)} |")
     r = ratio(gb50, sb50)
     p(f"| latency p50, busy polling: write_lat --busy-poll vs sockperf --nonblocked (usec) | {fmt(gb50)} | {fmt(sb50)} | {fmt(r)} | <= 1.5 | {verdict(r, 1.5, False)} |")
     r = ratio(gb999, sb999)
     p(f"| latency p99.9, busy polling (usec) | {fmt(gb999)} | {fmt(sb999)} | {fmt(r)} | <= 2 | {verdict(r, 2.0, False)} |")
+    p()
+    p(f"Each comparison ran in {len(bw_rounds)} round(s) of goroce and the kernel tool side by side "
+      "(bandwidth: alternating which went first); the figures are medians over the rounds, "
+      "the ratio the median of the rounds' ratios. The rounds:")
+    p()
+    p("| round | 64 KiB WRITE MB/s | iperf3 MB/s | ratio | CPU s/GB goroce / TCP | write_lat p50 / sockperf p50 (usec) | ratio | p99.9 / p99.9 (usec) | ratio |")
+    p("|---|---|---|---|---|---|---|---|---|")
+    for k in range(max(len(bw_rounds), len(lat_rounds))):
+        b = bw_rounds[k] if k < len(bw_rounds) else (k + 1, None, None, None, None)
+        l = lat_rounds[k] if k < len(lat_rounds) else (k + 1, None, None, None, None)
+        p(f"| {k + 1} | {fmt(b[1], 1)} | {fmt(b[2], 1)} | {fmt(ratio(b[1], b[2]))} | "
+          f"{fmt(b[3], 3)} / {fmt(b[4], 3)} | {fmt(l[1])} / {fmt(l[2])} | {fmt(ratio(l[1], l[2]))} | "
+          f"{fmt(l[3])} / {fmt(l[4])} | {fmt(ratio(l[3], l[4]))} |")
     p()
     p("sockperf's smallest message is 14 bytes (its header); goroce's is 8. "
       "sockperf reports half round trips; goroce-perf's write_lat reports half round trips "

@@ -32,10 +32,11 @@
 #                          127.0.N.1 and .2 for goroce, .3 and .4 for the
 #                          kernel tools (pick another N when 127.0.0.x is busy)
 #   BENCH_DURATION [5]     seconds of each bandwidth run
+#   BENCH_ROUNDS [3]       rounds of the bandwidth and latency comparisons
 #   BENCH_LAT_ITERS [100000]  round trips of the goroce latency run
 #   BENCH_RATE_ITERS [20000]  WRITEs per QP in the message rate runs
 #   BENCH_ALL_ITERS [1000]    iterations per size in the -a run
-#   BENCH_BUSY_ITERS [2000] BENCH_BUSY_TIMEOUT [30]  the --busy-poll latency run
+#   BENCH_BUSY_ITERS [20000] BENCH_BUSY_TIMEOUT [60]  the --busy-poll latency run
 #   BENCH_SCALE_QPS [10000] BENCH_SCALE_MRS [1000000] BENCH_SCALE_ACTIVE [1000]
 #   BENCH_OUT [bench/results]  where the results go
 #   BENCH_NO_INSTALL       set to skip apt-get (the tools must be installed)
@@ -48,6 +49,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 net=${BENCH_NET:-0}
 g1=127.0.$net.1 g2=127.0.$net.2 k1=127.0.$net.3 k2=127.0.$net.4
 dur=${BENCH_DURATION:-5}
+rounds=${BENCH_ROUNDS:-3}
 lat_iters=${BENCH_LAT_ITERS:-100000}
 rate_iters=${BENCH_RATE_ITERS:-20000}
 all_iters=${BENCH_ALL_ITERS:-1000}
@@ -102,12 +104,14 @@ perf() {
 	}
 }
 
+# run_iperf3 NAME runs iperf3 TCP, one stream, into $raw/NAME.json.
 run_iperf3() {
+	local name=$1
 	log "iperf3 TCP, one stream, ${dur} s"
-	iperf3 -s -1 -B "$k1" -p "$iperf_port" >"$raw/iperf3-server.log" 2>&1 &
+	iperf3 -s -1 -B "$k1" -p "$iperf_port" >"$raw/$name-server.log" 2>&1 &
 	local srv=$!
 	sleep 0.5
-	timeout $((dur + 30)) iperf3 -c "$k1" -B "$k2" -p "$iperf_port" -t "$dur" -J >"$raw/iperf3.json" ||
+	timeout $((dur + 30)) iperf3 -c "$k1" -B "$k2" -p "$iperf_port" -t "$dur" -J >"$raw/$name.json" ||
 		log "iperf3 failed"
 	wait "$srv" || true
 }
@@ -159,27 +163,47 @@ main() {
 	build
 	local start=$SECONDS
 
-	# 1. Bandwidth and CPU cost: TCP against 64 KiB WRITEs.
-	run_iperf3
-	perf write_bw_64k write_bw -s 65536 -D "$dur"
+	# 1. Bandwidth and CPU cost: TCP against 64 KiB WRITEs, in rounds
+	# that alternate which goes first; the report takes medians. On a
+	# shared machine one pair of runs can differ by a third either way
+	# from the next: the rounds show how much.
+	local i
+	for ((i = 1; i <= rounds; i++)); do
+		if ((i % 2)); then
+			run_iperf3 "iperf3_r$i"
+			perf "write_bw_64k_r$i" write_bw -s 65536 -D "$dur"
+		else
+			perf "write_bw_64k_r$i" write_bw -s 65536 -D "$dur"
+			run_iperf3 "iperf3_r$i"
+		fi
+	done
 	# 2. Bandwidth against message size.
 	perf write_bw_all write_bw -a -n "$all_iters" --plot "$raw/bw_vs_size.svg"
-	# 3. Latency.
-	run_sockperf sockperf --full-log "$raw/sockperf_full.csv"
+	# 3. Latency, in rounds as well; the first round's samples are
+	# plotted. sockperf's per-message log, one half round trip (usec)
+	# per line, is drawn beside goroce's in the latency CDF.
+	for ((i = 1; i <= rounds; i++)); do
+		local full=() plot=() ref=()
+		if ((i == 1)); then
+			full=(--full-log "$raw/sockperf_full.csv")
+		fi
+		run_sockperf "sockperf_r$i" "${full[@]}"
+		if ((i == 1)); then
+			awk -F', *' 'NF == 4 && $1 ~ /^[0-9]+$/ { print $4 }' "$raw/sockperf_full.csv" >"$raw/sockperf_lat.txt" 2>/dev/null || true
+			if [[ -s $raw/sockperf_lat.txt ]]; then
+				ref=(--plot-ref "sockperf=$raw/sockperf_lat.txt")
+			fi
+			plot=(--plot "$raw/latency_cdf.svg")
+		fi
+		perf "write_lat_r$i" write_lat -s 8 -n "$lat_iters" "${plot[@]}" "${ref[@]}"
+		rm -f "$raw/sockperf_full.csv" "$raw/sockperf_lat.txt" # megabytes; the plot has them
+	done
 	run_sockperf sockperf_busy --nonblocked
-	# sockperf's per-message log, one half round trip (usec) per line,
-	# drawn beside goroce's in the latency CDF.
-	local ref=()
-	awk -F', *' 'NF == 4 && $1 ~ /^[0-9]+$/ { print $4 }' "$raw/sockperf_full.csv" >"$raw/sockperf_lat.txt" 2>/dev/null || true
-	if [[ -s $raw/sockperf_lat.txt ]]; then
-		ref=(--plot-ref "sockperf=$raw/sockperf_lat.txt")
-	fi
-	perf write_lat write_lat -s 8 -n "$lat_iters" --plot "$raw/latency_cdf.svg" "${ref[@]}"
-	rm -f "$raw/sockperf_full.csv" "$raw/sockperf_lat.txt" # megabytes; the plot has them
-	# Busy polling starves the devices' receive goroutines where cores are
-	# few (two spinning sides plus two receive goroutines): a short run,
-	# bounded; the report shows "-" when it does not finish.
-	BENCH_TIMEOUT=${BENCH_BUSY_TIMEOUT:-30} perf write_lat_busy write_lat -s 8 -n "${BENCH_BUSY_ITERS:-2000}" --busy-poll
+	# Busy polling: both sides spin, and their polls receive the packets
+	# themselves (DeviceConfig.BusyPoll), since no core is left for the
+	# devices' receive goroutines. Bounded by a timeout all the same; the
+	# report shows "-" when it does not finish.
+	BENCH_TIMEOUT=${BENCH_BUSY_TIMEOUT:-60} perf write_lat_busy write_lat -s 8 -n "${BENCH_BUSY_ITERS:-20000}" --busy-poll
 	# 4. Message rate.
 	for q in 1 4 16; do
 		perf "write_rate_q$q" write_bw -s 8 -n "$rate_iters" -q "$q"
