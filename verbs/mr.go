@@ -205,30 +205,46 @@ func (mr *MR) SGE(offset, length int) SGE {
 func (mr *MR) Dereg() error {
 	const op = "DeregMR"
 	mr.mu.Lock()
-	defer mr.mu.Unlock()
 	if mr.dead {
+		mr.mu.Unlock()
 		return closedError(op, "mr")
 	}
 	if n := mr.boundMWs.Load(); n > 0 {
+		mr.mu.Unlock()
 		return errorf(op, "mr", ErrBusy, "%d memory windows bound", n)
 	}
-	mr.deregLocked()
+	r := mr.retireLocked()
+	mr.mu.Unlock()
+	mr.drain(r)
 	return nil
 }
 
 // forceDereg deregisters during Device.Close.
 func (mr *MR) forceDereg() {
 	mr.mu.Lock()
-	defer mr.mu.Unlock()
-	if !mr.dead {
-		mr.deregLocked()
+	if mr.dead {
+		mr.mu.Unlock()
+		return
 	}
+	r := mr.retireLocked()
+	mr.mu.Unlock()
+	mr.drain(r)
 }
 
-func (mr *MR) deregLocked() {
-	r := mr.reg.Load()
+// retireLocked marks the region deregistered and withdraws its keys; the
+// caller holds mu, then calls drain without it.
+func (mr *MR) retireLocked() *mrRegion {
 	mr.dead = true
 	mr.dev.mrs.release(mr.index)
+	return mr.reg.Load()
+}
+
+// drain waits for the accesses in flight under the retired registration r
+// and releases what it held. It runs without mu: the device's receive
+// path may hold r pinned until the end of its batch (a zero-copy send
+// from the region, see transport.Output.SetZeroCopy) and take mu meanwhile
+// (binding a window to the region), so waiting under mu could deadlock.
+func (mr *MR) drain(r *mrRegion) {
 	r.revoke()
 	r.pd.unuse()
 	mr.dev.res.mr.release()
@@ -255,42 +271,57 @@ func (mr *MR) Rereg(flags ReregFlags, pd *PD, buf []byte, access AccessFlags) er
 		return newError(op, "access", ErrInvalidArgument, "set without ReregChangeAccess")
 	}
 	mr.mu.Lock()
-	defer mr.mu.Unlock()
+	old, newPD, err := mr.reregLocked(op, flags, pd, buf, access)
+	mr.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	// Waited for without mu, as in Dereg (see drain).
+	old.revoke()
+	if newPD != old.pd {
+		old.pd.unuse()
+	}
+	return nil
+}
+
+// reregLocked is Rereg's work under mu: it publishes the new registration
+// and returns the old one, which the caller revokes without mu.
+func (mr *MR) reregLocked(op string, flags ReregFlags, pd *PD, buf []byte, access AccessFlags) (*mrRegion, *PD, error) {
 	if mr.dead {
-		return closedError(op, "mr")
+		return nil, nil, closedError(op, "mr")
 	}
 	if n := mr.boundMWs.Load(); n > 0 {
-		return errorf(op, "mr", ErrBusy, "%d memory windows bound", n)
+		return nil, nil, errorf(op, "mr", ErrBusy, "%d memory windows bound", n)
 	}
 	d := mr.dev
 	old := mr.reg.Load()
 	newPD, newBuf, newAccess, base := old.pd, old.buf, old.access, mr.baseIOVA
 	if flags&ReregChangeAccess != 0 {
 		if err := validateMRAccess(op, access); err != nil {
-			return err
+			return nil, nil, err
 		}
 		newAccess = access
 	}
 	if flags&ReregChangeTranslation != 0 {
 		if len(buf) == 0 {
-			return newError(op, "length", ErrInvalidArgument, "empty region")
+			return nil, nil, newError(op, "length", ErrInvalidArgument, "empty region")
 		}
 		newBuf, base = buf, bufAddr(buf)
 	}
 	iova := effectiveIOVA(base, newAccess)
 	if err := d.checkTranslation(op, newBuf, iova); err != nil {
-		return err
+		return nil, nil, err
 	}
 	if flags&ReregChangePD != 0 {
 		switch {
 		case pd == nil:
-			return newError(op, "pd", ErrInvalidArgument, "nil")
+			return nil, nil, newError(op, "pd", ErrInvalidArgument, "nil")
 		case pd.dev != d:
-			return newError(op, "pd", ErrInvalidArgument, "belongs to another device")
+			return nil, nil, newError(op, "pd", ErrInvalidArgument, "belongs to another device")
 		}
 		if pd != old.pd {
 			if err := pd.use(op); err != nil {
-				return err
+				return nil, nil, err
 			}
 		}
 		newPD = pd
@@ -300,11 +331,7 @@ func (mr *MR) Rereg(flags ReregFlags, pd *PD, buf []byte, access AccessFlags) er
 	mr.reg.Store(r)
 	mr.baseIOVA = base
 	d.mrs.publish(mr.index, r)
-	old.revoke()
-	if newPD != old.pd {
-		old.pd.unuse()
-	}
-	return nil
+	return old, newPD, nil
 }
 
 // acquire pins the registration for an access; it fails once the

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -549,4 +550,59 @@ func TestMRConcurrentLookup(t *testing.T) {
 		t.Errorf("%d MRs still counted", n)
 	}
 	t.Logf("%d accesses to live regions", hits.Load())
+}
+
+// TestDeregDrainsWithoutTheMRLock pins a region as an access in flight does
+// (a zero-copy send keeps its source region pinned until the end of the
+// receive batch that built it) and deregisters it: Dereg, and Rereg, must
+// wait for the pin without holding the MR's lock, which the receive path
+// may need meanwhile (binding a window to the region), or the two would
+// wait for each other forever.
+func TestDeregDrainsWithoutTheMRLock(t *testing.T) {
+	for _, rereg := range []bool{false, true} {
+		e := newEnd(t, "127.0.1.1", endOpts{mrAccess: rcAccess | AccessMWBind})
+		r := e.dev.lookupAndAcquire(e.mr.LKey())
+		if r == nil {
+			t.Fatal("lookupAndAcquire failed")
+		}
+		done := make(chan error, 1)
+		go func() {
+			if rereg {
+				done <- e.mr.Rereg(ReregChangeAccess, nil, nil, rcAccess)
+			} else {
+				done <- e.mr.Dereg()
+			}
+		}()
+		// Wait until the old registration is withdrawn (its keys no
+		// longer resolve), then take the MR's lock as a bind would.
+		deadline := time.Now().Add(5 * time.Second)
+		for e.dev.lookupMR(r.key) != nil && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		locked := false
+		for !locked && time.Now().Before(deadline) {
+			if locked = e.mr.mu.TryLock(); !locked {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		if !locked {
+			t.Fatalf("rereg %v: the MR's lock is held while the in-flight access drains", rereg)
+		}
+		e.mr.mu.Unlock()
+		select {
+		case err := <-done:
+			t.Fatalf("rereg %v: returned (%v) with an access still in flight", rereg, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+		r.release()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("rereg %v: %v", rereg, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("rereg %v: still waiting after the access ended", rereg)
+		}
+		e.dev.Close()
+	}
 }
