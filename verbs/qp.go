@@ -472,10 +472,10 @@ func (qp *QP) transmitRepliesToLocked(replies *replyBatch) {
 			if ah, ok := pkts[i].Dest.(*AH); ok {
 				dst = ah.dst // a UD send: the WR's address handle
 			}
-			if i >= from && replies.take(dst, pkts[i].Bytes) {
+			if i >= from && pkts[i].Payload == nil && replies.take(dst, pkts[i].Bytes) {
 				continue
 			}
-			msgs = append(msgs, netio.Message{Dst: dst, Packet: pkts[i].Bytes})
+			msgs = append(msgs, netio.Message{Dst: dst, Packet: pkts[i].Bytes, Payload: pkts[i].Payload})
 		}
 		if len(msgs) > 0 {
 			_, _ = qp.sender.SendBatch(msgs)

@@ -580,13 +580,22 @@ func TestSendNoAlloc(t *testing.T) {
 	}); n != 0 {
 		t.Errorf("Send allocates %v times per packet", n)
 	}
-	msgs := []Message{{dst, pkt}, {dst, pkt}, {dst, pkt}}
+	msgs := []Message{{Dst: dst, Packet: pkt}, {Dst: dst, Packet: pkt}, {Dst: dst, Packet: pkt}}
 	if n := testing.AllocsPerRun(50, func() {
 		if _, err := s.SendBatch(msgs); err != nil {
 			t.Fatal(err)
 		}
 	}); n != 0 {
 		t.Errorf("SendBatch allocates %v times per batch", n)
+	}
+	split := splitPacket(dst, pkt, 1024)
+	msgs = []Message{split, split, split}
+	if n := testing.AllocsPerRun(50, func() {
+		if _, err := s.SendBatch(msgs); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("SendBatch of packets with a Payload allocates %v times per batch", n)
 	}
 }
 

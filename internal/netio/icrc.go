@@ -91,6 +91,16 @@ func transportICRC(src, dst netip.AddrPort, id uint16, transport []byte) uint32 
 	return crc
 }
 
+// transportICRCParts is transportICRC for a packet in two pieces: hdrs
+// (the BTH and extension headers) and payload, followed by the BTH's pad
+// count of zero bytes.
+func transportICRCParts(src, dst netip.AddrPort, id uint16, hdrs, payload []byte) uint32 {
+	if s, d := src.Addr().Unmap(), dst.Addr().Unmap(); s.Is4() && d.Is4() {
+		return wire.ICRCv4(s.As4(), d.As4(), id, src.Port(), dst.Port(), hdrs, payload)
+	}
+	return wire.ICRCv6(src.Addr().As16(), dst.Addr().As16(), src.Port(), dst.Port(), hdrs, payload)
+}
+
 // rawCRC returns the CRC-32 register after processing p from a zero
 // register, without the initial and final inversions: how p changes the
 // CRC of a message that ends with it, relative to zero bytes.

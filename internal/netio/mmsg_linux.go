@@ -87,6 +87,10 @@ type mmsgBatch struct {
 	// ctrl[i*gsoCmsgSpace:].
 	segs []int
 	ctrl []byte
+	// niov[i] is the number of I/O vectors of hdrs[i]: one per packet,
+	// three for a packet with a separate payload, so iovs has three per
+	// header when sending.
+	niov []int
 
 	// sendmmsg input: the headers hdrs[off:off+cnt] are sent.
 	off, cnt int
@@ -106,8 +110,10 @@ func newMmsgBatch(size int, recv bool) *mmsgBatch {
 		names: make([]sockaddr, size),
 	}
 	if !recv {
+		b.iovs = make([]unix.Iovec, 3*size)
 		b.dsts = make([]netip.AddrPort, size)
 		b.segs = make([]int, size)
+		b.niov = make([]int, size)
 		b.ctrl = make([]byte, size*gsoCmsgSpace)
 	}
 	for i := range b.hdrs {

@@ -34,8 +34,9 @@ type Sender struct {
 	rc   syscall.RawConn
 	refs int // guarded by c.mu
 
-	mu    sync.Mutex // serialises SendBatch, which owns batch
-	batch *mmsgBatch // made by the first SendBatch
+	mu      sync.Mutex // serialises SendBatch, which owns batch and scratch
+	batch   *mmsgBatch // made by the first SendBatch
+	scratch []byte     // a packet with a Payload assembled for the capture tap
 
 	gso atomic.Bool // segmentation offload in use (see gso_linux.go)
 }
@@ -200,8 +201,47 @@ type Message struct {
 	// Dst is the destination address and UDP port.
 	Dst netip.AddrPort
 	// Packet is the packet from the BTH through the pad, with 4 bytes of
-	// spare capacity for the ICRC, as for Send.
+	// spare capacity for the ICRC, as for Send; or, with a Payload, the
+	// BTH and extension headers only.
 	Packet []byte
+	// Payload, when not empty, is the packet's payload, sent from where
+	// it lies (the kernel gathers it: no copy into Packet). The packet is
+	// then Packet, Payload and the BTH's pad count of zero bytes, which
+	// SendBatch writes with the ICRC into Packet's spare capacity (at
+	// least the pad count plus 4 bytes).
+	Payload []byte
+}
+
+// size returns the packet's length from the BTH through the pad.
+func (m *Message) size() int {
+	if len(m.Payload) == 0 || len(m.Packet) < wire.BTHLen {
+		return len(m.Packet)
+	}
+	return len(m.Packet) + len(m.Payload) + int(wire.BTH(m.Packet).PadCount())
+}
+
+// appendTail prepares m for sending from src to dst with IPv4
+// identification id: it appends the ICRC (and, with a Payload, the pad
+// before it) in Packet's spare capacity and returns the packet's pieces:
+// head (Packet through the ICRC, or Packet alone with a Payload) and tail
+// (the pad and ICRC after a Payload; nil without one).
+func (m *Message) appendTail(src, dst netip.AddrPort, id uint16) (head, tail []byte, err error) {
+	if len(m.Payload) == 0 {
+		head, err = appendICRC(src, dst, id, m.Packet)
+		return head, nil, err
+	}
+	n := len(m.Packet)
+	if n < wire.BTHLen {
+		return nil, nil, ErrShortPacket
+	}
+	pad := int(wire.BTH(m.Packet).PadCount())
+	if cap(m.Packet)-n < pad+icrcLen {
+		return nil, nil, ErrNoICRCRoom
+	}
+	tail = m.Packet[n : n+pad+icrcLen]
+	clear(tail[:pad])
+	binary.LittleEndian.PutUint32(tail[pad:], transportICRCParts(src, dst, id, m.Packet, m.Payload))
+	return m.Packet, tail, nil
 }
 
 // SendBatch sends the packets of msgs in order, with as few sendmmsg system
@@ -234,34 +274,38 @@ func (s *Sender) SendBatch(msgs []Message) (int, error) {
 }
 
 // sendChunk sends up to one batch of msgs (as many packets as the batch
-// has I/O vectors) and returns how many packets went out.
+// has message headers) and returns how many packets went out.
 //
 // With segmentation offload, consecutive packets to one destination whose
 // sizes allow it (all equal, except a shorter last one) share one message
 // header: one datagram with a UDP_SEGMENT control message, whose segment i
 // the kernel sends with IPv4 identification i (see gso_linux.go), so that
-// is the identification each packet's ICRC is computed for.
+// is the identification each packet's ICRC is computed for. A packet is
+// one I/O vector, or three with a Payload (headers, payload, pad and
+// ICRC); the kernel cuts a datagram into segments by length, whatever
+// the vectors.
 func (s *Sender) sendChunk(msgs []Message) (int, error) {
 	c, b := s.c, s.batch
 	gso := s.gso.Load()
-	k := min(len(msgs), len(b.iovs))
+	k := min(len(msgs), len(b.hdrs))
 	var prepErr error
 	nh := 0      // message headers filled
+	nv := 0      // I/O vectors filled
 	segSize := 0 // segment size of header nh-1; 0 when it takes no more packets
 	total := 0   // UDP payload bytes of header nh-1
 	for i := range k {
 		m := &msgs[i]
 		dst, err := c.destination(m.Dst)
-		size := len(m.Packet) + icrcLen
+		size := m.size() + icrcLen
 		join := err == nil && gso && segSize > 0 && dst == b.dsts[i-1] && size <= segSize &&
 			b.segs[nh-1] < maxGSOSegments && total+size <= maxGSOBytes
 		var id uint16
 		if join {
 			id = uint16(b.segs[nh-1])
 		}
-		var pkt []byte
+		var head, tail []byte
 		if err == nil {
-			pkt, err = appendICRC(s.src, dst, id, m.Packet)
+			head, tail, err = m.appendTail(s.src, dst, id)
 		}
 		if err != nil {
 			// Send what is ready, then report this packet.
@@ -269,10 +313,20 @@ func (s *Sender) sendChunk(msgs []Message) (int, error) {
 			break
 		}
 		b.dsts[i] = dst
-		b.iovs[i].Base = &pkt[0]
-		b.iovs[i].SetLen(len(pkt))
+		first := nv
+		b.iovs[nv].Base = &head[0]
+		b.iovs[nv].SetLen(len(head))
+		nv++
+		if tail != nil {
+			b.iovs[nv].Base = &m.Payload[0]
+			b.iovs[nv].SetLen(len(m.Payload))
+			b.iovs[nv+1].Base = &tail[0]
+			b.iovs[nv+1].SetLen(len(tail))
+			nv += 2
+		}
 		if join {
 			b.segs[nh-1]++
+			b.niov[nh-1] += nv - first
 			total += size
 			if size < segSize {
 				segSize = 0 // a shorter segment is the last
@@ -281,20 +335,23 @@ func (s *Sender) sendChunk(msgs []Message) (int, error) {
 		}
 		h := &b.hdrs[nh].Hdr
 		h.Namelen = b.names[nh].encode(dst, c.v6)
-		h.Iov = &b.iovs[i]
+		h.Iov = &b.iovs[first]
 		h.Control, h.Controllen, h.Flags = nil, 0, 0
 		b.segs[nh] = 1
+		b.niov[nh] = nv - first
 		nh++
 		segSize, total = size, size
 	}
-	for j := range nh {
+	for j, i := 0, 0; j < nh; j++ {
 		h := &b.hdrs[j].Hdr
-		h.SetIovlen(b.segs[j])
+		h.SetIovlen(b.niov[j])
 		if b.segs[j] > 1 {
+			// The segment size is the datagram's first packet's.
 			ctrl := b.ctrl[j*gsoCmsgSpace : (j+1)*gsoCmsgSpace]
 			h.Control = &ctrl[0]
-			h.SetControllen(putGSOCmsg(ctrl, int(h.Iov.Len)))
+			h.SetControllen(putGSOCmsg(ctrl, msgs[i].size()+icrcLen))
 		}
+		i += b.segs[j]
 	}
 
 	doneH, done := 0, 0 // headers and packets sent
@@ -324,7 +381,7 @@ func (s *Sender) sendChunk(msgs []Message) (int, error) {
 		}
 		doneH += b.n
 	}
-	for i := range k {
+	for i := range nv {
 		b.iovs[i].Base = nil // do not keep the caller's buffers reachable
 	}
 	for j := range nh {
@@ -338,11 +395,11 @@ func (s *Sender) sendChunk(msgs []Message) (int, error) {
 			gsoSent++
 		}
 		for seg := range b.segs[j] {
-			pkt := msgs[i].Packet
-			pkt = pkt[:len(pkt)+icrcLen]
-			bytes += uint64(len(pkt))
+			m := &msgs[i]
+			n := m.size() + icrcLen
+			bytes += uint64(n)
 			if t != nil {
-				t.record(&c.counters, s.src, b.dsts[i], uint16(seg), pkt, true)
+				t.record(&c.counters, s.src, b.dsts[i], uint16(seg), s.wholePacket(m, n), true)
 			}
 			i++
 		}
@@ -362,6 +419,19 @@ func (s *Sender) sendChunk(msgs []Message) (int, error) {
 		err = prepErr
 	}
 	return done, err
+}
+
+// wholePacket returns the n bytes (ICRC included) of the sent packet m in
+// one piece, for the capture tap: m's own buffer, or, for a packet with a
+// Payload, a copy in the Sender's scratch buffer (valid until the next
+// call).
+func (s *Sender) wholePacket(m *Message, n int) []byte {
+	if len(m.Payload) == 0 {
+		return m.Packet[:n]
+	}
+	tail := m.Packet[len(m.Packet) : n-len(m.Payload)] // pad and ICRC
+	s.scratch = append(append(append(s.scratch[:0], m.Packet...), m.Payload...), tail...)
+	return s.scratch
 }
 
 // gsoRefused reports whether errno, from sending a datagram with

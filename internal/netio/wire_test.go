@@ -152,7 +152,7 @@ func TestCaptureTap(t *testing.T) {
 		}
 		got.next(t)
 	}
-	if _, err := s.SendBatch([]Message{{b.LocalAddr(), buildTestPacket(t, wire.RCAcknowledge, 0x28, 0, 3)}}); err != nil {
+	if _, err := s.SendBatch([]Message{{Dst: b.LocalAddr(), Packet: buildTestPacket(t, wire.RCAcknowledge, 0x28, 0, 3)}}); err != nil {
 		t.Fatal(err)
 	}
 	got.next(t)

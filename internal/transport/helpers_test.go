@@ -230,6 +230,8 @@ type link struct {
 	now  time.Time
 	buf  []byte
 	pkt  wire.Packet
+	// whole assembles a zero-copy packet (OutPacket.Payload).
+	whole []byte
 	// drop, if set, decides per packet whether it is lost.
 	drop func(from *endpoint, p *wire.Packet) bool
 	// log records every delivered packet's opcode and PSN.
@@ -272,7 +274,12 @@ func (l *link) step() bool {
 		// buffers must stay valid while we walk them.
 		pkts := e.out.Packets()
 		for i := range pkts {
-			p := l.parse(e, pkts[i].Bytes)
+			raw := pkts[i].Bytes
+			if pkts[i].Payload != nil {
+				l.whole = pkts[i].AppendTo(l.whole[:0])
+				raw = l.whole
+			}
+			p := l.parse(e, raw)
 			if l.drop != nil && l.drop(e, p) {
 				continue
 			}

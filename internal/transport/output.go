@@ -14,14 +14,33 @@ type OutPacket struct {
 	// headers that layer builds. Bytes always has at least wire.ICRCLen
 	// bytes of spare capacity for it, so appending never reallocates.
 	Bytes []byte
+	// Payload, when not nil, is the packet's payload where it lies in
+	// registered memory, not copied (Output.SetZeroCopy): the packet is
+	// then Bytes (BTH and extension headers), Payload, and the BTH's pad
+	// count of zero bytes, and Bytes has spare capacity for the pad and
+	// the ICRC. The memory stays pinned until the Output's Reset.
+	Payload []byte
+}
+
+// AppendTo appends the whole packet, BTH through pad (without the ICRC), to
+// b: Bytes, and with a Payload the payload and the pad's zero bytes.
+func (p *OutPacket) AppendTo(b []byte) []byte {
+	b = append(b, p.Bytes...)
+	if p.Payload == nil || len(p.Bytes) < wire.BTHLen {
+		return b
+	}
+	b = append(b, p.Payload...)
+	return append(b, make([]byte, wire.BTH(p.Bytes).PadCount())...)
 }
 
 // Output collects the packets produced by QP calls. Every call appends to it;
 // the caller sends Packets and then calls Reset. The packet buffers are kept
 // across Reset and reused, so a steady state allocates nothing.
 type Output struct {
-	pkts []OutPacket
-	n    int
+	pkts     []OutPacket
+	n        int
+	zeroCopy bool
+	refs     []Ref // pins of the Payloads, released by Reset
 }
 
 // Packets returns the packets appended since the last Reset. The slice and
@@ -31,8 +50,32 @@ func (o *Output) Packets() []OutPacket { return o.pkts[:o.n] }
 // Len returns the number of packets appended since the last Reset.
 func (o *Output) Len() int { return o.n }
 
-// Reset empties the output, keeping its buffers for reuse.
-func (o *Output) Reset() { o.n = 0 }
+// SetZeroCopy makes the QPs that build packets in o leave the payloads of
+// requests (SEND, RDMA WRITE) in registered memory (OutPacket.Payload),
+// pinned until Reset, instead of copying them into the packet buffers:
+// the sender can gather them from there (one copy, the kernel's, instead
+// of two). A payload that spans scatter/gather elements, and inline data,
+// are still copied, and so are READ responses: their memory may be a
+// window that a later packet of the same receive batch invalidates, which
+// waits for every pin.
+func (o *Output) SetZeroCopy(on bool) { o.zeroCopy = on }
+
+// hold keeps r, the pin of a Payload, until Reset.
+func (o *Output) hold(r Ref) { o.refs = append(o.refs, r) }
+
+// Reset empties the output, keeping its buffers for reuse, and releases
+// the memory its packets' Payloads pinned.
+func (o *Output) Reset() {
+	for i := range o.pkts[:o.n] {
+		o.pkts[i].Payload = nil
+	}
+	for i, r := range o.refs {
+		r.Release()
+		o.refs[i] = nil
+	}
+	o.refs = o.refs[:0]
+	o.n = 0
+}
 
 // minPacketCap is the smallest buffer given to a packet, enough for any
 // header-only packet, so that buffers used for ACKs are rarely regrown.
@@ -45,6 +88,7 @@ func (o *Output) alloc(size int) *OutPacket {
 		o.pkts = append(o.pkts, OutPacket{})
 	}
 	p := &o.pkts[o.n]
+	p.Payload = nil
 	o.n++
 	if cap(p.Bytes) < size+wire.ICRCLen {
 		p.Bytes = make([]byte, 0, max(size+wire.ICRCLen, minPacketCap))

@@ -195,8 +195,13 @@ func (qp *QP) transmit(s *sendSlot, now time.Time, out *Output) bool {
 	for ; qp.req.headCopies > 1; qp.req.headCopies-- {
 		// alloc may move the packets: index, do not keep p.
 		i := out.n - 1
-		c := out.alloc(len(out.pkts[i].Bytes))
+		size := len(out.pkts[i].Bytes)
+		if out.pkts[i].Payload != nil {
+			size += int(wire.BTH(out.pkts[i].Bytes).PadCount()) // the pad's room
+		}
+		c := out.alloc(size)
 		c.Bytes = append(c.Bytes, out.pkts[i].Bytes...)
+		c.Payload = out.pkts[i].Payload // pinned once, until Reset
 		c.QPN, c.Dest = qp.qpn, qp.dest
 		qp.counters.SentPackets++
 	}
@@ -307,6 +312,30 @@ func (qp *QP) copySGL(sgl []SGE, off uint32, data []byte, scatter bool) bool {
 	return len(data) == 0
 }
 
+// sglSlice returns the bytes [off, off+n) of the memory an SGL describes
+// when they lie in one element, pinned by ref (for a zero-copy send); ok is
+// false otherwise, or when the element's key does not resolve.
+func (qp *QP) sglSlice(sgl []SGE, off, n uint32) (b []byte, ref Ref, ok bool) {
+	if qp.mem == nil {
+		return nil, nil, false
+	}
+	for _, e := range sgl {
+		if off >= e.Length {
+			off -= e.Length
+			continue
+		}
+		if e.Length-off < n {
+			return nil, nil, false
+		}
+		b, ref, err := qp.mem.Local(qp.pd, e.LKey, e.Addr+uint64(off), n, 0)
+		if err != nil {
+			return nil, nil, false
+		}
+		return b, ref, true
+	}
+	return nil, nil, false
+}
+
 // rewind restarts transmission at the oldest unacknowledged PSN (go-back-N):
 // a partially acknowledged SEND or WRITE resumes at its first unacknowledged
 // packet, a partially answered READ re-requests only the missing bytes.
@@ -353,6 +382,19 @@ func (qp *QP) appendRequest(s *sendSlot, payload uint32, dest any, out *Output) 
 	h := &qp.hdr
 	pad := wire.PadCount(int(payload))
 	h.BTH.PadCount = pad
+	if out.zeroCopy && payload > 0 && s.wqe.Flags&SendInline == 0 {
+		if data, ref, ok := qp.sglSlice(s.wqe.SGL, qp.req.off, payload); ok {
+			p := out.alloc(h.Len() + int(pad))
+			p.Bytes = wire.AppendHeaders(p.Bytes, h)
+			p.Payload = data
+			out.hold(ref)
+			p.QPN, p.Dest = qp.qpn, dest
+			qp.counters.SentPackets++
+			return true
+		}
+		// Spread over elements, or refused: the copy below gathers
+		// it, or fails the request as it should.
+	}
 	p := out.alloc(h.Len() + int(payload) + int(pad))
 	b := wire.AppendHeaders(p.Bytes, h)
 	if payload > 0 {

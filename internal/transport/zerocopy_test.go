@@ -1,0 +1,96 @@
+package transport
+
+import (
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// TestZeroCopyRequests sends WRITEs and SENDs from an Output with zero copy
+// on (Output.SetZeroCopy): every packet whose payload lies in one
+// scatter/gather element leaves it in the registered memory (the Payload
+// aliases the source buffer, which stays pinned until Reset); a packet
+// whose payload spans two elements, and inline data, are copied; the
+// responder receives the same bytes either way, also through a
+// go-back-N retransmission, and no pin outlives the Outputs.
+func TestZeroCopyRequests(t *testing.T) {
+	o := defaultOpts()
+	a, b := newPair(t, o)
+	a.out.SetZeroCopy(true)
+	l := newLink(t, a, b)
+	const mtu = 1024
+	src := pattern(4*mtu+600, 3)
+	srcKey := a.mem.register(pd, src, 0x10000, AccessLocalWrite)
+	dst := make([]byte, len(src))
+	dstKey := b.mem.register(pd, dst, 0x90000, AccessLocalWrite|AccessRemoteWrite)
+
+	// One element: every packet zero-copy, aliasing src.
+	l.post(a, SendWQE{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled,
+		SGL: []SGE{{Addr: 0x10000, Length: 3*mtu + 7, LKey: srcKey}}, RemoteAddr: 0x90000, RKey: dstKey})
+	pkts := a.out.Packets()
+	if len(pkts) != 4 {
+		t.Fatalf("%d packets, want 4", len(pkts))
+	}
+	for i, p := range pkts {
+		if p.Payload == nil || &p.Payload[0] != &src[i*mtu] {
+			t.Fatalf("packet %d: payload not taken from the source buffer", i)
+		}
+		if cap(p.Bytes)-len(p.Bytes) < int(wire.BTH(p.Bytes).PadCount())+wire.ICRCLen {
+			t.Fatalf("packet %d: no room for the pad and the ICRC", i)
+		}
+	}
+	if a.mem.refs != 4 {
+		t.Errorf("%d pins before the Output is reset, want 4", a.mem.refs)
+	}
+	l.run(0)
+	wantBytes(t, "written", dst[:3*mtu+7], src[:3*mtu+7])
+	if a.mem.refs != 0 {
+		t.Errorf("%d pins left after Reset", a.mem.refs)
+	}
+
+	// Two elements: the packet that spans them is copied.
+	clear(dst)
+	l.post(a, SendWQE{WRID: 2, Opcode: WRRDMAWrite, Flags: SendSignaled,
+		SGL:        []SGE{{Addr: 0x10000, Length: mtu + 100, LKey: srcKey}, {Addr: 0x10000 + mtu + 100, Length: 2 * mtu, LKey: srcKey}},
+		RemoteAddr: 0x90000, RKey: dstKey})
+	pkts = a.out.Packets()
+	if len(pkts) != 4 || pkts[0].Payload == nil || pkts[1].Payload != nil || pkts[2].Payload == nil {
+		t.Fatalf("spanning write: %d packets, payload kept %v %v %v; want 4, true false true",
+			len(pkts), pkts[0].Payload != nil, pkts[1].Payload != nil, pkts[2].Payload != nil)
+	}
+	l.run(0)
+	wantBytes(t, "written across elements", dst[:3*mtu+100], src[:3*mtu+100])
+
+	// Inline: copied.
+	l.post(a, SendWQE{WRID: 3, Opcode: WRRDMAWrite, Flags: SendSignaled | SendInline,
+		Inline: src[:100], RemoteAddr: 0x90000, RKey: dstKey})
+	if p := a.out.Packets(); len(p) != 1 || p[0].Payload != nil {
+		t.Fatal("inline write: payload not copied")
+	}
+	l.run(0)
+
+	// A SEND whose first transmission is lost: the go-back-N resend
+	// (with its repeated head packet) is zero-copy too.
+	rbuf := make([]byte, 4*mtu)
+	rKey := b.mem.register(pd, rbuf, 0xA0000, AccessLocalWrite)
+	l.recv(b, 9, SGE{Addr: 0xA0000, Length: uint32(len(rbuf)), LKey: rKey})
+	lost := 0
+	l.drop = func(from *endpoint, p *wire.Packet) bool {
+		if from == a && lost < 2 {
+			lost++
+			return true
+		}
+		return false
+	}
+	l.post(a, SendWQE{WRID: 4, Opcode: WRSend, Flags: SendSignaled,
+		SGL: []SGE{{Addr: 0x10000 + 5, Length: 2*mtu + 1, LKey: srcKey}}})
+	l.run(time.Minute)
+	wantBytes(t, "sent after a retransmission", rbuf[:2*mtu+1], src[5:5+2*mtu+1])
+	if got := a.scq.take(); len(got) != 4 {
+		t.Errorf("%d send completions, want 4: %+v", len(got), got)
+	}
+	if a.mem.refs != 0 || b.mem.refs != 0 {
+		t.Errorf("pins left: %d, %d", a.mem.refs, b.mem.refs)
+	}
+}
