@@ -357,3 +357,46 @@ func TestE2EErrorBehindRead(t *testing.T) {
 		})
 	}
 }
+
+// TestTimerWakesForEarlierDeadline: the timer goroutine sleeps until the
+// earliest retransmission deadline and is woken only for an earlier one
+// (engine.schedule). With a QP whose deadline is a second away already
+// filed, a second QP of the same device with a 17 ms timeout and a dead
+// peer must still fail after its own retries, not at the first QP's
+// deadline.
+func TestTimerWakesForEarlierDeadline(t *testing.T) {
+	a := newEnd(t, "127.0.1.1", endOpts{})
+	b, c := newEnd(t, "127.0.1.2", endOpts{}), newEnd(t, "127.0.1.3", endOpts{})
+	slow, fast := defaultLink(), defaultLink()
+	slow.timeout = 18 // 4.096 µs × 2^18 ≈ 1.07 s
+	fast.timeout, fast.retryCnt = 12, 1
+	connect(t, a, b, slow, defaultLink())
+	qp2, err := a.pd.CreateQP(QPInitAttr{QPType: QPTypeRC, SendCQ: a.cq, RecvCQ: a.cq,
+		Cap: QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	linkQP(t, qp2, c.qp, c.dev, fast, 0x100, 0x200)
+	linkQP(t, c.qp, qp2, a.dev, defaultLink(), 0x200, 0x100)
+	for _, e := range []*rcEnd{b, c} {
+		if err := e.dev.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustPostSend(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMAWrite, SendFlags: SendSignaled, SGList: []SGE{a.mr.SGE(0, 8)},
+		RDMA: RDMAParams{RemoteAddr: 0x1000, RKey: 1}})
+	time.Sleep(20 * time.Millisecond) // the timer goroutine now sleeps until about 1 s
+	start := time.Now()
+	mustPostSend(t, qp2, SendWR{WRID: 2, Opcode: WRRDMAWrite, SendFlags: SendSignaled, SGList: []SGE{a.mr.SGE(8, 8)},
+		RDMA: RDMAParams{RemoteAddr: 0x1000, RKey: 1}})
+	wc := waitWC(t, a.cq)
+	took := time.Since(start)
+	if wc.WRID != 2 || wc.Status != WCRetryExcErr {
+		t.Fatalf("first completion %+v, want wr_id 2 with RETRY_EXC_ERR", wc)
+	}
+	// Two timeouts of 17 ms; the other QP's deadline is a second away.
+	if took > 600*time.Millisecond {
+		t.Fatalf("RETRY_EXC_ERR after %v: the timer waited for the later deadline", took)
+	}
+	t.Logf("failed after %v", took)
+}

@@ -61,7 +61,15 @@ type engine struct {
 
 	tmu    sync.Mutex
 	timers timerHeap     // QPs with a pending deadline, earliest first
-	wake   chan struct{} // capacity 1: the earliest deadline changed
+	wake   chan struct{} // capacity 1: a deadline earlier than the sleep's end
+	// sleeping and sleepUntil say whether and until when the timer
+	// goroutine sleeps (guarded by tmu): schedule wakes it only for a
+	// deadline before sleepUntil. A deadline moved later, or removed,
+	// costs at most one early wake-up, at the old time, instead of a
+	// wake-up of the timer goroutine for every WRITE and every ACK
+	// (each arms or moves its QP's retransmission deadline).
+	sleeping   bool
+	sleepUntil time.Time
 
 	async *asyncQueue // asynchronous events for GetAsyncEvent
 
@@ -407,7 +415,8 @@ func (e *engine) schedule(qp *QP) {
 	} else {
 		heap.Push(&e.timers, qp)
 	}
-	if e.timers[0] == qp {
+	if e.timers[0] == qp && e.sleeping && at.Before(e.sleepUntil) {
+		e.sleeping = false // one wake-up is enough
 		select {
 		case e.wake <- struct{}{}:
 		default:
@@ -435,13 +444,16 @@ func (e *engine) runTimers(ctx context.Context) {
 			due  *QP
 			wait = time.Hour
 		)
+		now := time.Now()
 		if len(e.timers) > 0 {
-			if d := time.Until(e.timers[0].deadline); d <= 0 {
+			if d := e.timers[0].deadline.Sub(now); d <= 0 {
 				due = heap.Pop(&e.timers).(*QP)
 			} else {
 				wait = d
 			}
 		}
+		e.sleeping = due == nil
+		e.sleepUntil = now.Add(wait)
 		e.tmu.Unlock()
 
 		if due != nil {
