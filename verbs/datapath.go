@@ -32,7 +32,47 @@ func (m *qpMemory) resolve(key uint32, va uint64, length uint32, need transport.
 	if err != nil {
 		return nil, nil, transportFault(err)
 	}
-	return r.bytes(va, int(length)), r, nil
+	return r.bytes(va, int(length)), r.ref(need), nil
+}
+
+// CheckRemote authorises a remote access without performing it
+// (transport.RemoteChecker): unlike Remote, it counts no store.
+func (m *qpMemory) CheckRemote(_ uint32, rkey uint32, va uint64, length uint32, need transport.Access) error {
+	var (
+		r   *mrRegion
+		err error
+	)
+	if KeyIsMW(rkey) {
+		r, err = m.dev.acquireMW(rkey, (*QP)(m), va, int(length), AccessFlags(need))
+	} else {
+		r, err = m.dev.acquireMR(rkey, m.pd, va, int(length), AccessFlags(need))
+	}
+	if err != nil {
+		return transportFault(err)
+	}
+	r.release()
+	return nil
+}
+
+// ref is the transport.Ref of an access to r with rights need: r itself, or
+// for a remote store (WRITE, atomic, ATOMIC_WRITE) r as a regionStore, whose
+// release also counts the store on the MR (MR.RemoteWrites).
+func (r *mrRegion) ref(need transport.Access) transport.Ref {
+	if need&(transport.AccessRemoteWrite|transport.AccessRemoteAtomic) != 0 {
+		return (*regionStore)(r)
+	}
+	return r
+}
+
+// regionStore is an mrRegion pinned for a remote store.
+type regionStore mrRegion
+
+// Release ends the store: it is counted, and waiters woken, before the
+// region is released.
+func (w *regionStore) Release() {
+	r := (*mrRegion)(w)
+	r.mr.writes.note()
+	r.release()
 }
 
 // transportFault maps the key table's refusal to the transport's reasons.

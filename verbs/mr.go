@@ -37,6 +37,10 @@ type MR struct {
 	// with mu held, so it cannot race with their check; unbinding
 	// decrements it once the window's accesses have drained.
 	boundMWs atomic.Int32
+
+	// writes counts the remote stores into the region (RemoteWrites,
+	// remotewrite.go).
+	writes remoteWrites
 }
 
 // mrRegion is one registration of an MR, or one binding of a memory window

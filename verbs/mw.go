@@ -467,7 +467,7 @@ func (m *qpMemory) resolveMW(rkey uint32, va uint64, length uint32, need transpo
 	if err != nil {
 		return nil, nil, transportFault(err)
 	}
-	return r.bytes(va, int(length)), r, nil
+	return r.bytes(va, int(length)), r.ref(need), nil
 }
 
 // BindMW executes a BIND_MW for the transport (transport.LocalOps).

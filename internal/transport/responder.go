@@ -605,6 +605,9 @@ func (qp *QP) checkRemote(rkey uint32, va uint64, l uint32, need Access) bool {
 	if qp.mem == nil {
 		return false
 	}
+	if c, ok := qp.mem.(RemoteChecker); ok {
+		return c.CheckRemote(qp.pd, rkey, va, l, need) == nil
+	}
 	_, ref, err := qp.mem.Remote(qp.pd, rkey, va, l, need)
 	if err != nil {
 		return false

@@ -42,6 +42,14 @@ type Memory interface {
 	Local(pd uint32, lkey uint32, addr uint64, length uint32, need Access) ([]byte, Ref, error)
 }
 
+// RemoteChecker is implemented by a Memory that can authorise a remote
+// access without performing it: the responder checks the whole range of a
+// WRITE with it on the message's first packet, before any packet stores.
+// A Memory without it is asked with Remote and an immediate Release.
+type RemoteChecker interface {
+	CheckRemote(pd uint32, rkey uint32, va uint64, length uint32, need Access) error
+}
+
 // Ref pins memory returned by Memory until Release.
 type Ref interface{ Release() }
 
