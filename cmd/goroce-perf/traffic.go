@@ -193,6 +193,34 @@ func (st *stall) idle(ctx context.Context, what string) error {
 	return st.check(ctx, what)
 }
 
+// waitWrite waits, unless busy polling (then it is idle), until the
+// count of remote stores into mr differs from seen. It fails after
+// stallTimeout without progress, or when ctx ends.
+func (st *stall) waitWrite(ctx context.Context, mr *verbs.MR, seen uint64, what string) error {
+	if st.busy {
+		return st.idle(ctx, what)
+	}
+	for {
+		if st.wctx == nil {
+			st.wctx, st.wcancel = context.WithTimeout(ctx, waitSlice)
+		}
+		_, err := mr.WaitRemoteWrite(st.wctx, seen)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+			// The slice ran out, not the run: renew it.
+			st.wcancel()
+			st.wctx = nil
+			if err := st.check(ctx, what); err != nil {
+				return err
+			}
+		default:
+			return err
+		}
+	}
+}
+
 // waitSlice is how long one wait context of waitCQ lasts: the longest a
 // stalled run waits before it looks at the clock again.
 const waitSlice = time.Second
@@ -553,8 +581,12 @@ func (s *side) runLat(ctx context.Context, size int) (result, error) {
 // waits until the peer's count shows up in its own; the server answers.
 //
 // Waiting reads memory that the device's receive goroutine writes. Each
-// round first polls the CQ, the point where the device publishes its memory
-// stores (see verbs' race notes), then reads the byte.
+// round first reads the region's count of remote stores and polls the CQ,
+// the points where the device publishes its memory stores (see verbs' race
+// notes), then reads the byte. Unless busy polling, it then parks in
+// MR.WaitRemoteWrite until the next store: sleeping between looks instead
+// (time.Sleep(1µs)) left one round in a hundred to a timer wake-up of
+// about 85 µs, the p99.9 of the run.
 func (s *side) runLatWrite(ctx context.Context, size int) (result, error) {
 	wr := s.buildWR(0, size)
 	wr.SendFlags |= verbs.SendSignaled
@@ -572,11 +604,14 @@ func (s *side) runLatWrite(ctx context.Context, size int) (result, error) {
 			rcnt++
 			st.progress()
 			for {
+				// The count first: a store after it changes it,
+				// so the wait below cannot miss the byte.
+				seen := s.mr.RemoteWrites()
 				_, _ = s.cq.Poll(nil)
 				if s.buf[pollIdx] == byte(rcnt) {
 					break
 				}
-				if err := st.idle(ctx, "the peer's write"); err != nil {
+				if err := st.waitWrite(ctx, s.mr, seen, "the peer's write"); err != nil {
 					return result{}, err
 				}
 			}
