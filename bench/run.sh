@@ -151,7 +151,7 @@ machine() {
 		printf 'sockperf=%s\n' "$(sockperf --version 2>&1 | sed -n 's/.*version *//p' | head -1)"
 		printf 'load=%s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
 		printf 'commit=%s\n' "$(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-		printf 'dirty=%s\n' "$(git -C "$root" status --porcelain 2>/dev/null | grep -c .)"
+		printf 'dirty=%s\n' "$(git -C "$root" status --porcelain -- . ':(exclude)bench/results' 2>/dev/null | grep -c .)"
 	} >"$raw/machine.txt"
 }
 
