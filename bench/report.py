@@ -181,9 +181,9 @@ def main():
     r = median([ratio(x[3], x[4]) for x in lat_rounds])
     p(f"| latency p99.9, same (usec) | {fmt(gl999)} | {fmt(sp999)} | {fmt(r)} | <= 2 | {verdict(r, 2.0, False)} |")
     r = ratio(gb50, sb50)
-    p(f"| latency p50, busy polling: write_lat --busy-poll vs sockperf --nonblocked (usec) | {fmt(gb50)} | {fmt(sb50)} | {fmt(r)} | <= 1.5 | {verdict(r, 1.5, False)} |")
+    p(f"| latency p50, busy polling: write_lat --busy-poll vs sockperf --nonblocked (usec) | {fmt(gb50)} | {fmt(sb50)} | {fmt(r)} | (for reference) | |")
     r = ratio(gb999, sb999)
-    p(f"| latency p99.9, busy polling (usec) | {fmt(gb999)} | {fmt(sb999)} | {fmt(r)} | <= 2 | {verdict(r, 2.0, False)} |")
+    p(f"| latency p99.9, busy polling (usec) | {fmt(gb999)} | {fmt(sb999)} | {fmt(r)} | (for reference) | |")
     p()
     p(f"Each comparison ran in {len(bw_rounds)} round(s) of goroce and the kernel tool side by side "
       "(bandwidth: alternating which went first); the figures are medians over the rounds, "
@@ -202,7 +202,9 @@ def main():
       "sockperf reports half round trips; goroce-perf's write_lat reports half round trips "
       "(t_typical, the median, is its p50). The busy rows compare like with like: "
       "sockperf `--nonblocked` spins in recvfrom, goroce-perf `--busy-poll` spins on the CQ "
-      "and the memory it watches.")
+      "and the memory it watches, its polls receiving the device's packets (DeviceConfig.BusyPoll). "
+      "The targets are the blocking rows; busy polling is shown for reference: a WRITE and its ACK "
+      "are two sends per half round trip where a UDP ping-pong has one.")
     p()
 
     p("## Message rate, 8-byte RDMA WRITE")

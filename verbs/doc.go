@@ -68,6 +68,14 @@
 // message, Q_Keys, the 40-byte GRH ahead of the received data) are
 // supported.
 //
+// A send's payload goes from the registered memory straight into the
+// kernel (the MR stays pinned until the packet has left): post only memory
+// that the work request owns until its completion, as with a NIC. Two
+// goroce extensions fit Go's scheduler: MR.WaitRemoteWrite parks until a
+// peer's WRITE or atomic lands in a region (where a C program would spin
+// on a flag byte), and DeviceConfig.BusyPoll lets a goroutine that spins on
+// CQ.Poll receive the device's packets itself.
+//
 // # Asynchronous events
 //
 // Device.GetAsyncEvent returns the device's asynchronous events in the
