@@ -432,9 +432,11 @@ func (qp *QP) sendReplies(out *Output) {
 }
 
 // continueRead appends packets of READ reply r within *budget, copying once
-// from registered memory into the packets. The memory is looked up again
-// for every burst: if it was deregistered meanwhile, the READ fails with a
-// remote access error. It reports false on such a failure.
+// from registered memory into the packets, or with zero copy (Output
+// SetZeroCopy, and memory that may stay pinned: HoldableRef) leaving the
+// payloads in memory. The memory is looked up again for every burst: if it
+// was deregistered meanwhile, the READ fails with a remote access error. It
+// reports false on such a failure.
 func (qp *QP) continueRead(r *reply, budget *int, out *Output) bool {
 	var data []byte
 	var ref Ref
@@ -447,6 +449,10 @@ func (qp *QP) continueRead(r *reply, budget *int, out *Output) bool {
 			qp.failNow(r.psn, wire.NAKRemoteAccessError, StatusRemAccessErr, out)
 			return false
 		}
+	}
+	hold := false
+	if h, ok := ref.(HoldableRef); ok && out.zeroCopy {
+		hold = h.Holdable()
 	}
 	for *budget > 0 && (r.first || r.resid > 0) {
 		chunk := data[:min(uint32(len(data)), qp.mtu)]
@@ -471,11 +477,18 @@ func (qp *QP) continueRead(r *reply, budget *int, out *Output) bool {
 			PSN:      r.psn,
 		}
 		h.AETH = wire.AETHFields{Syndrome: wire.SyndromeAckUnlimited, MSN: qp.resp.msn}
-		pkt := out.alloc(h.Len() + len(chunk) + int(h.BTH.PadCount))
-		b := wire.AppendHeaders(pkt.Bytes, h)
-		b = append(b, chunk...)
-		pkt.Bytes = wire.AppendPad(b, h.BTH.PadCount)
-		pkt.QPN, pkt.Dest = qp.qpn, qp.dest
+		if hold && len(chunk) > 0 {
+			pkt := out.alloc(h.Len() + int(h.BTH.PadCount))
+			pkt.Bytes = wire.AppendHeaders(pkt.Bytes, h)
+			pkt.Payload = chunk
+			pkt.QPN, pkt.Dest = qp.qpn, qp.dest
+		} else {
+			pkt := out.alloc(h.Len() + len(chunk) + int(h.BTH.PadCount))
+			b := wire.AppendHeaders(pkt.Bytes, h)
+			b = append(b, chunk...)
+			pkt.Bytes = wire.AppendPad(b, h.BTH.PadCount)
+			pkt.QPN, pkt.Dest = qp.qpn, qp.dest
+		}
 		qp.counters.SentPackets++
 
 		r.first = false
@@ -485,7 +498,11 @@ func (qp *QP) continueRead(r *reply, budget *int, out *Output) bool {
 		*budget--
 	}
 	if ref != nil {
-		ref.Release()
+		if hold {
+			out.hold(ref) // released by out.Reset, after the send
+		} else {
+			ref.Release()
+		}
 	}
 	return true
 }
