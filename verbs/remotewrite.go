@@ -13,34 +13,46 @@ import (
 // costs the timer's granularity; so a region counts the remote stores into
 // it, and a goroutine can park until the count moves.
 
-// remoteWrites counts the remote stores into a region and holds the
-// goroutines waiting for the next one.
+// remoteWrites counts the remote stores into a region. What waiting
+// needs is allocated by the first waiter: most regions are never waited
+// on, and a device holds millions of them.
 type remoteWrites struct {
 	count   atomic.Uint64
-	waiting atomic.Int32 // goroutines parked in WaitRemoteWrite
-
-	mu   sync.Mutex
-	wake chan struct{} // capacity 1; made by the first waiter
+	waiters atomic.Pointer[writeWaiters]
 }
 
-// note counts one store. It costs an atomic add and, only while a
-// goroutine waits, a non-blocking send.
+// writeWaiters holds the goroutines waiting for a region's next store.
+type writeWaiters struct {
+	waiting atomic.Int32 // goroutines parked in WaitRemoteWrite
+	mu      sync.Mutex
+	wake    chan struct{} // capacity 1
+}
+
+// note counts one store. It costs an atomic add and a load and, only while
+// a goroutine waits, a non-blocking send.
 func (w *remoteWrites) note() {
 	w.count.Add(1)
-	if w.waiting.Load() > 0 {
-		w.signal()
+	if ww := w.waiters.Load(); ww != nil && ww.waiting.Load() > 0 {
+		ww.signal()
 	}
 }
 
-func (w *remoteWrites) signal() {
-	w.mu.Lock()
-	if w.wake != nil {
-		select {
-		case w.wake <- struct{}{}:
-		default:
-		}
+// waitersFor returns the region's waiters, made on first use.
+func (w *remoteWrites) waitersFor() *writeWaiters {
+	if ww := w.waiters.Load(); ww != nil {
+		return ww
 	}
-	w.mu.Unlock()
+	w.waiters.CompareAndSwap(nil, &writeWaiters{wake: make(chan struct{}, 1)})
+	return w.waiters.Load()
+}
+
+func (ww *writeWaiters) signal() {
+	ww.mu.Lock()
+	select {
+	case ww.wake <- struct{}{}:
+	default:
+	}
+	ww.mu.Unlock()
 }
 
 // RemoteWrites returns how many remote stores the device has made into the
@@ -64,16 +76,11 @@ func (mr *MR) WaitRemoteWrite(ctx context.Context, seen uint64) (uint64, error) 
 	if c := w.count.Load(); c != seen {
 		return c, nil
 	}
-	w.mu.Lock()
-	if w.wake == nil {
-		w.wake = make(chan struct{}, 1)
-	}
-	wake := w.wake
-	w.mu.Unlock()
-	w.waiting.Add(1)
+	ww := w.waitersFor()
+	ww.waiting.Add(1)
 	defer func() {
-		if w.waiting.Add(-1) > 0 {
-			w.signal() // another waiter may need the token taken here
+		if ww.waiting.Add(-1) > 0 {
+			ww.signal() // another waiter may need the token taken here
 		}
 	}()
 	for {
@@ -83,7 +90,7 @@ func (mr *MR) WaitRemoteWrite(ctx context.Context, seen uint64) (uint64, error) 
 			return c, nil
 		}
 		select {
-		case <-wake:
+		case <-ww.wake:
 		case <-ctx.Done():
 			if c := w.count.Load(); c != seen {
 				return c, nil

@@ -71,3 +71,27 @@ func TestRemoteWriteWait(t *testing.T) {
 		t.Errorf("WaitRemoteWrite(1) = %d, %v; want 4, nil", c, err)
 	}
 }
+
+// TestRemoteWriteWaiters: every goroutine waiting on a region wakes for
+// one store (each woken waiter wakes the next).
+func TestRemoteWriteWaiters(t *testing.T) {
+	a, b := newPair(t, endOpts{}, endOpts{})
+	const waiters = 4
+	done := make(chan error, waiters)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range waiters {
+		go func() {
+			_, err := b.mr.WaitRemoteWrite(ctx, 0)
+			done <- err
+		}()
+	}
+	time.Sleep(10 * time.Millisecond) // let them park
+	mustPostSend(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMAWrite, SendFlags: SendSignaled, SGList: []SGE{a.mr.SGE(0, 8)},
+		RDMA: RDMAParams{RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()}})
+	for i := range waiters {
+		if err := <-done; err != nil {
+			t.Fatalf("waiter %d: %v", i, err)
+		}
+	}
+}
