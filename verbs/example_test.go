@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"net/netip"
+	"time"
 
 	"github.com/goroce/goroce/verbs"
 )
@@ -130,4 +131,85 @@ func ExampleCompChannel_GetEvent() {
 	n, _ := ev.Poll(wc)
 	fmt.Println(n, wc[0].WRID, wc[0].Status)
 	// Output: 1 7 Work Request Flushed Error
+}
+
+// A one-sided mailbox: a peer WRITEs a message into a region, and the
+// region's owner, which posts nothing, parks in WaitRemoteWrite until the
+// bytes land instead of spinning on a flag.
+func ExampleMR_WaitRemoteWrite() {
+	owner, writer := openRCEnd("127.0.1.1"), openRCEnd("127.0.1.2")
+	defer owner.dev.Close()
+	defer writer.dev.Close()
+	owner.connect(writer)
+	writer.connect(owner)
+
+	seen := owner.mr.RemoteWrites()
+	copy(writer.buf, "hello, mailbox")
+	err := writer.qp.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{writer.mr.SGE(0, 14)},
+		RDMA:   verbs.RDMAParams{RemoteAddr: owner.mr.IOVA(), RKey: owner.mr.RKey()}})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := owner.mr.WaitRemoteWrite(ctx, seen); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%s\n", owner.buf[:14])
+	// Output: hello, mailbox
+}
+
+// rcEnd is one side of the examples' RC connections.
+type rcEnd struct {
+	dev *verbs.Device
+	buf []byte
+	mr  *verbs.MR
+	qp  *verbs.QP
+}
+
+// openRCEnd opens a device on addr with a registered buffer and an RC QP.
+func openRCEnd(addr string) *rcEnd {
+	dev, err := verbs.Open(verbs.DeviceConfig{Addr: netip.MustParseAddr(addr)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	pd, _ := dev.AllocPD()
+	e := &rcEnd{dev: dev, buf: make([]byte, 4096)}
+	if e.mr, err = pd.RegMR(e.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		log.Fatal(err)
+	}
+	cq, _ := dev.CreateCQ(16, nil, 0)
+	e.qp, err = pd.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return e
+}
+
+// connect moves e's QP to RTS toward peer's (what an out-of-band exchange
+// or rdma_cm would arrange).
+func (e *rcEnd) connect(peer *rcEnd) {
+	gid, _ := peer.dev.QueryGID(1, 1)
+	for _, s := range []struct {
+		attr verbs.QPAttr
+		mask verbs.QPAttrMask
+	}{
+		{verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite},
+			verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
+		{verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: verbs.MTU1024, DestQPNum: peer.qp.QPN(), RQPSN: 0,
+			MaxDestRdAtomic: 1, MinRNRTimer: 12,
+			AHAttr: verbs.AddressVector{DGID: gid, SGIDIndex: 1, HopLimit: 64, IsGlobal: true, PortNum: 1}},
+			verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN |
+				verbs.QPAttrRQPSN | verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer},
+		{verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: 0, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+			verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt |
+				verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic},
+	} {
+		if err := e.qp.Modify(&s.attr, s.mask); err != nil {
+			log.Fatal(err)
+		}
+	}
 }
