@@ -10,3 +10,6 @@ go test -race -count=1 -timeout 15m "$@" ./...
 # The fault-injection tap exists only under the goroce_faults tag; its tests
 # (and the packages' other tests, rebuilt with the tap) run here.
 go test -race -count=1 -timeout 5m -tags goroce_faults "$@" ./internal/netio ./verbs
+# The ICRC's AVX-512 fold (internal/wire/crc_amd64.s) is used where the CPU
+# has it; the purego tag builds the hash/crc32 path other CPUs take.
+go test -count=1 -timeout 5m -tags purego "$@" ./internal/wire ./internal/netio
