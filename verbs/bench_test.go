@@ -141,7 +141,7 @@ func BenchmarkRCSend(b *testing.B) {
 // One op is one round trip.
 //
 // ib_write_lat polls the memory the peer writes, but Go may read
-// RDMA-written bytes only after a completion (see race.go). So each hop is
+// RDMA-written bytes only after a completion (see internal/racesync). So each hop is
 // a WRITE with immediate whose immediate carries the sequence number, and
 // each side waits for its receive completion sleeping on a completion
 // channel between polls (ib_write_lat -e): a goroutine that spins on

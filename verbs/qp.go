@@ -479,10 +479,6 @@ func (qp *QP) transmitRepliesToLocked(replies *replyBatch) {
 		}
 		if len(msgs) > 0 {
 			_, _ = qp.sender.SendBatch(msgs)
-			// The send read registered memory (zero-copy payloads):
-			// order that before what the peer's answer lets the
-			// application do with it, for the race detector.
-			raceSync()
 		}
 		clear(msgs) // drop references to the packet buffers
 		qp.msgs = msgs[:0]

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goroce/goroce/internal/racesync"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -353,6 +354,11 @@ func (s *Sender) sendChunk(msgs []Message) (int, error) {
 		}
 		i += b.segs[j]
 	}
+
+	// The ICRCs above read the payloads, which may be registered memory
+	// the application reuses once the peer answers: tell the race
+	// detector that these reads come before the packets leave.
+	racesync.Sync()
 
 	doneH, done := 0, 0 // headers and packets sent
 	var err error
