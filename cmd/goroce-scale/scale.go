@@ -135,6 +135,10 @@ func udpRcvbufErrors() uint64 {
 type memSample struct{ heap, rss uint64 }
 
 func sampleMem() memSample {
+	// Twice: the first collection moves sync.Pool contents to their
+	// victim caches, the second frees them, so memory released before the
+	// sample is not counted against what is created after it.
+	runtime.GC()
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
