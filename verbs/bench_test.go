@@ -146,19 +146,28 @@ func BenchmarkRCSend(b *testing.B) {
 // each side waits for its receive completion sleeping on a completion
 // channel between polls (ib_write_lat -e): a goroutine that spins on
 // Poll holds a P that the devices' receive goroutines need.
-func BenchmarkRCWriteLatency8B(b *testing.B) {
-	o := endOpts{channel: true}
-	x, y := newEnd(b, "127.0.1.1", o), newEnd(b, "127.0.1.2", o)
+// newImmPair opens two ends on 127.0.1.1 and 127.0.1.2 with opts o,
+// connected with a 4096-byte path MTU, each with benchWindow empty
+// receives posted: the set-up of the WRITE-with-immediate ping-pongs.
+func newImmPair(tb testing.TB, o endOpts) (x, y *rcEnd) {
+	tb.Helper()
+	x, y = newEnd(tb, "127.0.1.1", o), newEnd(tb, "127.0.1.2", o)
 	l := defaultLink()
 	l.mtu = MTU4096
-	connect(b, x, y, l, l)
+	connect(tb, x, y, l, l)
 	for _, e := range []*rcEnd{x, y} {
 		for range benchWindow {
 			if err := e.qp.PostRecv(&RecvWR{}); err != nil {
-				b.Fatal(err)
+				tb.Fatal(err)
 			}
 		}
 	}
+	return x, y
+}
+
+func BenchmarkRCWriteLatency8B(b *testing.B) {
+	o := endOpts{channel: true}
+	x, y := newImmPair(b, o)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	answered := make(chan error, 1)

@@ -17,41 +17,39 @@ import (
 type qpMemory QP
 
 func (m *qpMemory) Remote(_ uint32, rkey uint32, va uint64, length uint32, need transport.Access) ([]byte, transport.Ref, error) {
-	if KeyIsMW(rkey) {
-		return m.resolveMW(rkey, va, length, need) // a memory window (mw.go)
-	}
-	return m.resolve(rkey, va, length, need)
-}
-
-func (m *qpMemory) Local(_ uint32, lkey uint32, addr uint64, length uint32, need transport.Access) ([]byte, transport.Ref, error) {
-	return m.resolve(lkey, addr, length, need)
-}
-
-func (m *qpMemory) resolve(key uint32, va uint64, length uint32, need transport.Access) ([]byte, transport.Ref, error) {
-	r, err := m.dev.acquireMR(key, m.pd, va, int(length), AccessFlags(need))
+	r, err := m.acquireRemote(rkey, va, length, need)
 	if err != nil {
 		return nil, nil, transportFault(err)
 	}
 	return r.bytes(va, int(length)), r.ref(need), nil
 }
 
+func (m *qpMemory) Local(_ uint32, lkey uint32, addr uint64, length uint32, need transport.Access) ([]byte, transport.Ref, error) {
+	r, err := m.dev.acquireMR(lkey, m.pd, addr, int(length), AccessFlags(need))
+	if err != nil {
+		return nil, nil, transportFault(err)
+	}
+	return r.bytes(addr, int(length)), r, nil
+}
+
 // CheckRemote authorises a remote access without performing it
 // (transport.RemoteChecker): unlike Remote, it counts no store.
 func (m *qpMemory) CheckRemote(_ uint32, rkey uint32, va uint64, length uint32, need transport.Access) error {
-	var (
-		r   *mrRegion
-		err error
-	)
-	if KeyIsMW(rkey) {
-		r, err = m.dev.acquireMW(rkey, (*QP)(m), va, int(length), AccessFlags(need))
-	} else {
-		r, err = m.dev.acquireMR(rkey, m.pd, va, int(length), AccessFlags(need))
-	}
+	r, err := m.acquireRemote(rkey, va, length, need)
 	if err != nil {
 		return transportFault(err)
 	}
 	r.release()
 	return nil
+}
+
+// acquireRemote resolves and pins rkey for a remote access: a memory
+// window's binding (mw.go) or a memory region.
+func (m *qpMemory) acquireRemote(rkey uint32, va uint64, length uint32, need transport.Access) (*mrRegion, error) {
+	if KeyIsMW(rkey) {
+		return m.dev.acquireMW(rkey, (*QP)(m), va, int(length), AccessFlags(need))
+	}
+	return m.dev.acquireMR(rkey, m.pd, va, int(length), AccessFlags(need))
 }
 
 // ref is the transport.Ref of an access to r with rights need: r itself, or

@@ -461,15 +461,6 @@ func (d *Device) acquireMW(key uint32, qp *QP, va uint64, length int, need Acces
 	return r, nil
 }
 
-// resolveMW is qpMemory.Remote for a window's rkey.
-func (m *qpMemory) resolveMW(rkey uint32, va uint64, length uint32, need transport.Access) ([]byte, transport.Ref, error) {
-	r, err := m.dev.acquireMW(rkey, (*QP)(m), va, int(length), AccessFlags(need))
-	if err != nil {
-		return nil, nil, transportFault(err)
-	}
-	return r.bytes(va, int(length)), r.ref(need), nil
-}
-
 // BindMW executes a BIND_MW for the transport (transport.LocalOps).
 func (m *qpMemory) BindMW(_ uint32, b *transport.MWBind) bool {
 	return m.dev.executeBind((*QP)(m), b)

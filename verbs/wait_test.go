@@ -252,18 +252,7 @@ func BenchmarkRCWriteLatency8BWait(b *testing.B) {
 				// poll and the transport's retries run out.
 				b.Skip("busy polling needs GOMAXPROCS >= 4 here")
 			}
-			o := endOpts{busyPoll: tc.busyPoll}
-			x, y := newEnd(b, "127.0.1.1", o), newEnd(b, "127.0.1.2", o)
-			l := defaultLink()
-			l.mtu = MTU4096
-			connect(b, x, y, l, l)
-			for _, e := range []*rcEnd{x, y} {
-				for range benchWindow {
-					if err := e.qp.PostRecv(&RecvWR{}); err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
+			x, y := newImmPair(b, endOpts{busyPoll: tc.busyPoll})
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			answered := make(chan error, 1)
@@ -331,16 +320,7 @@ func waitImm(ctx context.Context, e *rcEnd, seq uint32, spin time.Duration) erro
 // in order, and both devices must count packets received by polls.
 func TestBusyPollDrivesDevice(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
-	o := endOpts{busyPoll: true}
-	x, y := newEnd(t, "127.0.1.1", o), newEnd(t, "127.0.1.2", o)
-	connect(t, x, y, defaultLink(), defaultLink())
-	for _, e := range []*rcEnd{x, y} {
-		for range benchWindow {
-			if err := e.qp.PostRecv(&RecvWR{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	x, y := newImmPair(t, endOpts{busyPoll: true})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	rounds := 2000

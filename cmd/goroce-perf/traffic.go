@@ -200,25 +200,10 @@ func (st *stall) waitWrite(ctx context.Context, mr *verbs.MR, seen uint64, what 
 	if st.busy {
 		return st.idle(ctx, what)
 	}
-	for {
-		if st.wctx == nil {
-			st.wctx, st.wcancel = context.WithTimeout(ctx, waitSlice)
-		}
-		_, err := mr.WaitRemoteWrite(st.wctx, seen)
-		switch {
-		case err == nil:
-			return nil
-		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-			// The slice ran out, not the run: renew it.
-			st.wcancel()
-			st.wctx = nil
-			if err := st.check(ctx, what); err != nil {
-				return err
-			}
-		default:
-			return err
-		}
-	}
+	return st.sliced(ctx, what, func(c context.Context) error {
+		_, err := mr.WaitRemoteWrite(c, seen)
+		return err
+	})
 }
 
 // waitSlice is how long one wait context of waitCQ lasts: the longest a
@@ -241,28 +226,41 @@ func (st *stall) waitCQ(ctx context.Context, cq *verbs.CQ, wc []verbs.WorkComple
 			}
 		}
 	}
+	var n int
+	err := st.sliced(ctx, what, func(c context.Context) (err error) {
+		if n, err = cq.Wait(c, wc); n > 0 {
+			return nil // completions come first, whatever the context
+		}
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, c := range wc[:n] {
+		if c.Status != verbs.WCSuccess {
+			return 0, fmt.Errorf("completion error: %v (wr_id %#x, vendor_err %#x)", c.Status, c.WRID, c.VendorErr)
+		}
+	}
+	return n, nil
+}
+
+// sliced runs wait with a context that ends after waitSlice at most, so
+// that a stalled run is noticed: each time the slice runs out (not ctx) it
+// fails after stallTimeout without progress, or renews the slice and waits
+// again. It returns wait's first other result.
+func (st *stall) sliced(ctx context.Context, what string, wait func(context.Context) error) error {
 	for {
 		if st.wctx == nil {
 			st.wctx, st.wcancel = context.WithTimeout(ctx, waitSlice)
 		}
-		n, err := cq.Wait(st.wctx, wc)
-		switch {
-		case n > 0:
-			for _, c := range wc[:n] {
-				if c.Status != verbs.WCSuccess {
-					return 0, fmt.Errorf("completion error: %v (wr_id %#x, vendor_err %#x)", c.Status, c.WRID, c.VendorErr)
-				}
-			}
-			return n, nil
-		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-			// The slice ran out, not the run: renew it.
-			st.wcancel()
-			st.wctx = nil
-			if err := st.check(ctx, what); err != nil {
-				return 0, err
-			}
-		default:
-			return 0, err
+		err := wait(st.wctx)
+		if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+			return err
+		}
+		st.wcancel()
+		st.wctx = nil
+		if err := st.check(ctx, what); err != nil {
+			return err
 		}
 	}
 }

@@ -79,6 +79,7 @@ type receiver struct {
 	serve   serveState
 	serveFn func(uintptr) bool
 	pollFn  func(uintptr)
+	polled  uint64 // packets the last pollRead delivered
 }
 
 // newReceiver allocates the receive state for batchSize datagrams of up to
@@ -198,10 +199,7 @@ func (c *Conn) Serve(ctx context.Context, h Handler) error {
 			ft.disarm()
 			c.rxMu.Lock()
 			rx.batch.n = 0
-			ok := c.deliver(rx, h)
-			if be := rx.serve.be; ok && be != nil {
-				be.EndBatch()
-			}
+			_, ok := rx.deliverBatch()
 			c.rxMu.Unlock()
 			if !ok {
 				return nil
@@ -278,11 +276,8 @@ func (r *receiver) readBatch(fd uintptr) (more, stop bool) {
 		return false, true
 	}
 	full := r.batch.n == len(r.batch.hdrs)
-	if !c.deliver(r, st.h) {
+	if _, ok := r.deliverBatch(); !ok {
 		return false, true
-	}
-	if st.be != nil {
-		st.be.EndBatch()
 	}
 	if c.closing.Load() || st.ctx.Err() != nil {
 		return false, true
@@ -329,11 +324,10 @@ func (c *Conn) Poll() (delivered int, busy bool) {
 	if rx == nil {
 		return 0, false
 	}
-	before := c.counters.Delivered.Load()
+	rx.polled = 0
 	_ = c.rc.Control(rx.pollFn)
-	n := c.counters.Delivered.Load() - before
-	c.counters.Polled.Add(n)
-	return int(n), false
+	c.counters.Polled.Add(rx.polled)
+	return int(rx.polled), false
 }
 
 // pollRead is Poll's RawConn.Control callback, under the Conn's rxMu: one
@@ -347,9 +341,18 @@ func (r *receiver) pollRead(fd uintptr) {
 	if !r.batch.recvmmsg(fd) || r.batch.errno != 0 {
 		return
 	}
-	if r.serve.c.deliver(r, r.serve.h) && r.serve.be != nil {
-		r.serve.be.EndBatch()
+	r.polled, _ = r.deliverBatch()
+}
+
+// deliverBatch hands the datagrams just read to the running Serve's
+// Handler and ends the batch (EndBatch); it returns deliver's results.
+func (r *receiver) deliverBatch() (delivered uint64, ok bool) {
+	st := &r.serve
+	delivered, ok = st.c.deliver(r, st.h)
+	if ok && st.be != nil {
+		st.be.EndBatch()
 	}
+	return delivered, ok
 }
 
 func (c *Conn) startServing() (*receiver, error) {
@@ -394,11 +397,13 @@ type rxTally struct {
 }
 
 // deliver processes the datagrams of the last recvmmsg (and, with the fault
-// tap, the held datagrams now due); false means the Conn was closed
-// meanwhile and the rest was dropped.
-func (c *Conn) deliver(rx *receiver, h Handler) bool {
+// tap, the held datagrams now due) and returns how many packets it handed
+// to h; ok false means the Conn was closed meanwhile and the rest was
+// dropped.
+func (c *Conn) deliver(rx *receiver, h Handler) (delivered uint64, ok bool) {
 	var tl rxTally
 	defer func() {
+		delivered = tl.delivered
 		ctr := &c.counters
 		ctr.RxPackets.Add(tl.rxPackets)
 		ctr.RxBytes.Add(tl.rxBytes)
@@ -415,12 +420,12 @@ func (c *Conn) deliver(rx *receiver, h Handler) bool {
 		// Held datagrams due by now arrived before this batch.
 		now = ft.now()
 		if !ft.release(c, rx, h, &tl, now) {
-			return false
+			return 0, false
 		}
 	}
 	for i := range rx.batch.n {
 		if c.closing.Load() {
-			return false
+			return 0, false
 		}
 		m := &rx.batch.hdrs[i]
 		data := rx.bufs[i*rx.size : i*rx.size+min(int(m.Len), rx.size)]
@@ -448,7 +453,7 @@ func (c *Conn) deliver(rx *receiver, h Handler) bool {
 		// checks below and to the fault tap.
 		for off := 0; ; {
 			if off > 0 && c.closing.Load() {
-				return false
+				return 0, false
 			}
 			end := min(off+seg, len(data))
 			pkt := data[off:end]
@@ -468,7 +473,7 @@ func (c *Conn) deliver(rx *receiver, h Handler) bool {
 			}
 		}
 	}
-	return true
+	return 0, true
 }
 
 // endBatchEarly ends the batch being delivered (EndBatch) when it has

@@ -61,6 +61,15 @@ func (o *Output) Len() int { return o.n }
 // every pin).
 func (o *Output) SetZeroCopy(on bool) { o.zeroCopy = on }
 
+// appendZeroCopy appends a packet of headers h whose payload stays where it
+// is (OutPacket.Payload), with room for the pad and the ICRC.
+func (o *Output) appendZeroCopy(h *wire.Headers, payload []byte) *OutPacket {
+	p := o.alloc(h.Len() + int(h.BTH.PadCount))
+	p.Bytes = wire.AppendHeaders(p.Bytes, h)
+	p.Payload = payload
+	return p
+}
+
 // hold keeps r, the pin of a Payload, until Reset.
 func (o *Output) hold(r Ref) { o.refs = append(o.refs, r) }
 

@@ -384,9 +384,7 @@ func (qp *QP) appendRequest(s *sendSlot, payload uint32, dest any, out *Output) 
 	h.BTH.PadCount = pad
 	if out.zeroCopy && payload > 0 && s.wqe.Flags&SendInline == 0 {
 		if data, ref, ok := qp.sglSlice(s.wqe.SGL, qp.req.off, payload); ok {
-			p := out.alloc(h.Len() + int(pad))
-			p.Bytes = wire.AppendHeaders(p.Bytes, h)
-			p.Payload = data
+			p := out.appendZeroCopy(h, data)
 			out.hold(ref)
 			p.QPN, p.Dest = qp.qpn, dest
 			qp.counters.SentPackets++

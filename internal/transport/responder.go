@@ -478,9 +478,7 @@ func (qp *QP) continueRead(r *reply, budget *int, out *Output) bool {
 		}
 		h.AETH = wire.AETHFields{Syndrome: wire.SyndromeAckUnlimited, MSN: qp.resp.msn}
 		if hold && len(chunk) > 0 {
-			pkt := out.alloc(h.Len() + int(h.BTH.PadCount))
-			pkt.Bytes = wire.AppendHeaders(pkt.Bytes, h)
-			pkt.Payload = chunk
+			pkt := out.appendZeroCopy(h, chunk)
 			pkt.QPN, pkt.Dest = qp.qpn, qp.dest
 		} else {
 			pkt := out.alloc(h.Len() + len(chunk) + int(h.BTH.PadCount))

@@ -3,6 +3,8 @@ package wire
 import (
 	"hash/crc32"
 	"math/rand/v2"
+	"os"
+	"regexp"
 	"strconv"
 	"testing"
 )
@@ -33,21 +35,35 @@ func TestCRCUpdate(t *testing.T) {
 	}
 }
 
-// TestCRCFoldConstants recomputes the fold constants in crc_amd64.s.
+// TestCRCFoldConstants recomputes every fold constant crc_amd64.s defines
+// (its DATA lines, read from the file) from the polynomial.
 func TestCRCFoldConstants(t *testing.T) {
-	for _, c := range []struct {
-		bits   int
-		lo, hi uint64
-	}{
-		{128, 0x1751997d0, 0xccaa009e},
-		{256, 0xf1da05aa, 0x15a546366},
-		{384, 0x3db1ecdc, 0x174359406},
-		{512, 0x154442bd4, 0x1c6e41596},
-		{2048, 0x11542778a, 0x1322d1430},
-	} {
-		if lo, hi := crcFoldConstant(c.bits+32), crcFoldConstant(c.bits-32); lo != c.lo || hi != c.hi {
-			t.Errorf("fold by %d bits: (%#x, %#x), want (%#x, %#x)", c.bits, lo, hi, c.lo, c.hi)
+	src, err := os.ReadFile("crc_amd64.s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// DATA fold<bits><>+<0 for the low quadword, 8 for the high>(SB)/8, $<value>
+	data := regexp.MustCompile(`(?m)^DATA fold(\d+)<>\+(0|8)\(SB\)/8, \$(0x[0-9a-f]+)$`)
+	found := 0
+	for _, m := range data.FindAllStringSubmatch(string(src), -1) {
+		bits, _ := strconv.Atoi(m[1])
+		got, err := strconv.ParseUint(m[3], 0, 64)
+		if err != nil {
+			t.Fatal(err)
 		}
+		// The low quadword of a lane is multiplied by x^(D+32), the
+		// high one by x^(D-32).
+		want := crcFoldConstant(bits + 32)
+		if m[2] == "8" {
+			want = crcFoldConstant(bits - 32)
+		}
+		if got != want {
+			t.Errorf("fold%d+%s = %#x, want %#x", bits, m[2], got, want)
+		}
+		found++
+	}
+	if found != 10 {
+		t.Errorf("%d fold constants in crc_amd64.s, want 10 (5 distances, 2 each)", found)
 	}
 }
 
