@@ -492,17 +492,7 @@ func TestMWRemoteAccess(t *testing.T) {
 			op: func(t *testing.T, a, b *rcEnd, _ *MW, rkey uint32) WCStatus {
 				// A second connection between the same devices, QPs in
 				// the same PDs: the window belongs to b's first QP.
-				a2 := &rcEnd{dev: a.dev, pd: a.pd, cq: a.cq, buf: a.buf, mr: a.mr}
-				b2 := &rcEnd{dev: b.dev, pd: b.pd, cq: b.cq, buf: b.buf, mr: b.mr}
-				for _, e := range []*rcEnd{a2, b2} {
-					qp, err := e.pd.CreateQP(QPInitAttr{QPType: QPTypeRC, SendCQ: e.cq, RecvCQ: e.cq,
-						Cap: QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
-					if err != nil {
-						t.Fatal(err)
-					}
-					e.qp = qp
-				}
-				connect(t, a2, b2, defaultLink(), defaultLink())
+				a2, b2 := secondConnection(t, a, b)
 				return writeThrough(t, a2, b2, b.mr.IOVA()+off, rkey, 16, 5)
 			},
 			want: WCRemAccessErr,
@@ -510,17 +500,7 @@ func TestMWRemoteAccess(t *testing.T) {
 		{
 			name: "type 1 window through another QP of the PD", typ: MWType1, access: mwAccess,
 			op: func(t *testing.T, a, b *rcEnd, _ *MW, rkey uint32) WCStatus {
-				a2 := &rcEnd{dev: a.dev, pd: a.pd, cq: a.cq, buf: a.buf, mr: a.mr}
-				b2 := &rcEnd{dev: b.dev, pd: b.pd, cq: b.cq, buf: b.buf, mr: b.mr}
-				for _, e := range []*rcEnd{a2, b2} {
-					qp, err := e.pd.CreateQP(QPInitAttr{QPType: QPTypeRC, SendCQ: e.cq, RecvCQ: e.cq,
-						Cap: QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
-					if err != nil {
-						t.Fatal(err)
-					}
-					e.qp = qp
-				}
-				connect(t, a2, b2, defaultLink(), defaultLink())
+				a2, b2 := secondConnection(t, a, b)
 				return writeThrough(t, a2, b2, b.mr.IOVA()+off, rkey, 16, 5)
 			},
 			want: WCSuccess,
@@ -756,4 +736,22 @@ func TestZeroCopyHoldsRegionsNotWindows(t *testing.T) {
 		}
 		ref.Release()
 	}
+}
+
+// secondConnection connects a second pair of RC QPs between a's and b's
+// devices, in the same PDs, with the same CQs and memory.
+func secondConnection(t *testing.T, a, b *rcEnd) (a2, b2 *rcEnd) {
+	t.Helper()
+	a2 = &rcEnd{dev: a.dev, pd: a.pd, cq: a.cq, buf: a.buf, mr: a.mr}
+	b2 = &rcEnd{dev: b.dev, pd: b.pd, cq: b.cq, buf: b.buf, mr: b.mr}
+	for _, e := range []*rcEnd{a2, b2} {
+		qp, err := e.pd.CreateQP(QPInitAttr{QPType: QPTypeRC, SendCQ: e.cq, RecvCQ: e.cq,
+			Cap: QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.qp = qp
+	}
+	connect(t, a2, b2, defaultLink(), defaultLink())
+	return a2, b2
 }
