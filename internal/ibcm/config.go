@@ -18,8 +18,9 @@ const (
 	DefaultResponseTimeout = 18
 	// DefaultMaxCMRetries is CMA_MAX_CM_RETRIES.
 	DefaultMaxCMRetries = 15
-	// DefaultPacketLifetime is CMA_IBOE_PACKET_LIFETIME: 16 since Linux
-	// 6.2, 18 before (the captures' REQ local ACK timeout of 19 is 18 + 1).
+	// DefaultPacketLifetime is CMA_IBOE_PACKET_LIFETIME: 16 in kernels
+	// after 6.1 (changed in 2023), 18 before (the captures' REQ local ACK
+	// timeout of 19 is 18 + 1 with rxe's ACK delay of 15).
 	DefaultPacketLifetime = 16
 	// DefaultMRAServiceTimeout is the service timeout of the kernel's MRAs
 	// (CM_MRA_SETTING, formerly CMA_CM_MRA_SETTING): about 68.7 s.
@@ -57,7 +58,8 @@ type Config struct {
 	// service ID, the sender and the private data (with rdma_cm, a
 	// mad.CMAHeader and the user's data). False answers a REQ with REJ
 	// "invalid service ID" and a SIDR_REQ with SIDR_REP "unsupported", as
-	// the kernel does without a listener. Nil listens to nothing.
+	// the kernel does without a listener. Nil listens to nothing. The
+	// private data is valid only during the call.
 	Listening func(sid mad.ServiceID, from netip.Addr, privateData []byte) bool
 	// MRAServiceTimeout is the service timeout of the MRAs sent for
 	// duplicate REQs and REPs (5 bits; default 24).

@@ -2,6 +2,7 @@ package ibcm
 
 import (
 	"bytes"
+	"math/bits"
 	"slices"
 	"testing"
 	"time"
@@ -42,7 +43,7 @@ func TestConnect(t *testing.T) {
 	if got := w.sentAttrs(b, a); !slices.Equal(got, []mad.AttrID{mad.AttrREP}) {
 		t.Errorf("passive sent %v", got)
 	}
-	tid := uint64(1)<<32 | uint64(id)
+	tid := uint64(1)<<32 | uint64(bits.ReverseBytes32(uint32(id)))
 	for _, p := range w.sent {
 		if h, _ := mad.ParseCMHeader(p.mad[:]); h.TID != tid {
 			t.Errorf("%v with TID %#x, want %#x", h.AttrID, h.TID, tid)
@@ -90,7 +91,7 @@ func TestREQFields(t *testing.T) {
 	}
 	h, _ := mad.ParseCMHeader(a.out.Sends()[0].MAD[:])
 	switch {
-	case req.LocalCommID != uint32(id) || h.TID != 1<<32|uint64(id):
+	case req.LocalCommID != uint32(id) || h.TID != 1<<32|uint64(bits.ReverseBytes32(uint32(id))):
 		t.Errorf("comm ID %#x TID %#x", req.LocalCommID, h.TID)
 	case req.RemoteCMResponseTimeout != 20 || req.LocalCMResponseTimeout != 20 || req.MaxCMRetries != 15:
 		t.Errorf("timeouts %+v", req)

@@ -70,8 +70,9 @@
 //
 // # Transaction IDs
 //
-// REQ, DREQ and SIDR_REQ start a transaction: TIDHigh << 32 | local comm
-// ID. REP, RTU, MRA and REJ of a connection carry its REQ's TID, a DREP its
+// REQ, DREQ and SIDR_REQ start a transaction: TIDHigh << 32 | the local
+// comm ID with its bytes reversed (the kernel's cm_form_tid on x86; in
+// rping.pcap, TID 0x272593d07 for comm ID 0x073d5972). REP, RTU, MRA and REJ of a connection carry its REQ's TID, a DREP its
 // DREQ's, a SIDR_REP its SIDR_REQ's, answers to a message without a
 // connection (REJ, DREP, SIDR_REP) that message's.
 //

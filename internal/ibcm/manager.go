@@ -2,6 +2,7 @@ package ibcm
 
 import (
 	"errors"
+	"math/bits"
 	"net/netip"
 	"time"
 
@@ -203,8 +204,13 @@ func (m *Manager) newConn(state State, peer netip.Addr) *conn {
 	return c
 }
 
-// tid returns a fresh transaction ID for a request c starts.
-func (m *Manager) tid(c *conn) uint64 { return uint64(m.cfg.TIDHigh)<<32 | uint64(c.id) }
+// tid returns the transaction ID of a request c starts: TIDHigh and the
+// local comm ID with its bytes reversed. That is what the kernel's
+// cm_form_tid gives on a little-endian host (it widens the big-endian
+// comm ID as stored), so goroce's MADs are byte for byte the kernel's.
+func (m *Manager) tid(c *conn) uint64 {
+	return uint64(m.cfg.TIDHigh)<<32 | uint64(bits.ReverseBytes32(uint32(c.id)))
+}
 
 // encode encodes a MAD into the scratch buffer. The messages are built
 // here from checked values; a failure is a bug.

@@ -20,7 +20,7 @@ func TestIBATimeAndACKTimeout(t *testing.T) {
 		}
 	}
 	// cm_ack_timeout: rxe's ACK delay 15 with Linux 6.1's life time 18 is
-	// the 19 of rping.pcap; with 16 (6.2 on) 17.
+	// the 19 of rping.pcap; with 16 (later kernels) 17.
 	for _, c := range [][3]uint8{{15, 18, 19}, {15, 16, 17}, {15, 14, 16}, {15, 13, 16}, {15, 12, 15}, {0, 0, 2},
 		{20, 30, 31}, {31, 31, 31}} {
 		if got := ACKTimeout(c[0], c[1]); got != c[2] {

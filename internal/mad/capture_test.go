@@ -74,7 +74,7 @@ func TestCaptureRping(t *testing.T) {
 		t.Errorf("local GID %v is not ::ffff:10.99.0.2", req.Primary.LocalGID)
 	case req.Primary.LocalACKTimeout != 19:
 		// Linux 6.1: packet life time 18 (CMA_IBOE_PACKET_LIFETIME, 16
-		// from 6.2), ACK delay 15: cm_ack_timeout gives 19.
+		// in later kernels), ACK delay 15: cm_ack_timeout gives 19.
 		t.Errorf("local ACK timeout %d", req.Primary.LocalACKTimeout)
 	case req.HasAlternatePath():
 		t.Error("alternate path")

@@ -47,6 +47,7 @@
 //   - A REJ that answers a REQ without a connection behind it (no
 //     listener, stale connection) carries LocalCommID 0.
 //   - Wireshark 4.0 misreads the REQ's flow label and packet rate (it
-//     reads a 32-bit field from 2 bytes); every other field it shows
-//     agrees with this package.
+//     applies their 32-bit masks to fewer bytes: 0x9ea and 0x1e for the
+//     0x9ea0d and 0 of rping.pcap); every other field it shows agrees
+//     with this package.
 package mad

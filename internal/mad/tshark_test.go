@@ -24,7 +24,7 @@ var update = flag.Bool("update", false, "rewrite testdata/tshark from the instal
 
 // tsharkSkip are the fields not compared: reserved bits, whole-buffer
 // views, and the REQ flow label and packet rate, which Wireshark 4.0 reads
-// from the wrong bytes (a 32-bit field taken from 2 bytes: in rping.pcap it
+// wrongly (it applies their 32-bit masks to fewer bytes: in rping.pcap it
 // shows flow label 0x9ea and rate 0x1e where the bytes hold 0x9ea0d and 0).
 var tsharkSkip = []string{"infiniband.reserved", "infiniband.mad.data", "infiniband.smplid.smpdata",
 	"infiniband.cm.req.prim_flowlabel", "infiniband.cm.req.prim_pktrate", "infiniband.cm.req.prim_reserved0",
