@@ -219,3 +219,28 @@ func TestAPIStateErrors(t *testing.T) {
 		t.Errorf("a refused Disconnect changed the state to %v", s)
 	}
 }
+
+// TestLoopback: both ends on one device, one Manager (rdma-core's tests
+// run both players on one device): its own REQ comes back to it.
+func TestLoopback(t *testing.T) {
+	w := newWorld(t, 1)
+	a := w.addNode("10.99.0.2", 0x505400fffe990002, nil)
+	id := a.connect(a, nil)
+	w.run(time.Second)
+	req, _ := a.last(EventConnectRequest)
+	if s, _ := a.m.State(id); s != StateEstablished {
+		t.Fatalf("active state %v, events %v", s, a.events)
+	}
+	if s, _ := a.m.State(req.ID); s != StateEstablished || req.ID == id {
+		t.Fatalf("passive state %v", s)
+	}
+	if err := a.m.Disconnect(id, nil, w.now, &a.out); err != nil {
+		t.Fatal(err)
+	}
+	w.flush(a)
+	w.run(time.Second)
+	if a.m.Len() != 0 || a.count(EventTimewaitExit) != 2 {
+		t.Fatalf("%d records, events %v", a.m.Len(), a.events)
+	}
+	mustCheck(t, a)
+}
