@@ -282,7 +282,7 @@ func (c *config) validate(loopAddrs string) error {
 		return fmt.Errorf("-D: not supported by %s yet; use -n", c.test.name)
 	case c.plotRef != "" && c.plot == "":
 		return errors.New("--plot-ref needs --plot")
-	case c.plot != "" && plotFormat(c.plot) == "":
+	case c.plot != "" && !plotFormatOK(c.plot):
 		return fmt.Errorf("--plot %s: want a .svg or .png file", c.plot)
 	}
 	if c.plotRef != "" {
