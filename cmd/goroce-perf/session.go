@@ -65,6 +65,7 @@ func (s *side) ctx(parent context.Context) (context.Context, context.CancelFunc)
 //	initResources  buffer, MR, CQs, QPs in INIT, and this side's key lines
 //	exchangeKeys   key lines, QPs to RTR and RTS, key lines again
 //	measure        barriers, traffic per size and reports, as the test has them
+//	checkData      --check: what the traffic left in this side's memory
 //	closeConn      the closing barrier, and close
 func (s *side) run(ctx context.Context, nc net.Conn) (err error) {
 	pc, err := oob.NewPerftestConn(nc, oob.PerftestConfig{Role: s.role})
