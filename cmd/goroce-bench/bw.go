@@ -85,9 +85,51 @@ func (p *pair) bandwidth(ctx context.Context, op verbs.WROpcode, size, depth int
 		go func() { recvDone <- p.receive(rctx, size) }()
 	}
 
+	done, elapsed, cpu, err := p.stream(ctx, op, size, depth, dur)
+	if err != nil {
+		return res, err
+	}
+
+	last := int(done - 1)
+	dstSlot := last % depth
+	if op == verbs.WRSend {
+		stopReceiver()
+		r := <-recvDone
+		if r.err != nil {
+			return res, r.err
+		}
+		if r.messages != done {
+			return res, fmt.Errorf("%d messages received, %d sent", r.messages, done)
+		}
+		dstSlot = r.lastSlot
+	}
+	got, want := dst.slot(dstSlot, p.stride, size), src.slot(last%(depth+1), p.stride, size)
+	if !bytes.Equal(got, want) {
+		i := 0
+		for i < size && got[i] == want[i] {
+			i++
+		}
+		return res, fmt.Errorf("data check: the last message (%d) differs from its source at byte %d of %d", last, i, size)
+	}
+
+	res.Messages = done
+	res.Bytes = done * int64(size)
+	res.Seconds = elapsed.Seconds()
+	res.MBps = float64(res.Bytes) / 1e6 / res.Seconds
+	res.Gbps = float64(res.Bytes) * 8 / 1e9 / res.Seconds
+	res.CPUPerGB = cpu.Seconds() / (float64(res.Bytes) / 1e9)
+	res.Verified = true
+	return res, nil
+}
+
+// stream keeps depth work requests of op outstanding on the requester's QP
+// for dur, then waits for the last completion. It returns how many
+// messages completed (all it posted), the time from the first post to the
+// last completion and the CPU time the process spent meanwhile.
+func (p *pair) stream(ctx context.Context, op verbs.WROpcode, size, depth int, dur time.Duration) (done int64, elapsed, cpu time.Duration, err error) {
 	wr := verbs.SendWR{Opcode: op, SendFlags: verbs.SendSignaled, SGList: make([]verbs.SGE, 1)}
 	wcs := make([]verbs.WorkCompletion, depth)
-	var posted, done int64
+	var posted int64
 	// A transport that stops completing work must not hang the benchmark.
 	waitCtx, cancelWait := context.WithTimeout(ctx, dur+stallTimeout)
 	defer cancelWait()
@@ -110,64 +152,29 @@ func (p *pair) bandwidth(ctx context.Context, op verbs.WROpcode, size, depth int
 				wr.SGList[0] = p.req.mr.SGE(k*p.stride, size)
 			}
 			if err := p.req.qp.PostSend(&wr); err != nil {
-				return res, err
+				return 0, 0, 0, err
 			}
 			posted++
 		}
 		n, err := waitCQ(waitCtx, p.req.sendCQ, wcs)
 		if err != nil {
 			if ctx.Err() == nil && waitCtx.Err() != nil {
-				return res, fmt.Errorf("stalled: %d of %d work requests outstanding after %v", posted-done, posted, dur+stallTimeout)
+				return 0, 0, 0, fmt.Errorf("stalled: %d of %d work requests outstanding after %v", posted-done, posted, dur+stallTimeout)
 			}
-			return res, err
+			return 0, 0, 0, err
 		}
 		for _, wc := range wcs[:n] {
 			if wc.Status != verbs.WCSuccess {
-				return res, fmt.Errorf("work request %d: %v", wc.WRID, wc.Status)
+				return 0, 0, 0, fmt.Errorf("work request %d: %v", wc.WRID, wc.Status)
 			}
 			if wc.WRID != uint64(done) {
-				return res, fmt.Errorf("completion of work request %d, expected %d", wc.WRID, done)
+				return 0, 0, 0, fmt.Errorf("completion of work request %d, expected %d", wc.WRID, done)
 			}
 			done++
 		}
 		stopping = stopping || time.Since(start) >= dur
 	}
-	elapsed := time.Since(start)
-	cpu := cpuTime() - cpu0
-
-	last := int(posted - 1)
-	want := src.slot(last%(depth+1), p.stride, size)
-	var got []byte
-	switch op {
-	case verbs.WRSend:
-		stopReceiver()
-		r := <-recvDone
-		if r.err != nil {
-			return res, r.err
-		}
-		if r.messages != posted {
-			return res, fmt.Errorf("%d messages received, %d sent", r.messages, posted)
-		}
-		got = dst.slot(r.lastSlot, p.stride, size)
-	default:
-		got = dst.slot(last%depth, p.stride, size)
-	}
-	if !bytes.Equal(got, want) {
-		i := 0
-		for i < size && got[i] == want[i] {
-			i++
-		}
-		return res, fmt.Errorf("data check: the last message (%d) differs from its source at byte %d of %d", last, i, size)
-	}
-
-	res.Messages = done
-	res.Bytes = done * int64(size)
-	res.Seconds = elapsed.Seconds()
-	res.MBps = float64(res.Bytes) / 1e6 / res.Seconds
-	res.Gbps = float64(res.Bytes) * 8 / 1e9 / res.Seconds
-	res.CPUPerGB = cpu.Seconds() / (float64(res.Bytes) / 1e9)
-	res.Verified = true
-	return res, nil
+	return done, time.Since(start), cpuTime() - cpu0, nil
 }
 
 // recvResult is what the responder's receiving goroutine saw.

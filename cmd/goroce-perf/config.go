@@ -134,51 +134,9 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	c := &config{test: t}
 	fs := flag.NewFlagSet("goroce-perf "+t.name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	both := func(p any, short, long string, def any, usage string) {
-		for _, name := range []string{short, long} {
-			if name == "" {
-				continue
-			}
-			switch p := p.(type) {
-			case *int:
-				fs.IntVar(p, name, def.(int), usage)
-			case *string:
-				fs.StringVar(p, name, def.(string), usage)
-			case *bool:
-				fs.BoolVar(p, name, def.(bool), usage)
-			}
-		}
-	}
 	size, iters, txDepth := -1, -1, -1
 	loopAddrs := "127.0.0.1,127.0.0.2"
-	both(&size, "s", "size", -1, "message size in bytes (default 65536 for bw, 2 for lat, 8 for atomics)")
-	both(&c.all, "a", "all", false, "run sizes from 2 to 2^23 bytes")
-	both(&iters, "n", "iters", -1, "iterations per size (default 5000 bw, 1000 lat)")
-	both(&c.duration, "D", "duration", 0, "run each size for this many seconds instead of -n iterations")
-	both(&c.port, "p", "port", oob.DefaultPort, "TCP port of the out-of-band exchange")
-	both(&c.mtu, "m", "mtu", 0, "path MTU in bytes (256..4096); default the port's active MTU")
-	both(&c.qps, "q", "qp", 1, "number of QPs")
-	both(&txDepth, "t", "tx-depth", -1, "send queue depth (default 128 bw, 1 lat)")
-	both(&c.postList, "l", "post_list", 1, "post lists of this many send work requests at once (bandwidth tests)")
-	both(&c.outs, "o", "outs", 0, "outstanding RDMA READs/atomics (default the device maximum)")
-	both(&c.gidIndex, "x", "gid-index", 1, "GID index of the local port (goroce: 1, the GID of the bound address)")
-	both(&c.ibDev, "d", "ib-dev", verbs.DefaultDeviceName, "device name")
-	both(&c.bidir, "b", "bidirectional", false, "traffic in both directions (bandwidth tests)")
-	both(&c.atomicType, "A", "atomic_type", "FETCH_AND_ADD", "CMP_AND_SWAP or FETCH_AND_ADD")
-	both(&c.inline, "I", "inline_size", 0, "send WRITEs and SENDs up to this size inline")
-	both(&c.conn, "c", "connection", "RC", "connection type: RC, UC (WRITE and SEND tests) or UD (SEND tests)")
-	both(&c.gbits, "", "report_gbits", false, "report bandwidth in Gb/sec instead of MB/sec")
-	both(&c.cpuFreqF, "F", "", false, "accepted for perftest compatibility (no CPU frequency check here)")
-	both(&c.bind, "", "bind", "", "local IP address of the device (default: the address the TCP connection uses)")
-	both(&c.loopback, "", "loopback", false, "run server and client in this process")
-	both(&loopAddrs, "", "loopback-addrs", loopAddrs, "the server's and the client's addresses with --loopback")
-	both(&c.udpPort, "", "udp-port", verbs.DefaultUDPPort, "RoCEv2 UDP port of both devices (only goroce peers can change it)")
-	both(&c.check, "", "check", false, "validate the data end to end (goroce peers only)")
-	both(&c.json, "", "json", false, "print one JSON object per result line instead of the table")
-	both(&c.counters, "", "counters", false, "print the device's counters (rxe's hw_counters and goroce's own) at the end")
-	both(&c.busyPoll, "", "busy-poll", false, "poll completions and memory in a tight loop that also receives the device's packets (DeviceConfig.BusyPoll), never yielding the processor (lowest latency; burns a core per waiting side)")
-	both(&c.plotRef, "", "plot-ref", "", "LABEL=FILE: draw FILE's latencies (one per line, usec) in the plot's CDF as LABEL, e.g. a UDP ping-pong")
-	both(&c.plot, "", "plot", "", "write plots of bandwidth against message size (use -a) and a latency CDF to FILE.svg or FILE.png")
+	c.defineFlags(fs, &size, &iters, &txDepth, &loopAddrs)
 
 	rest := args[1:]
 	for {
@@ -195,13 +153,69 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 		rest = fs.Args()[1:]
 	}
 
-	// Defaults that depend on the test, as perftest sets them.
+	c.setDefaults(size, iters, txDepth)
+	return c, c.validate(loopAddrs)
+}
+
+// defineFlags defines the flags on fs, each under perftest's short name,
+// long name or both. Those whose default depends on the test (-s, -n, -t)
+// and --loopback-addrs land in the variables given, for parseArgs to
+// resolve.
+func (c *config) defineFlags(fs *flag.FlagSet, size, iters, txDepth *int, loopAddrs *string) {
+	both := func(p any, short, long string, def any, usage string) {
+		for _, name := range []string{short, long} {
+			if name == "" {
+				continue
+			}
+			switch p := p.(type) {
+			case *int:
+				fs.IntVar(p, name, def.(int), usage)
+			case *string:
+				fs.StringVar(p, name, def.(string), usage)
+			case *bool:
+				fs.BoolVar(p, name, def.(bool), usage)
+			}
+		}
+	}
+	both(size, "s", "size", -1, "message size in bytes (default 65536 for bw, 2 for lat, 8 for atomics)")
+	both(&c.all, "a", "all", false, "run sizes from 2 to 2^23 bytes")
+	both(iters, "n", "iters", -1, "iterations per size (default 5000 bw, 1000 lat)")
+	both(&c.duration, "D", "duration", 0, "run each size for this many seconds instead of -n iterations")
+	both(&c.port, "p", "port", oob.DefaultPort, "TCP port of the out-of-band exchange")
+	both(&c.mtu, "m", "mtu", 0, "path MTU in bytes (256..4096); default the port's active MTU")
+	both(&c.qps, "q", "qp", 1, "number of QPs")
+	both(txDepth, "t", "tx-depth", -1, "send queue depth (default 128 bw, 1 lat)")
+	both(&c.postList, "l", "post_list", 1, "post lists of this many send work requests at once (bandwidth tests)")
+	both(&c.outs, "o", "outs", 0, "outstanding RDMA READs/atomics (default the device maximum)")
+	both(&c.gidIndex, "x", "gid-index", 1, "GID index of the local port (goroce: 1, the GID of the bound address)")
+	both(&c.ibDev, "d", "ib-dev", verbs.DefaultDeviceName, "device name")
+	both(&c.bidir, "b", "bidirectional", false, "traffic in both directions (bandwidth tests)")
+	both(&c.atomicType, "A", "atomic_type", "FETCH_AND_ADD", "CMP_AND_SWAP or FETCH_AND_ADD")
+	both(&c.inline, "I", "inline_size", 0, "send WRITEs and SENDs up to this size inline")
+	both(&c.conn, "c", "connection", "RC", "connection type: RC, UC (WRITE and SEND tests) or UD (SEND tests)")
+	both(&c.gbits, "", "report_gbits", false, "report bandwidth in Gb/sec instead of MB/sec")
+	both(&c.cpuFreqF, "F", "", false, "accepted for perftest compatibility (no CPU frequency check here)")
+	both(&c.bind, "", "bind", "", "local IP address of the device (default: the address the TCP connection uses)")
+	both(&c.loopback, "", "loopback", false, "run server and client in this process")
+	both(loopAddrs, "", "loopback-addrs", *loopAddrs, "the server's and the client's addresses with --loopback")
+	both(&c.udpPort, "", "udp-port", verbs.DefaultUDPPort, "RoCEv2 UDP port of both devices (only goroce peers can change it)")
+	both(&c.check, "", "check", false, "validate the data end to end (goroce peers only)")
+	both(&c.json, "", "json", false, "print one JSON object per result line instead of the table")
+	both(&c.counters, "", "counters", false, "print the device's counters (rxe's hw_counters and goroce's own) at the end")
+	both(&c.busyPoll, "", "busy-poll", false, "poll completions and memory in a tight loop that also receives the device's packets (DeviceConfig.BusyPoll), never yielding the processor (lowest latency; burns a core per waiting side)")
+	both(&c.plotRef, "", "plot-ref", "", "LABEL=FILE: draw FILE's latencies (one per line, usec) in the plot's CDF as LABEL, e.g. a UDP ping-pong")
+	both(&c.plot, "", "plot", "", "write plots of bandwidth against message size (use -a) and a latency CDF to FILE.svg or FILE.png")
+}
+
+// setDefaults resolves -s, -n and -t (negative: not given) to perftest's
+// defaults for the test.
+func (c *config) setDefaults(size, iters, txDepth int) {
 	switch {
 	case size >= 0:
 		c.size, c.sizeSet = size, true
-	case t.verb == verbAtomic:
+	case c.test.verb == verbAtomic:
 		c.size = atomicSize
-	case t.lat:
+	case c.test.lat:
 		c.size = defSizeLat
 	default:
 		c.size = defSizeBW
@@ -209,7 +223,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	switch {
 	case iters >= 0:
 		c.iters = iters
-	case t.lat:
+	case c.test.lat:
 		c.iters = defItersLat
 	default:
 		c.iters = defItersBW
@@ -217,7 +231,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	switch {
 	case txDepth >= 0:
 		c.txDepth = txDepth
-	case t.lat:
+	case c.test.lat:
 		c.txDepth = defTxLat
 	default:
 		c.txDepth = defTxBW
@@ -225,7 +239,6 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	if c.iters > 0 && c.txDepth > c.iters {
 		c.txDepth = c.iters // force_dependecies
 	}
-	return c, c.validate(loopAddrs)
 }
 
 func testNames() string {
@@ -236,8 +249,22 @@ func testNames() string {
 	return strings.Join(n, ", ")
 }
 
-// validate checks what can be checked before touching the network.
+// validate checks what can be checked before touching the network, and
+// puts the connection and atomic types and the addresses in their final
+// form.
 func (c *config) validate(loopAddrs string) error {
+	if err := c.checkValues(); err != nil {
+		return err
+	}
+	if err := c.checkConnType(); err != nil {
+		return err
+	}
+	return c.checkAddrs(loopAddrs)
+}
+
+// checkValues checks the numbers and the combinations of flags, and reads
+// --plot-ref.
+func (c *config) checkValues() error {
 	switch {
 	case c.size < 1:
 		return fmt.Errorf("-s %d: the message size must be at least 1", c.size)
@@ -282,7 +309,7 @@ func (c *config) validate(loopAddrs string) error {
 		return fmt.Errorf("-D: not supported by %s yet; use -n", c.test.name)
 	case c.plotRef != "" && c.plot == "":
 		return errors.New("--plot-ref needs --plot")
-	case c.plot != "" && plotFormat(c.plot) == "":
+	case c.plot != "" && !plotFormatOK(c.plot):
 		return fmt.Errorf("--plot %s: want a .svg or .png file", c.plot)
 	}
 	if c.plotRef != "" {
@@ -296,8 +323,12 @@ func (c *config) validate(loopAddrs string) error {
 			return fmt.Errorf("-m %d: want 256, 512, 1024, 2048 or 4096", c.mtu)
 		}
 	}
-	// perftest's change_conn_type: UC has no READ or atomics, UD only
-	// SEND.
+	return nil
+}
+
+// checkConnType checks -c against the test, as perftest's change_conn_type
+// (UC has no READ or atomics, UD only SEND), and -A.
+func (c *config) checkConnType() error {
 	switch conn := strings.ToUpper(c.conn); conn {
 	case "RC":
 		c.conn = conn
@@ -322,6 +353,11 @@ func (c *config) validate(loopAddrs string) error {
 	default:
 		return fmt.Errorf("-A %s: want CMP_AND_SWAP or FETCH_AND_ADD", c.atomicType)
 	}
+	return nil
+}
+
+// checkAddrs parses --loopback-addrs and --bind.
+func (c *config) checkAddrs(loopAddrs string) error {
 	if c.loopback {
 		if c.host != "" {
 			return errors.New("--loopback runs both sides: no server host")

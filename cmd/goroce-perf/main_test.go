@@ -184,7 +184,7 @@ func TestLoopbackAll(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	checkPlot(t, plot, 1+maxCDFCurves)
+	checkPlot(t, plot, 1+6) // the bandwidth, and the CDFs of six of the sizes
 	sizes := map[string][]float64{}
 	for _, l := range jsonLines(t, out) {
 		sizes[l["side"].(string)] = append(sizes[l["side"].(string)], l["bytes"].(float64))

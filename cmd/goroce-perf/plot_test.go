@@ -10,13 +10,15 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/plot"
 )
 
 // plotResults makes results for the sizes 2^lo to 2^hi, each with
-// samples latencies (none if 0) that grow with the size, so that the CDF
-// curves are apart.
+// samples latencies (none if 0) that grow with the size.
 func plotResults(lo, hi, samples int) []result {
 	var rs []result
 	for e := lo; e <= hi; e++ {
@@ -32,47 +34,59 @@ func plotResults(lo, hi, samples int) []result {
 	return rs
 }
 
-func TestPlotFormats(t *testing.T) {
-	nanPoint := plotResults(10, 14, 100)
-	nanPoint[2].bwAvg = math.NaN()
+// The chart names the test, the side and the connection, plots the
+// bandwidth or (latency tests) the typical latency, and names the latency
+// the test measures.
+func TestPlotChart(t *testing.T) {
+	results := plotResults(3, 5, 10)
 	for _, tc := range []struct {
-		name    string
-		args    []string
-		results []result
-		cdfs    int // CDF curves drawn
+		args               []string
+		title, value, what string
+		values             func(result) float64
 	}{
-		{"bandwidth, every size", []string{"write_bw", "-a"}, plotResults(1, runAllMaxPow, 1000), maxCDFCurves},
-		{"bandwidth in Gb/sec, three sizes", []string{"read_bw", "-a", "--report_gbits"}, plotResults(12, 14, 50), 3},
-		{"latency, one size", []string{"send_lat"}, plotResults(1, 1, 1000), 1},
-		{"no latency samples", []string{"send_bw", "-a"}, plotResults(1, 8, 0), 0},
-		{"a point that is not a number", []string{"write_bw", "-a"}, nanPoint, 5},
+		{[]string{"write_bw"}, "goroce-perf write_bw (client, RC)", "BW average [MB/sec]", "latency, post to completion [usec]",
+			func(r result) float64 { return r.bwAvg }},
+		{[]string{"read_bw", "--report_gbits", "-c", "RC"}, "goroce-perf read_bw (client, RC)", "BW average [Gb/sec]", "latency, post to completion [usec]",
+			func(r result) float64 { return r.bwAvg }},
+		{[]string{"send_lat", "-c", "UD"}, "goroce-perf send_lat (client, UD)", "t_typical [usec]", "latency, half round trip [usec]",
+			func(r result) float64 { return r.tTyp }},
+		{[]string{"write_lat", "-c", "UC"}, "goroce-perf write_lat (client, UC)", "t_typical [usec]", "latency, half round trip [usec]",
+			func(r result) float64 { return r.tTyp }},
+		{[]string{"read_lat"}, "goroce-perf read_lat (client, RC)", "t_typical [usec]", "latency, round trip [usec]",
+			func(r result) float64 { return r.tTyp }},
+		{[]string{"atomic_lat"}, "goroce-perf atomic_lat (client, RC)", "t_typical [usec]", "latency, round trip [usec]",
+			func(r result) float64 { return r.tTyp }},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := parseArgs(tc.args, io.Discard)
-			if err != nil {
-				t.Fatal(err)
+		cfg, err := parseArgs(tc.args, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := plotChart(cfg, "client", results, nil)
+		if c.Title != tc.title || c.ValueName != tc.value || c.LatencyName != tc.what {
+			t.Errorf("%v: %q, %q, %q; want %q, %q, %q", tc.args, c.Title, c.ValueName, c.LatencyName, tc.title, tc.value, tc.what)
+		}
+		if len(c.Series) != len(results) {
+			t.Fatalf("%v: %d series, want %d", tc.args, len(c.Series), len(results))
+		}
+		for i, s := range c.Series {
+			r := results[i]
+			if s.Size != r.size || s.Value != tc.values(r) || len(s.Latencies) != len(r.samples) {
+				t.Errorf("%v: series %d is %d B, %v, %d latencies; want %d B, %v, %d", tc.args, i,
+					s.Size, s.Value, len(s.Latencies), r.size, tc.values(r), len(r.samples))
 			}
-			dir := t.TempDir()
-			svg, pngPath := filepath.Join(dir, "p.svg"), filepath.Join(dir, "p.PNG")
-			for _, p := range []string{svg, pngPath} {
-				if err := writePlot(p, cfg, "client", tc.results); err != nil {
-					t.Fatal(err)
-				}
-			}
-			checkPlot(t, svg, 1+tc.cdfs)
-			if b, _ := os.ReadFile(svg); bytes.Contains(b, []byte("NaN")) {
-				t.Error("the SVG has a NaN coordinate")
-			}
-			checkPNG(t, pngPath, tc.cdfs)
-		})
+		}
 	}
 }
 
-// checkPNG checks that the PNG is the plot's size, with the frames, the
-// bandwidth curve in the left panel, the first cdfs curve colours and no
-// others in the right one, and text under the panels.
-func checkPNG(t *testing.T, path string, cdfs int) {
-	t.Helper()
+// The PNG from a real run: the client's plot of a loopback read_lat, one
+// size, so one CDF curve in the first series colour and none in the others.
+func TestLoopbackPlotPNG(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "read_lat.png")
+	code, _, errs := runCmd(t, 60*time.Second, "read_lat", "-n", "50", "--loopback",
+		"--loopback-addrs", loopAddrs(40), "-p", "0", "--plot", path)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -82,113 +96,32 @@ func checkPNG(t *testing.T, path string, cdfs int) {
 	if err != nil {
 		t.Fatalf("plot: %v", err)
 	}
-	if got := img.Bounds(); got != image.Rect(0, 0, plotW, plotH) {
-		t.Fatalf("plot is %v, want %dx%d", got, plotW, plotH)
+	if got := img.Bounds(); got != image.Rect(0, 0, plot.Width, plot.Height) {
+		t.Fatalf("plot is %v, want %dx%d", got, plot.Width, plot.Height)
 	}
-	left := image.Rect(plotLeftMargin, panelY, plotLeftMargin+panelW, panelY+panelH)
-	right := left.Add(image.Pt(plotPanelOffset, 0))
 	rgba := image.NewRGBA(img.Bounds())
 	draw.Draw(rgba, rgba.Bounds(), img, image.Point{}, draw.Src)
-	count := func(r image.Rectangle, c color.RGBA) int {
-		n := 0
-		for y := r.Min.Y; y < r.Max.Y; y++ {
-			for x := r.Min.X; x < r.Max.X; x++ {
-				if rgba.RGBAAt(x, y) == c {
-					n++
-				}
-			}
-		}
-		return n
-	}
-	// A 2 pixel line leaves whole pixels of its colour all along it; a
-	// single point is a dot of radius 3.
-	const minPixels = 10
-	if n := count(left, plotColors[0]); n < minPixels {
-		t.Errorf("bandwidth curve: %d pixels of %v in the left panel, want at least %d", n, plotColors[0], minPixels)
-	}
-	for i, c := range plotColors[1:] {
-		if n := count(left, c); n != 0 {
-			t.Errorf("%d pixels of CDF colour %d in the left panel", n, i+1)
+	// The right half holds the CDF panel and its legend.
+	n := map[color.RGBA]int{}
+	for y := range plot.Height {
+		for x := plot.Width / 2; x < plot.Width; x++ {
+			n[rgba.RGBAAt(x, y)]++
 		}
 	}
-	for i, c := range plotColors {
-		n := count(right, c)
-		switch {
-		case i < cdfs && n < minPixels:
-			t.Errorf("CDF %d: %d pixels of %v in the right panel, want at least %d", i, n, c, minPixels)
-		case i >= cdfs && n != 0:
-			t.Errorf("%d pixels of %v in the right panel, which has %d CDF curves", n, c, cdfs)
-		}
+	if got := n[plot.SeriesColor(0)]; got < 100 {
+		t.Errorf("%d pixels of the first CDF's colour in the right half, want a curve", got)
 	}
-	// The frame's top edge (under the curves that reach the top here and
-	// there), and tick labels (black) below each panel.
-	for _, r := range []image.Rectangle{left, right} {
-		if cdfs == 0 && r == right {
-			continue
-		}
-		if n := count(image.Rect(r.Min.X+1, r.Min.Y, r.Max.X-1, r.Min.Y+1), plotAxisColor); n < panelW/2 {
-			t.Errorf("frame at %v: %d pixels of the axis colour along the top, want at least %d", r, n, panelW/2)
-		}
-		if n := count(image.Rect(r.Min.X-20, r.Max.Y+2, r.Max.X+20, r.Max.Y+45), plotTextColor); n < 50 {
-			t.Errorf("panel at %v: %d text pixels under it", r, n)
+	for i := 1; i < 6; i++ {
+		if got := n[plot.SeriesColor(i)]; got != 0 {
+			t.Errorf("%d pixels of CDF colour %d in the right half, want one CDF", got, i)
 		}
 	}
 }
 
-func TestPlotFormat(t *testing.T) {
-	for _, tc := range []struct{ path, want string }{
-		{"bw.svg", "svg"},
-		{"dir.png/BW.SVG", "svg"},
-		{"bw.png", "png"},
-		{"/tmp/bw.Png", "png"},
-		{"bw.pdf", ""},
-		{"bw.svg.gz", ""},
-		{"png", ""},
-		{"", ""},
-	} {
-		if got := plotFormat(tc.path); got != tc.want {
-			t.Errorf("plotFormat(%q) = %q, want %q", tc.path, got, tc.want)
-		}
-	}
-}
-
-func TestTickLabel(t *testing.T) {
-	for _, tc := range []struct {
-		v    float64
-		want string
-	}{
-		{0, "0"},
-		{0.25, "0.25"},
-		{0.05 * 3 / 4, "0.0375"},
-		{15000, "15000"},
-		{20000, "20000"},
-		{1234567, "1235000"},
-		{2e10, "2e+10"},
-		{1e-5, "1e-05"},
-	} {
-		if got := tickLabel(tc.v); got != tc.want {
-			t.Errorf("tickLabel(%v) = %q, want %q", tc.v, got, tc.want)
-		}
-	}
-}
-
-// The PNG from a real run: the client's plot of a loopback read_lat.
-func TestLoopbackPlotPNG(t *testing.T) {
-	plot := filepath.Join(t.TempDir(), "read_lat.png")
-	code, _, errs := runCmd(t, 60*time.Second, "read_lat", "-n", "50", "--loopback",
-		"--loopback-addrs", loopAddrs(40), "-p", "0", "--plot", plot)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
-	checkPNG(t, plot, 1)
-}
-
-// A reference distribution (--plot-ref) is one more CDF curve, labelled,
-// and widens the latency axis to hold it.
+// A reference distribution (--plot-ref) is one more CDF curve, labelled.
 func TestPlotRef(t *testing.T) {
 	dir := t.TempDir()
 	ref := filepath.Join(dir, "udp.txt")
-	// Far slower than plotResults' samples: the axis must reach 10^4.
 	if err := os.WriteFile(ref, []byte("# sockperf\n5000\n\n7000.5\n9000\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -205,28 +138,43 @@ func TestPlotRef(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{">kernel UDP<", ">10000<"} {
-		if !bytes.Contains(b, []byte(want)) {
-			t.Errorf("the SVG lacks %q", want)
-		}
+	if !bytes.Contains(b, []byte(">kernel UDP<")) {
+		t.Error("the SVG lacks the reference's label")
+	}
+}
+
+func TestWritePlotRejects(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := parseArgs([]string{"write_bw"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writePlot(filepath.Join(dir, "p.svg"), cfg, "server", nil); err == nil || err.Error() != "--plot: the server has no results to plot" {
+		t.Errorf("no results: %v", err)
+	}
+	if err := writePlot(filepath.Join(dir, "p.pdf"), cfg, "client", plotResults(3, 3, 1)); err == nil || !strings.Contains(err.Error(), "want a .svg or .png file") {
+		t.Errorf("a PDF: %v", err)
 	}
 }
 
 func TestLoadPlotRefRejects(t *testing.T) {
 	dir := t.TempDir()
-	for _, tc := range []struct{ content, want string }{
-		{"", "no latencies"},
-		{"# only a comment\n", "no latencies"},
-		{"12\nabc\n", ":2: \"abc\""},
-		{"-3\n", "not a latency"},
-		{"NaN\n", "not a latency"},
+	f := filepath.Join(dir, "r.txt")
+	for _, tc := range []struct{ arg, content, want string }{
+		{"x=" + f, "", "--plot-ref " + f + ": no latencies"},
+		{"x=" + f, "# only a comment\n", "no latencies"},
+		{"x=" + f, "12\nabc\n", "--plot-ref " + f + ":2: \"abc\""},
+		{"x=" + f, "-3\n", "not a latency"},
+		{"x=" + f, "NaN\n", "not a latency"},
+		{f, "1\n", "want LABEL=FILE"},
+		{"=" + f, "1\n", "want LABEL=FILE"},
+		{"x=" + filepath.Join(dir, "none.txt"), "1\n", "--plot-ref: open "},
 	} {
-		f := filepath.Join(dir, "r.txt")
 		if err := os.WriteFile(f, []byte(tc.content), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := loadPlotRef("x=" + f); err == nil || !bytes.Contains([]byte(err.Error()), []byte(tc.want)) {
-			t.Errorf("%q: error %v, want %q", tc.content, err, tc.want)
+		if _, err := loadPlotRef(tc.arg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %q: error %v, want %q", tc.arg, tc.content, err, tc.want)
 		}
 	}
 }

@@ -57,9 +57,16 @@ func (s *side) ctx(parent context.Context) (context.Context, context.CancelFunc)
 	return context.WithTimeout(parent, exchangeTimeout)
 }
 
-// run drives the whole test on an accepted or dialed connection, following
-// perftest's order of exchanges for the test (oob.PerftestSequence), and
-// releases everything before returning.
+// run drives the whole test on an accepted or dialed connection and
+// releases everything before returning. It reads as perftest's exchange
+// (oob.PerftestSequence), one method per step:
+//
+//	negotiate      versions, system data, MTU: what the resources are made with
+//	initResources  buffer, MR, CQs, QPs in INIT, and this side's key lines
+//	exchangeKeys   key lines, QPs to RTR and RTS, key lines again
+//	measure        barriers, traffic per size and reports, as the test has them
+//	checkData      --check: what the traffic left in this side's memory
+//	closeConn      the closing barrier, and close
 func (s *side) run(ctx context.Context, nc net.Conn) (err error) {
 	pc, err := oob.NewPerftestConn(nc, oob.PerftestConfig{Role: s.role})
 	if err != nil {
@@ -77,222 +84,275 @@ func (s *side) run(ctx context.Context, nc net.Conn) (err error) {
 			_ = pc.Close(context.Background()) // after an error: only closes
 		}
 	}()
-	if s.dev == nil {
-		if !s.addr.IsValid() {
-			ap, perr := netip.ParseAddrPort(nc.LocalAddr().String())
-			if perr != nil {
-				return fmt.Errorf("local address of the TCP connection: %v", perr)
-			}
-			s.addr = ap.Addr().Unmap()
-		}
-		if err := s.openDevice(); err != nil {
-			return err
-		}
-	}
-
-	// versions, sysdata, mtu
-	if err := s.step(ctx, func(c context.Context) error {
-		rv, err := pc.ExchangeVersions(c)
-		s.agree.RemoteVersion = rv
-		return err
-	}); err != nil {
+	if err := s.openDeviceFor(nc); err != nil {
 		return err
 	}
-	local := oob.SysData{CycleBuffer: defPageSize, CacheLineSize: defCacheLine}
-	if err := s.step(ctx, func(c context.Context) error {
-		remote, err := pc.ExchangeSysData(c, local)
-		s.agree.SysData = local
-		if remote != (oob.SysData{}) {
-			s.agree.SysData = local.Max(remote)
-		}
+	if err := s.negotiate(ctx); err != nil {
 		return err
-	}); err != nil {
-		return err
-	}
-	if err := s.step(ctx, func(c context.Context) error {
-		remote, err := pc.ExchangeMTU(c, oob.MTU(s.mtu))
-		if err == nil {
-			s.mtu = verbs.MTU(min(oob.MTU(s.mtu), remote))
-		}
-		return err
-	}); err != nil {
-		return err
-	}
-	if c := s.cfg; c.conn == "UD" && c.sizeSet && !c.all && c.size > s.mtu.Bytes() {
-		// check_mtu: a datagram is one packet.
-		return fmt.Errorf("-s %d: a UD message cannot be larger than the MTU (%d)", c.size, s.mtu.Bytes())
 	}
 	if err := s.initResources(); err != nil {
 		return err
 	}
 	s.printBanner()
-
-	t := s.cfg.test
-	dests := func() error {
-		return s.step(ctx, func(c context.Context) error {
-			r, err := pc.ExchangeDests(c, s.local)
-			s.remote = r
-			return err
-		})
-	}
-	barrier := func() error { return s.step(ctx, pc.Barrier) }
-	if t.lat && t.verb != verbSend {
-		// The latency tests exchange QP 0's line once more first.
-		if err := s.step(ctx, func(c context.Context) error {
-			_, err := pc.ExchangeDest(c, s.local[0])
-			return err
-		}); err != nil {
-			return err
-		}
-	}
-	if err := dests(); err != nil {
-		return err
-	}
-	if err := s.connect(); err != nil {
-		return err
-	}
-	if t.verb == verbSend {
-		if err := barrier(); err != nil {
-			return err
-		}
-	}
-	if err := dests(); err != nil {
+	if err := s.exchangeKeys(ctx); err != nil {
 		return err
 	}
 	s.printAddresses()
 	if err := s.fillForCheck(); err != nil {
 		return err
 	}
+	if err := s.measure(ctx); err != nil {
+		return err
+	}
+	if err := s.checkData(); err != nil {
+		return err
+	}
+	s.printLine()
+	return s.closeConn(ctx)
+}
 
+// openDeviceFor opens the device, unless the caller has, on the address
+// the out-of-band connection nc uses unless --bind named one.
+func (s *side) openDeviceFor(nc net.Conn) error {
+	if s.dev != nil {
+		return nil
+	}
+	if !s.addr.IsValid() {
+		ap, err := netip.ParseAddrPort(nc.LocalAddr().String())
+		if err != nil {
+			return fmt.Errorf("local address of the TCP connection: %v", err)
+		}
+		s.addr = ap.Addr().Unmap()
+	}
+	return s.openDevice()
+}
+
+// negotiate runs the exchanges that settle the parameters both sides
+// create their resources with: exchange_versions, check_sys_data and
+// check_mtu.
+func (s *side) negotiate(ctx context.Context) error {
+	if err := s.step(ctx, s.exchangeVersions); err != nil {
+		return err
+	}
+	if err := s.step(ctx, s.exchangeSysData); err != nil {
+		return err
+	}
+	return s.step(ctx, s.exchangeMTU)
+}
+
+// exchangeVersions trades the version blocks; the peer's decides the
+// format of what follows.
+func (s *side) exchangeVersions(ctx context.Context) error {
+	rv, err := s.pc.ExchangeVersions(ctx)
+	s.agree.RemoteVersion = rv
+	return err
+}
+
+// exchangeSysData trades the page and cache line sizes; both sides take
+// the larger of each (a peer too old to send them leaves ours).
+func (s *side) exchangeSysData(ctx context.Context) error {
+	local := oob.SysData{CycleBuffer: defPageSize, CacheLineSize: defCacheLine}
+	remote, err := s.pc.ExchangeSysData(ctx, local)
+	s.agree.SysData = local
+	if remote != (oob.SysData{}) {
+		s.agree.SysData = local.Max(remote)
+	}
+	return err
+}
+
+// exchangeMTU trades the active MTUs; both sides take the smaller. A UD
+// datagram is one packet: an explicit -s above it is an error.
+func (s *side) exchangeMTU(ctx context.Context) error {
+	remote, err := s.pc.ExchangeMTU(ctx, oob.MTU(s.mtu))
+	if err != nil {
+		return err
+	}
+	s.mtu = verbs.MTU(min(oob.MTU(s.mtu), remote))
+	if c := s.cfg; c.conn == "UD" && c.sizeSet && !c.all && c.size > s.mtu.Bytes() {
+		return fmt.Errorf("-s %d: a UD message cannot be larger than the MTU (%d)", c.size, s.mtu.Bytes())
+	}
+	return nil
+}
+
+// exchangeKeys trades the QPs' key lines (ctx_hand_shake), moves the QPs
+// to RTR and RTS toward the peer's (ctx_connect) and trades the lines
+// again. The latency tests other than ib_send_lat trade QP 0's line once
+// more first; the send tests meet at a barrier after connecting.
+func (s *side) exchangeKeys(ctx context.Context) error {
+	t := s.cfg.test
+	if t.lat && t.verb != verbSend {
+		if err := s.step(ctx, s.exchangeFirstDest); err != nil {
+			return err
+		}
+	}
+	if err := s.step(ctx, s.exchangeDests); err != nil {
+		return err
+	}
+	if err := s.connect(); err != nil {
+		return err
+	}
+	if t.verb == verbSend {
+		if err := s.barrier(ctx); err != nil {
+			return err
+		}
+	}
+	return s.step(ctx, s.exchangeDests)
+}
+
+// exchangeFirstDest trades QP 0's key line, which the latency tests do
+// before the others; the peer's is traded again with them.
+func (s *side) exchangeFirstDest(ctx context.Context) error {
+	_, err := s.pc.ExchangeDest(ctx, s.local[0])
+	return err
+}
+
+// exchangeDests trades the key lines of every QP, recording the peer's.
+func (s *side) exchangeDests(ctx context.Context) error {
+	r, err := s.pc.ExchangeDests(ctx, s.local)
+	s.remote = r
+	return err
+}
+
+// barrier is a ctx_hand_shake that only synchronises, under the exchange
+// timeout.
+func (s *side) barrier(ctx context.Context) error { return s.step(ctx, s.pc.Barrier) }
+
+// measure runs the traffic of each message size between the barriers and
+// the report exchanges of the test's kind, printing the table header
+// first.
+func (s *side) measure(ctx context.Context) error {
+	t := s.cfg.test
 	switch {
 	case t.verb == verbSend:
-		// prepare barrier traffic, per size (-a adds a barrier after
-		// each size), then close.
-		s.printTableHeader()
-		for _, size := range s.sizes() {
-			if err := s.prepareRecvs(size); err != nil {
-				return err
-			}
-			if err := barrier(); err != nil {
-				return err
-			}
-			if err := s.traffic(ctx, size); err != nil {
-				return err
-			}
-			if s.cfg.bidir {
-				if err := s.exchangeDuplex(ctx); err != nil {
-					return err
-				}
-			}
-			if s.cfg.all && !t.lat {
-				if err := barrier(); err != nil {
-					return err
-				}
-			}
-		}
-		if err := s.checkData(); err != nil {
-			return err
-		}
-		s.printLine()
-		return s.closeConn(ctx)
-
+		return s.measureSend(ctx)
 	case !t.lat && s.cfg.bidir:
-		// Both sides run traffic: barrier, then per size barrier
-		// traffic (barrier with -a) report, then close; each side
-		// prints the sum of both directions.
-		if err := barrier(); err != nil {
+		return s.measureBidirBW(ctx)
+	case !t.lat:
+		return s.measureBW(ctx)
+	default:
+		return s.measureLat(ctx)
+	}
+}
+
+// measureSend is the send tests' part, ib_send_bw's and ib_send_lat's: per
+// size the receives posted, a barrier and the traffic (a report exchange
+// after it with -b, another barrier after it with -a in ib_send_bw).
+func (s *side) measureSend(ctx context.Context) error {
+	s.printTableHeader()
+	for _, size := range s.sizes() {
+		if err := s.prepareRecvs(size); err != nil {
 			return err
 		}
-		s.printTableHeader()
-		for _, size := range s.sizes() {
-			if err := barrier(); err != nil {
-				return err
-			}
-			if err := s.traffic(ctx, size); err != nil {
-				return err
-			}
-			if s.cfg.all {
-				if err := barrier(); err != nil {
-					return err
-				}
-			}
+		if err := s.barrier(ctx); err != nil {
+			return err
+		}
+		if err := s.traffic(ctx, size); err != nil {
+			return err
+		}
+		if s.cfg.bidir {
 			if err := s.exchangeDuplex(ctx); err != nil {
 				return err
 			}
 		}
-		if err := s.checkData(); err != nil {
-			return err
-		}
-		s.printLine()
-		return s.closeConn(ctx)
-
-	case !t.lat:
-		// WRITE, READ, atomic bandwidth: barrier traffic barrier report
-		// close. The server is passive and prints the client's report.
-		if err := barrier(); err != nil {
-			return err
-		}
-		s.printTableHeader()
-		cpu0 := cpuTime()
-		if s.role == oob.Client {
-			for _, size := range s.sizes() {
-				if err := s.traffic(ctx, size); err != nil {
-					return err
-				}
+		if s.cfg.all && !s.cfg.test.lat {
+			if err := s.barrier(ctx); err != nil {
+				return err
 			}
 		}
-		// The passive server waits here while the client runs.
-		if err := s.step(ctx, func(context.Context) error { return pc.Barrier(ctx) }); err != nil {
-			return err
-		}
-		cpu := cpuTime() - cpu0
-		var mine oob.BWReport
-		if n := len(s.results); n > 0 {
-			mine = s.results[n-1].bwReport()
-		}
-		var theirs oob.BWReport
-		if err := s.step(ctx, func(c context.Context) error {
-			var err error
-			theirs, err = pc.ExchangeBWReport(c, mine)
-			return err
-		}); err != nil {
-			return err
-		}
-		if s.role == oob.Server {
-			s.addRemoteResult(theirs, cpu)
-		}
-		if err := s.checkData(); err != nil {
-			return err
-		}
-		s.printLine()
-		return s.closeConn(ctx)
-
-	default:
-		// Latency: barrier traffic (per size), then close, except that
-		// ib_write_lat just closes the socket.
-		if err := barrier(); err != nil {
-			return err
-		}
-		s.printTableHeader()
-		if t.verb == verbWrite || s.role == oob.Client {
-			for _, size := range s.sizes() {
-				if err := s.traffic(ctx, size); err != nil {
-					return err
-				}
-			}
-		}
-		if err := s.checkData(); err != nil {
-			return err
-		}
-		s.printLine()
-		if t.verb == verbWrite {
-			// ib_write_lat closes the socket without a last barrier.
-			pc := s.pc
-			s.pc = nil
-			return pc.NetConn().Close()
-		}
-		return s.closeConn(ctx)
 	}
+	return nil
+}
+
+// measureBidirBW is the bidirectional WRITE, READ and atomic bandwidth
+// tests' part, where both sides run traffic: a barrier, then per size a
+// barrier, the traffic (a barrier after it with -a) and a report exchange;
+// each side prints the sum of both directions.
+func (s *side) measureBidirBW(ctx context.Context) error {
+	if err := s.barrier(ctx); err != nil {
+		return err
+	}
+	s.printTableHeader()
+	for _, size := range s.sizes() {
+		if err := s.barrier(ctx); err != nil {
+			return err
+		}
+		if err := s.traffic(ctx, size); err != nil {
+			return err
+		}
+		if s.cfg.all {
+			if err := s.barrier(ctx); err != nil {
+				return err
+			}
+		}
+		if err := s.exchangeDuplex(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// measureBW is the one-way WRITE, READ and atomic bandwidth tests' part: a
+// barrier, the client's traffic of every size, a barrier and the report
+// exchange. The server is passive and prints the client's report.
+func (s *side) measureBW(ctx context.Context) error {
+	if err := s.barrier(ctx); err != nil {
+		return err
+	}
+	s.printTableHeader()
+	cpu0 := cpuTime()
+	if s.role == oob.Client {
+		for _, size := range s.sizes() {
+			if err := s.traffic(ctx, size); err != nil {
+				return err
+			}
+		}
+	}
+	// The passive server waits here while the client runs: no exchange
+	// timeout.
+	if err := s.pc.Barrier(ctx); err != nil {
+		return err
+	}
+	return s.exchangeReport(ctx, cpuTime()-cpu0)
+}
+
+// exchangeReport is xchg_bw_reports after a one-way bandwidth run: each
+// side sends its last result (the passive server's is empty), and the
+// server adds the client's to its table, with its own CPU time.
+func (s *side) exchangeReport(ctx context.Context, cpu time.Duration) error {
+	var mine oob.BWReport
+	if n := len(s.results); n > 0 {
+		mine = s.results[n-1].bwReport()
+	}
+	var theirs oob.BWReport
+	if err := s.step(ctx, func(c context.Context) error {
+		var err error
+		theirs, err = s.pc.ExchangeBWReport(c, mine)
+		return err
+	}); err != nil {
+		return err
+	}
+	if s.role == oob.Server {
+		s.addRemoteResult(theirs, cpu)
+	}
+	return nil
+}
+
+// measureLat is the part of ib_write_lat, ib_read_lat and ib_atomic_lat:
+// a barrier, then the traffic of each size, on both sides in ib_write_lat,
+// on the client only in the others (the server's QP answers by itself).
+func (s *side) measureLat(ctx context.Context) error {
+	if err := s.barrier(ctx); err != nil {
+		return err
+	}
+	s.printTableHeader()
+	if s.cfg.test.verb == verbWrite || s.role == oob.Client {
+		for _, size := range s.sizes() {
+			if err := s.traffic(ctx, size); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // exchangeDuplex exchanges the last size's report with the peer, in a
@@ -326,300 +386,22 @@ func (s *side) step(ctx context.Context, f func(context.Context) error) error {
 	return f(c)
 }
 
-// closeConn runs perftest's closing barrier and closes the connection.
-// The server of ib_read_lat and ib_atomic_lat reaches it at once and waits
+// closeConn runs perftest's closing barrier and closes the connection;
+// ib_write_lat closes the socket without a last barrier. The server of
+// ib_read_lat and ib_atomic_lat reaches the barrier at once and waits
 // there for the whole run of the client, so it waits without the exchange
 // timeout.
 func (s *side) closeConn(ctx context.Context) error {
 	pc := s.pc
 	s.pc = nil
 	t := s.cfg.test
-	if s.role == oob.Server && t.lat && (t.verb == verbRead || t.verb == verbAtomic) {
+	switch {
+	case t.lat && t.verb == verbWrite:
+		return pc.NetConn().Close()
+	case s.role == oob.Server && t.lat && (t.verb == verbRead || t.verb == verbAtomic):
 		return pc.Close(ctx)
 	}
 	c, cancel := s.ctx(ctx)
 	defer cancel()
 	return pc.Close(c)
-}
-
-// openDevice opens the device on s.addr, with the MTU asked for.
-func (s *side) openDevice() error {
-	// Busy polling drives the device's receive path from the polling
-	// loop (DeviceConfig.BusyPoll): with two spinning sides on two
-	// cores, nothing else would run the devices' receive goroutines.
-	cfg := verbs.DeviceConfig{Name: s.cfg.ibDev, Addr: s.addr, Port: uint16(s.cfg.udpPort), BusyPoll: s.cfg.busyPoll}
-	if s.cfg.mtu != 0 {
-		cfg.MTU = verbs.MTUFromBytes(s.cfg.mtu)
-	}
-	dev, err := verbs.Open(cfg)
-	if err != nil {
-		return err
-	}
-	s.dev = dev
-	pa, err := dev.QueryPort(1)
-	if err != nil {
-		return err
-	}
-	s.mtu = pa.ActiveMTU
-	return checkLimits(s.cfg, dev)
-}
-
-// checkLimits refuses a run the device cannot do, before any traffic.
-func checkLimits(cfg *config, dev *verbs.Device) error {
-	pa, err := dev.QueryPort(1)
-	if err != nil {
-		return err
-	}
-	da := dev.Query()
-	if ms := cfg.maxSize(); uint64(ms) > uint64(pa.MaxMsgSize) {
-		return fmt.Errorf("message size %d is above the device's max_msg_sz %d", ms, pa.MaxMsgSize)
-	}
-	if cfg.inline > da.MaxInlineData {
-		return fmt.Errorf("-I %d: above the device's max inline data %d", cfg.inline, da.MaxInlineData)
-	}
-	if cfg.txDepth > da.MaxQPWR {
-		return fmt.Errorf("-t %d: above the device's max_qp_wr %d", cfg.txDepth, da.MaxQPWR)
-	}
-	if cfg.qps > da.MaxQP {
-		return fmt.Errorf("-q %d: above the device's max_qp %d", cfg.qps, da.MaxQP)
-	}
-	return nil
-}
-
-const qpAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
-
-// initResources creates the buffer, MR, CQs and QPs (moved to INIT) and
-// the local Dests, laid out as perftest does: per QP one slot of BUFF_SIZE
-// bytes to send from (QP i at i×slot) and one the peer targets (at
-// (qps+i)×slot), a slot being the largest message rounded up to the
-// agreed cycle buffer.
-func (s *side) initResources() error {
-	cfg := s.cfg
-	da := s.dev.Query()
-	s.outs = 1
-	if cfg.test.verb == verbRead || cfg.test.verb == verbAtomic {
-		s.outs = da.MaxQPInitRdAtom
-		if cfg.outs > 0 {
-			s.outs = min(cfg.outs, da.MaxQPInitRdAtom)
-		}
-	}
-	cycle := max(int(s.agree.SysData.CycleBuffer), defPageSize)
-	s.slot = (max(s.maxSize()+s.recvExtra(), cycle) + cycle - 1) / cycle * cycle
-	total := 2 * cfg.qps * s.slot
-	if uint64(total) > da.MaxMRSize {
-		return fmt.Errorf("buffer of %d bytes is above the device's max_mr_size", total)
-	}
-
-	pd, err := s.dev.AllocPD()
-	if err != nil {
-		return err
-	}
-	s.pd = pd
-	s.buf = make([]byte, total)
-	start := time.Now()
-	s.mr, err = pd.RegMR(s.buf, qpAccess)
-	s.regTime = time.Since(start)
-	if err != nil {
-		return err
-	}
-	rx := 0
-	if cfg.test.verb == verbSend {
-		rx = cfg.rxDepth()
-	}
-	s.cq, err = s.dev.CreateCQ(cfg.qps*cfg.txDepth+1, nil, 0)
-	if err != nil {
-		return err
-	}
-	s.rcq, err = s.dev.CreateCQ(cfg.qps*max(rx, 1)+1, nil, 0)
-	if err != nil {
-		return err
-	}
-	// INIT as ctx_modify_qp_to_init: a UD QP gets its Q_Key, the others
-	// their access flags (a UC QP only those UC has).
-	qpType := verbs.QPTypeRC
-	init := verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QPAccessFlags: qpAccess}
-	initMask := verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags
-	switch cfg.conn {
-	case "UC":
-		qpType = verbs.QPTypeUC
-		init.QPAccessFlags = verbs.AccessLocalWrite | verbs.AccessRemoteWrite
-	case "UD":
-		qpType = verbs.QPTypeUD
-		init.QPAccessFlags, init.QKey = 0, udQKey
-		initMask = verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey
-	}
-	for range cfg.qps {
-		qp, err := pd.CreateQP(verbs.QPInitAttr{QPType: qpType, SendCQ: s.cq, RecvCQ: s.rcq,
-			Cap: verbs.QPCap{MaxSendWR: cfg.txDepth, MaxRecvWR: max(rx, 1), MaxSendSGE: 1, MaxRecvSGE: 1,
-				MaxInlineData: cfg.inline}})
-		if err != nil {
-			return err
-		}
-		s.qps = append(s.qps, qp)
-		if err := qp.Modify(&init, initMask); err != nil {
-			return err
-		}
-	}
-	gid, err := s.dev.QueryGID(1, cfg.gidIndex)
-	if err != nil {
-		return err
-	}
-	for i, qp := range s.qps {
-		s.local = append(s.local, oob.Dest{
-			OutReads: uint16(s.outs),
-			QPN:      qp.QPN(),
-			PSN:      randPSN(),
-			RKey:     s.mr.RKey(),
-			VAddr:    s.mr.IOVA() + uint64((cfg.qps+i)*s.slot),
-			GID:      gid,
-		})
-	}
-	return nil
-}
-
-// connect moves every QP to RTR and RTS toward the peer's Dests, with
-// perftest's attributes (ctx_connect).
-func (s *side) connect() error {
-	switch s.cfg.conn {
-	case "UC":
-		return s.connectUC()
-	case "UD":
-		return s.connectUD()
-	}
-	da := s.dev.Query()
-	for i, qp := range s.qps {
-		r := s.remote[i]
-		rdAtomic := 1
-		if s.outs > 1 {
-			rdAtomic = max(1, min(s.outs, int(r.OutReads)))
-		}
-		if err := qp.Modify(&verbs.QPAttr{
-			QPState: verbs.QPStateRTR, PathMTU: s.mtu, DestQPNum: r.QPN, RQPSN: r.PSN,
-			MaxDestRdAtomic: da.MaxQPRdAtom, MinRNRTimer: defMinRNRTimer,
-			AHAttr: verbs.AddressVector{DGID: verbs.GID(r.GID), SGIDIndex: s.cfg.gidIndex, HopLimit: defHopLimit,
-				IsGlobal: true, PortNum: 1, UDPPort: uint16(s.cfg.udpPort)},
-		}, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
-			return fmt.Errorf("QP %d to RTR: %w", i, err)
-		}
-		if err := qp.Modify(&verbs.QPAttr{
-			QPState: verbs.QPStateRTS, SQPSN: s.local[i].PSN, Timeout: defQPTimeout,
-			RetryCnt: defRetryCount, RNRRetry: defRNRRetry, MaxRdAtomic: rdAtomic,
-		}, verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|
-			verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic); err != nil {
-			return fmt.Errorf("QP %d to RTS: %w", i, err)
-		}
-		s.outs = rdAtomic
-	}
-	return nil
-}
-
-// teardown releases the resources, timing the deregistration.
-func (s *side) teardown() error {
-	if s.pc != nil {
-		_ = s.pc.Close(context.Background())
-		s.pc = nil
-	}
-	if s.dev == nil {
-		return nil
-	}
-	var errs []error
-	for _, qp := range s.qps {
-		errs = append(errs, qp.Destroy())
-	}
-	for _, ah := range s.ahs {
-		errs = append(errs, ah.Destroy())
-	}
-	if s.mr != nil {
-		start := time.Now()
-		errs = append(errs, s.mr.Dereg())
-		s.deregTime = time.Since(start)
-	}
-	errs = append(errs, s.dev.Close())
-	// Destroyed QPs leave their counters in the device's: read now, they
-	// cover the whole run.
-	s.counters = s.dev.Counters()
-	s.dev = nil
-	return errors.Join(errs...)
-}
-
-// pathTo is the address vector toward the peer's QP i (ctx_modify_qp_to_rtr).
-func (s *side) pathTo(i int) verbs.AddressVector {
-	return verbs.AddressVector{DGID: verbs.GID(s.remote[i].GID), SGIDIndex: s.cfg.gidIndex, HopLimit: defHopLimit,
-		IsGlobal: true, PortNum: 1, UDPPort: uint16(s.cfg.udpPort)}
-}
-
-// connectUC moves every UC QP to RTR and RTS: a path, the PSNs and nothing
-// else, UC having no acknowledgements, retries, RNR NAKs or READs.
-func (s *side) connectUC() error {
-	for i, qp := range s.qps {
-		r := s.remote[i]
-		if err := qp.Modify(&verbs.QPAttr{
-			QPState: verbs.QPStateRTR, PathMTU: s.mtu, DestQPNum: r.QPN, RQPSN: r.PSN, AHAttr: s.pathTo(i),
-		}, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN); err != nil {
-			return fmt.Errorf("QP %d to RTR: %w", i, err)
-		}
-		if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: s.local[i].PSN},
-			verbs.QPAttrState|verbs.QPAttrSQPSN); err != nil {
-			return fmt.Errorf("QP %d to RTS: %w", i, err)
-		}
-	}
-	return nil
-}
-
-// connectUD moves every UD QP to RTR and RTS, which take no path, and
-// creates an address handle toward the peer's QP of the same index, which
-// every send names along with that QP's number and perftest's Q_Key.
-func (s *side) connectUD() error {
-	for i, qp := range s.qps {
-		if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTR}, verbs.QPAttrState); err != nil {
-			return fmt.Errorf("QP %d to RTR: %w", i, err)
-		}
-		if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: s.local[i].PSN},
-			verbs.QPAttrState|verbs.QPAttrSQPSN); err != nil {
-			return fmt.Errorf("QP %d to RTS: %w", i, err)
-		}
-		ah, err := s.pd.CreateAH(s.pathTo(i))
-		if err != nil {
-			return fmt.Errorf("QP %d: address handle: %w", i, err)
-		}
-		s.ahs = append(s.ahs, ah)
-	}
-	return nil
-}
-
-// recvExtra is what a receive buffer holds beyond the message: the GRH of
-// a UD datagram, before it (perftest's UD_ADDITION).
-func (s *side) recvExtra() int {
-	if s.cfg.conn == "UD" {
-		return verbs.GRHSize
-	}
-	return 0
-}
-
-// sizes returns the message sizes this side runs: the command line's, but
-// with UD none above the path MTU, as perftest's check_mtu has it: -a stops
-// at the MTU and the default size becomes the MTU (an explicit larger -s is
-// an error, reported by run).
-func (s *side) sizes() []int {
-	sz := s.cfg.sizes()
-	if s.cfg.conn != "UD" || !s.mtu.Valid() {
-		return sz
-	}
-	var fit []int
-	for _, n := range sz {
-		if n <= s.mtu.Bytes() {
-			fit = append(fit, n)
-		}
-	}
-	if len(fit) == 0 {
-		fit = []int{s.mtu.Bytes()}
-	}
-	return fit
-}
-
-// maxSize is the largest message of the run, which sizes the buffers.
-func (s *side) maxSize() int {
-	sz := s.sizes()
-	return sz[len(sz)-1]
 }

@@ -17,7 +17,7 @@ import (
 	"os"
 	"os/signal"
 
-	"github.com/goroce/goroce/cmd/goroce-pingpong/pingpong"
+	"github.com/goroce/goroce/internal/pingpong"
 )
 
 func main() {

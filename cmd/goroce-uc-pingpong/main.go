@@ -7,7 +7,7 @@
 //	goroce-uc-pingpong [options] <host>   connect to the server at <host>
 //
 // The options, the exchange and the output are ibv_uc_pingpong's; see
-// package pingpong (cmd/goroce-pingpong/pingpong) for them and for what
+// package pingpong (internal/pingpong) for them and for what
 // differs.
 package main
 
@@ -16,7 +16,7 @@ import (
 	"os"
 	"os/signal"
 
-	"github.com/goroce/goroce/cmd/goroce-pingpong/pingpong"
+	"github.com/goroce/goroce/internal/pingpong"
 )
 
 func main() {

@@ -1,4 +1,4 @@
-package main
+package plot
 
 import (
 	"bytes"
@@ -10,8 +10,8 @@ import (
 	"strings"
 )
 
-// plotSVG renders d as an SVG document.
-func plotSVG(b *bytes.Buffer, d *drawing) {
+// renderSVG renders d as an SVG document.
+func renderSVG(b *bytes.Buffer, d *drawing) {
 	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="%d">`+"\n",
 		d.width, d.height, d.width, d.height, plotFontSize)
 	for _, m := range d.marks {
@@ -52,7 +52,7 @@ func plotSVG(b *bytes.Buffer, d *drawing) {
 			}
 			fmt.Fprintf(b, ">%s</text>\n", html.EscapeString(m.s))
 		default:
-			panic(fmt.Sprintf("plotSVG: unknown mark %T", m))
+			panic(fmt.Sprintf("renderSVG: unknown mark %T", m))
 		}
 	}
 	b.WriteString("</svg>\n")

@@ -1,4 +1,4 @@
-package main
+package plot
 
 import (
 	"fmt"
@@ -17,10 +17,10 @@ import (
 // is about the size of the SVG's 12 pixel sans-serif.
 var plotFace = basicfont.Face7x13
 
-// plotPNG renders d into an image, shapes anti-aliased. Axis-parallel
+// renderPNG renders d into an image, shapes anti-aliased. Axis-parallel
 // 1 pixel lines are moved to pixel centres so that the grid and the
 // frame are sharp rather than 2 pixels of grey.
-func plotPNG(d *drawing) *image.RGBA {
+func renderPNG(d *drawing) *image.RGBA {
 	img := image.NewRGBA(image.Rect(0, 0, d.width, d.height))
 	p := &painter{img: img}
 	for _, m := range d.marks {
@@ -65,7 +65,7 @@ func plotPNG(d *drawing) *image.RGBA {
 		case textMark:
 			drawText(img, m)
 		default:
-			panic(fmt.Sprintf("plotPNG: unknown mark %T", m))
+			panic(fmt.Sprintf("renderPNG: unknown mark %T", m))
 		}
 	}
 	return img
