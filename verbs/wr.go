@@ -1,10 +1,6 @@
 package verbs
 
-import (
-	"strconv"
-
-	"github.com/goroce/goroce/internal/transport"
-)
+import "strconv"
 
 // SGE is a scatter/gather entry (struct ibv_sge): Length bytes at address
 // Addr of the memory region with local key LKey. Addr is in the region's
@@ -68,62 +64,6 @@ func (o WROpcode) String() string {
 		return s
 	}
 	return "WROpcode(" + strconv.Itoa(int(o)) + ")"
-}
-
-// opcodeInfo describes what a send opcode needs and where it is valid (the
-// facts of rxe_wr_opcode_info for the QP types goroce has).
-type opcodeInfo struct {
-	known     bool    // defined by libibverbs
-	qpTypes   [3]bool // RC, UC, UD
-	supported bool    // implemented by goroce
-	atomic    bool    // 8-byte operand at an aligned remote address
-	inline    bool    // may carry IBV_SEND_INLINE data
-	wc        WCOpcode
-}
-
-func (i opcodeInfo) validFor(t QPType) bool {
-	switch t {
-	case QPTypeRC:
-		return i.qpTypes[0]
-	case QPTypeUC:
-		return i.qpTypes[1]
-	case QPTypeUD:
-		return i.qpTypes[2]
-	}
-	return false
-}
-
-var (
-	rcUCUD = [3]bool{true, true, true}
-	rcUC   = [3]bool{true, true, false}
-	rcOnly = [3]bool{true, false, false}
-)
-
-// opcodeTable is indexed by opcode, so PostSend's lookup is an array index.
-var opcodeTable = [...]opcodeInfo{
-	WRRDMAWrite:         {known: true, qpTypes: rcUC, supported: true, inline: true, wc: WCRDMAWrite},
-	WRRDMAWriteWithImm:  {known: true, qpTypes: rcUC, supported: true, inline: true, wc: WCRDMAWrite},
-	WRSend:              {known: true, qpTypes: rcUCUD, supported: true, inline: true, wc: WCSend},
-	WRSendWithImm:       {known: true, qpTypes: rcUCUD, supported: true, inline: true, wc: WCSend},
-	WRRDMARead:          {known: true, qpTypes: rcOnly, supported: true, wc: WCRDMARead},
-	WRAtomicCmpAndSwp:   {known: true, qpTypes: rcOnly, supported: true, atomic: true, wc: WCCompSwap},
-	WRAtomicFetchAndAdd: {known: true, qpTypes: rcOnly, supported: true, atomic: true, wc: WCFetchAdd},
-	WRLocalInv:          {known: true, qpTypes: rcOnly, supported: true, wc: WCLocalInv},
-	WRBindMW:            {known: true, qpTypes: rcUC, supported: true, wc: WCBindMW},
-	WRSendWithInv:       {known: true, qpTypes: rcUC, supported: true, inline: true, wc: WCSend},
-	WRTSO:               {known: true, wc: WCTSO},
-	WRDriver1:           {known: true},
-	WRFlush:             {known: true, qpTypes: rcOnly, supported: true, wc: WCFlush},
-	WRAtomicWrite:       {known: true, qpTypes: rcOnly, supported: true, wc: WCAtomicWrite},
-}
-
-// lookupOpcode returns what is known of op; known is false for values
-// libibverbs does not define.
-func lookupOpcode(op WROpcode) opcodeInfo {
-	if op < 0 || int(op) >= len(opcodeTable) {
-		return opcodeInfo{}
-	}
-	return opcodeTable[op]
 }
 
 // SendFlags modify a send work request (enum ibv_send_flags).
@@ -239,48 +179,4 @@ type SendWR struct {
 	// PostSend refuses type 1 windows otherwise.
 	bindType1 bool
 	bindFrom  uint32
-}
-
-// maxMessageSize is the largest message of a work request (IBA: 2^31).
-const maxMessageSize = 1 << 31
-
-// sgListLength sums the SGE lengths.
-func sgListLength(sges []SGE) uint64 {
-	var n uint64
-	for i := range sges {
-		n += uint64(sges[i].Length)
-	}
-	return n
-}
-
-// extendedWQE checks and converts the parts of a work request specific to
-// BIND_MW, LOCAL_INV, FLUSH and ATOMIC_WRITE. The caller holds xmu.
-func (qp *QP) extendedWQE(op string, wr *SendWR, w *transport.SendWQE) error {
-	switch wr.Opcode {
-	case WRBindMW:
-		return qp.bindWQE(op, wr, w)
-	case WRLocalInv:
-		if len(wr.SGList) != 0 || wr.SendFlags&SendInline != 0 {
-			return newError(op, "num_sge", ErrInvalidArgument, "LOCAL_INV carries no data")
-		}
-	case WRFlush:
-		f := &wr.Flush
-		switch {
-		case len(wr.SGList) != 0 || wr.SendFlags&SendInline != 0:
-			return newError(op, "num_sge", ErrInvalidArgument, "FLUSH carries no data")
-		case f.Type == 0 || f.Type&^(FlushGlobal|FlushPersistent) != 0:
-			return errorf(op, "flush.type", ErrInvalidArgument, "%#x", uint8(f.Type))
-		case f.Level != FlushRange && f.Level != FlushMR:
-			return errorf(op, "flush.level", ErrInvalidArgument, "%d", uint8(f.Level))
-		case f.Length > maxMessageSize:
-			return errorf(op, "flush.length", ErrInvalidArgument, "%d exceeds 2^31", f.Length)
-		}
-		w.RemoteAddr, w.RKey = f.RemoteAddr, f.RKey
-		w.FlushLength, w.FlushType, w.FlushLevel = f.Length, uint8(f.Type), uint8(f.Level)
-	case WRAtomicWrite:
-		if len(wr.SGList) != 1 || wr.SGList[0].Length != 8 {
-			return errorf(op, "sg_list", ErrInvalidArgument, "ATOMIC_WRITE needs one SGE of 8 bytes")
-		}
-	}
-	return nil
 }
