@@ -218,8 +218,8 @@ func (qp *QP) postSendLocked(op string, wr *SendWR, info opcodeInfo) error {
 	}
 	w := transport.SendWQE{
 		WRID:           wr.WRID,
-		Opcode:         transport.WROpcode(wr.Opcode),
-		Flags:          transport.SendFlags(wr.SendFlags),
+		Opcode:         wr.Opcode,
+		Flags:          wr.SendFlags,
 		RemoteAddr:     wr.RDMA.RemoteAddr,
 		RKey:           wr.RDMA.RKey,
 		Imm:            wr.ImmData,

@@ -130,7 +130,7 @@ func (qp *QP) Destroy() error {
 	qp.closed.Store(true)
 	if qp.tq != nil {
 		// RESET discards the queued work requests without completions.
-		qp.tq.SetState(transport.StateReset)
+		qp.tq.SetState(QPStateReset)
 	}
 	qp.disconnectLocked()
 	qp.releaseOutputLocked()

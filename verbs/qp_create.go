@@ -1,45 +1,24 @@
 package verbs
 
 import (
-	"strconv"
-
+	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/transport"
 )
 
-// QPType is a queue pair's transport service (enum ibv_qp_type).
-type QPType int
+// QPType is a queue pair's transport service (enum ibv_qp_type). Its String
+// method returns the type's name, e.g. "RC".
+type QPType = ibv.QPType
 
 // QP types, with the libibverbs values. RC, UC and UD are supported.
 const (
-	QPTypeRC        QPType = 2    // IBV_QPT_RC: reliable connection
-	QPTypeUC        QPType = 3    // IBV_QPT_UC: unreliable connection
-	QPTypeUD        QPType = 4    // IBV_QPT_UD: unreliable datagram
-	QPTypeRawPacket QPType = 8    // IBV_QPT_RAW_PACKET (not supported)
-	QPTypeXRCSend   QPType = 9    // IBV_QPT_XRC_SEND (not supported)
-	QPTypeXRCRecv   QPType = 10   // IBV_QPT_XRC_RECV (not supported)
-	QPTypeDriver    QPType = 0xff // IBV_QPT_DRIVER (not supported)
+	QPTypeRC        QPType = ibv.QPTypeRC        // IBV_QPT_RC: reliable connection
+	QPTypeUC        QPType = ibv.QPTypeUC        // IBV_QPT_UC: unreliable connection
+	QPTypeUD        QPType = ibv.QPTypeUD        // IBV_QPT_UD: unreliable datagram
+	QPTypeRawPacket QPType = ibv.QPTypeRawPacket // IBV_QPT_RAW_PACKET (not supported)
+	QPTypeXRCSend   QPType = ibv.QPTypeXRCSend   // IBV_QPT_XRC_SEND (not supported)
+	QPTypeXRCRecv   QPType = ibv.QPTypeXRCRecv   // IBV_QPT_XRC_RECV (not supported)
+	QPTypeDriver    QPType = ibv.QPTypeDriver    // IBV_QPT_DRIVER (not supported)
 )
-
-// String returns the type's name, e.g. "RC".
-func (t QPType) String() string {
-	switch t {
-	case QPTypeRC:
-		return "RC"
-	case QPTypeUC:
-		return "UC"
-	case QPTypeUD:
-		return "UD"
-	case QPTypeRawPacket:
-		return "RAW_PACKET"
-	case QPTypeXRCSend:
-		return "XRC_SEND"
-	case QPTypeXRCRecv:
-		return "XRC_RECV"
-	case QPTypeDriver:
-		return "DRIVER"
-	}
-	return "QPType(" + strconv.Itoa(int(t)) + ")"
-}
 
 // QPCap are a QP's queue sizes (struct ibv_qp_cap).
 type QPCap struct {
@@ -220,7 +199,7 @@ func newQP(pd *PD, init *QPInitAttr, c QPCap) *QP {
 func (qp *QP) transportConfig() transport.Config {
 	c := qp.cap
 	cfg := transport.Config{
-		Type:        transportQPType(qp.qpType),
+		Type:        qp.qpType,
 		QPN:         qp.qpn,
 		MaxSendWR:   c.MaxSendWR,
 		MaxRecvWR:   c.MaxRecvWR,
@@ -236,15 +215,4 @@ func (qp *QP) transportConfig() transport.Config {
 		cfg.SRQ = (*srqSource)(qp.srq)
 	}
 	return cfg
-}
-
-// transportQPType converts a QP type the transport implements.
-func transportQPType(t QPType) transport.QPType {
-	switch t {
-	case QPTypeUC:
-		return transport.TypeUC
-	case QPTypeUD:
-		return transport.TypeUD
-	}
-	return transport.TypeRC
 }

@@ -6,38 +6,29 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/psn"
-	"github.com/goroce/goroce/internal/transport"
 )
 
 // The QP state machine and attributes (ibv_modify_qp): the attribute types,
 // Modify, the IBA transition table, the checks of attribute values and
 // their hand-over to the transport.
 
-// QPState is a queue pair state (enum ibv_qp_state).
-type QPState int
+// QPState is a queue pair state (enum ibv_qp_state). Its String method
+// returns the state's name, e.g. "RTS".
+type QPState = ibv.QPState
 
 // QP states, with the libibverbs values.
 const (
-	QPStateReset   QPState = 0 // IBV_QPS_RESET
-	QPStateInit    QPState = 1 // IBV_QPS_INIT
-	QPStateRTR     QPState = 2 // IBV_QPS_RTR: ready to receive
-	QPStateRTS     QPState = 3 // IBV_QPS_RTS: ready to send
-	QPStateSQD     QPState = 4 // IBV_QPS_SQD: send queue drained
-	QPStateSQE     QPState = 5 // IBV_QPS_SQE: send queue error (UC, UD)
-	QPStateErr     QPState = 6 // IBV_QPS_ERR
-	QPStateUnknown QPState = 7 // IBV_QPS_UNKNOWN
+	QPStateReset   QPState = ibv.QPStateReset   // IBV_QPS_RESET
+	QPStateInit    QPState = ibv.QPStateInit    // IBV_QPS_INIT
+	QPStateRTR     QPState = ibv.QPStateRTR     // IBV_QPS_RTR: ready to receive
+	QPStateRTS     QPState = ibv.QPStateRTS     // IBV_QPS_RTS: ready to send
+	QPStateSQD     QPState = ibv.QPStateSQD     // IBV_QPS_SQD: send queue drained
+	QPStateSQE     QPState = ibv.QPStateSQE     // IBV_QPS_SQE: send queue error (UC, UD)
+	QPStateErr     QPState = ibv.QPStateErr     // IBV_QPS_ERR
+	QPStateUnknown QPState = ibv.QPStateUnknown // IBV_QPS_UNKNOWN
 )
-
-var qpStateNames = [...]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR", "UNKNOWN"}
-
-// String returns the state's name, e.g. "RTS".
-func (s QPState) String() string {
-	if s < 0 || int(s) >= len(qpStateNames) {
-		return "QPState(" + strconv.Itoa(int(s)) + ")"
-	}
-	return qpStateNames[s]
-}
 
 // MigState is the path migration state (enum ibv_mig_state). RoCE has no
 // alternate paths, so it stays MigMigrated.
@@ -529,14 +520,14 @@ func (qp *QP) applyTransportLocked(op string, a *QPAttr, mask QPAttrMask, cur, n
 	set(QPAttrMaxQPRdAtomic, tq.SetMaxRdAtomic(a.MaxRdAtomic))
 	set(QPAttrMaxDestRdAtomic, tq.SetMaxDestRdAtomic(a.MaxDestRdAtomic))
 	if mask&QPAttrAccessFlags != 0 {
-		tq.SetAccessFlags(transport.Access(a.QPAccessFlags))
+		tq.SetAccessFlags(a.QPAccessFlags)
 	}
 	if len(errs) > 0 {
 		// checkAttrValues admits only values the transport takes.
 		return newError(op, "attr", ErrInvalidArgument, errors.Join(errs...).Error())
 	}
 	if next != cur || mask&QPAttrState != 0 {
-		tq.SetState(transport.State(next))
+		tq.SetState(next)
 		if next == QPStateReset {
 			qp.disconnectLocked()
 		}
@@ -553,7 +544,7 @@ func (qp *QP) applyTransportLocked(op string, a *QPAttr, mask QPAttrMask, cur, n
 // QP's state, so that State and Query report ERR afterwards, as
 // ibv_query_qp does on rxe. The caller holds xmu.
 func (qp *QP) noteTransportErrorLocked() {
-	if qp.tq != nil && qp.tq.State() == transport.StateErr && qp.State() != QPStateErr {
+	if qp.tq != nil && qp.tq.State() == QPStateErr && qp.State() != QPStateErr {
 		qp.state.Store(int32(QPStateErr))
 		qp.raiseQPEventsLocked(true)
 	}

@@ -1,6 +1,6 @@
 package verbs
 
-import "strconv"
+import "github.com/goroce/goroce/internal/ibv"
 
 // SGE is a scatter/gather entry (struct ibv_sge): Length bytes at address
 // Addr of the memory region with local key LKey. Addr is in the region's
@@ -20,72 +20,51 @@ type RecvWR struct {
 	SGList []SGE
 }
 
-// WROpcode is a send work request's operation (enum ibv_wr_opcode).
-type WROpcode int
+// WROpcode is a send work request's operation (enum ibv_wr_opcode). Its
+// String method returns the text of ibv_wr_opcode_str, e.g. "rdma-write".
+type WROpcode = ibv.WROpcode
 
 // Send opcodes, with the libibverbs values.
 const (
-	WRRDMAWrite         WROpcode = 0  // IBV_WR_RDMA_WRITE (RC, UC)
-	WRRDMAWriteWithImm  WROpcode = 1  // IBV_WR_RDMA_WRITE_WITH_IMM (RC, UC)
-	WRSend              WROpcode = 2  // IBV_WR_SEND (RC, UC, UD)
-	WRSendWithImm       WROpcode = 3  // IBV_WR_SEND_WITH_IMM (RC, UC, UD)
-	WRRDMARead          WROpcode = 4  // IBV_WR_RDMA_READ (RC)
-	WRAtomicCmpAndSwp   WROpcode = 5  // IBV_WR_ATOMIC_CMP_AND_SWP (RC)
-	WRAtomicFetchAndAdd WROpcode = 6  // IBV_WR_ATOMIC_FETCH_AND_ADD (RC)
-	WRLocalInv          WROpcode = 7  // IBV_WR_LOCAL_INV (RC)
-	WRBindMW            WROpcode = 8  // IBV_WR_BIND_MW (RC, UC)
-	WRSendWithInv       WROpcode = 9  // IBV_WR_SEND_WITH_INV (RC, UC)
-	WRTSO               WROpcode = 10 // IBV_WR_TSO (RAW_PACKET only; not supported)
-	WRDriver1           WROpcode = 11 // IBV_WR_DRIVER1 (not supported)
-	WRFlush             WROpcode = 14 // IBV_WR_FLUSH (RC)
-	WRAtomicWrite       WROpcode = 15 // IBV_WR_ATOMIC_WRITE (RC)
+	WRRDMAWrite         WROpcode = ibv.WRRDMAWrite         // IBV_WR_RDMA_WRITE (RC, UC)
+	WRRDMAWriteWithImm  WROpcode = ibv.WRRDMAWriteWithImm  // IBV_WR_RDMA_WRITE_WITH_IMM (RC, UC)
+	WRSend              WROpcode = ibv.WRSend              // IBV_WR_SEND (RC, UC, UD)
+	WRSendWithImm       WROpcode = ibv.WRSendWithImm       // IBV_WR_SEND_WITH_IMM (RC, UC, UD)
+	WRRDMARead          WROpcode = ibv.WRRDMARead          // IBV_WR_RDMA_READ (RC)
+	WRAtomicCmpAndSwp   WROpcode = ibv.WRAtomicCmpAndSwp   // IBV_WR_ATOMIC_CMP_AND_SWP (RC)
+	WRAtomicFetchAndAdd WROpcode = ibv.WRAtomicFetchAndAdd // IBV_WR_ATOMIC_FETCH_AND_ADD (RC)
+	WRLocalInv          WROpcode = ibv.WRLocalInv          // IBV_WR_LOCAL_INV (RC)
+	WRBindMW            WROpcode = ibv.WRBindMW            // IBV_WR_BIND_MW (RC, UC)
+	WRSendWithInv       WROpcode = ibv.WRSendWithInv       // IBV_WR_SEND_WITH_INV (RC, UC)
+	WRTSO               WROpcode = ibv.WRTSO               // IBV_WR_TSO (RAW_PACKET only; not supported)
+	WRDriver1           WROpcode = ibv.WRDriver1           // IBV_WR_DRIVER1 (not supported)
+	WRFlush             WROpcode = ibv.WRFlush             // IBV_WR_FLUSH (RC)
+	WRAtomicWrite       WROpcode = ibv.WRAtomicWrite       // IBV_WR_ATOMIC_WRITE (RC)
 )
 
-var wrOpcodeNames = map[WROpcode]string{
-	WRRDMAWrite:         "rdma-write",
-	WRRDMAWriteWithImm:  "rdma-write-with-imm",
-	WRSend:              "send",
-	WRSendWithImm:       "send-with-imm",
-	WRRDMARead:          "rdma-read",
-	WRAtomicCmpAndSwp:   "atomic-cmp-and-swp",
-	WRAtomicFetchAndAdd: "atomic-fetch-and-add",
-	WRLocalInv:          "local-inv",
-	WRBindMW:            "bind-mw",
-	WRSendWithInv:       "send-with-inv",
-	WRTSO:               "tso",
-	WRDriver1:           "driver1",
-	WRFlush:             "flush",
-	WRAtomicWrite:       "atomic-write",
-}
-
-// String returns the text of ibv_wr_opcode_str, e.g. "rdma-write".
-func (o WROpcode) String() string {
-	if s, ok := wrOpcodeNames[o]; ok {
-		return s
-	}
-	return "WROpcode(" + strconv.Itoa(int(o)) + ")"
-}
-
 // SendFlags modify a send work request (enum ibv_send_flags).
-type SendFlags uint32
+type SendFlags = ibv.SendFlags
 
 // Send flags, with the libibverbs values.
 const (
-	// SendFence waits for earlier RDMA READs and atomics to complete.
-	SendFence SendFlags = 1 << 0
-	// SendSignaled asks for a completion; without it (and without
-	// QPInitAttr.SQSigAll) a successful work request completes silently.
-	SendSignaled SendFlags = 1 << 1
-	// SendSolicited sets the Solicited Event bit, which wakes a receiver
-	// armed with ReqNotify(true).
-	SendSolicited SendFlags = 1 << 2
-	// SendInline copies the data into the work request at post time, so
-	// the buffer may be reused as soon as PostSend returns. The SGEs must
-	// still name registered memory (Go has no raw pointers to read), but
-	// no access right is needed.
-	SendInline SendFlags = 1 << 3
-	// SendIPCsum asks for checksum offload (RAW_PACKET/UD; not supported).
-	SendIPCsum SendFlags = 1 << 4
+	// SendFence (IBV_SEND_FENCE) waits for earlier RDMA READs and
+	// atomics to complete.
+	SendFence SendFlags = ibv.SendFence
+	// SendSignaled (IBV_SEND_SIGNALED) asks for a completion; without it
+	// (and without QPInitAttr.SQSigAll) a successful work request
+	// completes silently.
+	SendSignaled SendFlags = ibv.SendSignaled
+	// SendSolicited (IBV_SEND_SOLICITED) sets the Solicited Event bit,
+	// which wakes a receiver armed with ReqNotify(true).
+	SendSolicited SendFlags = ibv.SendSolicited
+	// SendInline (IBV_SEND_INLINE) copies the data into the work request
+	// at post time, so the buffer may be reused as soon as PostSend
+	// returns. The SGEs must still name registered memory (Go has no raw
+	// pointers to read), but no access right is needed.
+	SendInline SendFlags = ibv.SendInline
+	// SendIPCsum (IBV_SEND_IP_CSUM) asks for checksum offload
+	// (RAW_PACKET/UD; not supported).
+	SendIPCsum SendFlags = ibv.SendIPCsum
 
 	sendFlagsKnown = SendFence | SendSignaled | SendSolicited | SendInline | SendIPCsum
 )
