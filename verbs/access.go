@@ -1,34 +1,33 @@
 package verbs
 
-import (
-	"math/bits"
-	"strconv"
-	"strings"
-)
+import "github.com/goroce/goroce/internal/ibv"
 
 // AccessFlags are the access rights of a memory region or of a QP's responder
-// (enum ibv_access_flags; the values are libibverbs').
-type AccessFlags uint32
+// (enum ibv_access_flags; the values are libibverbs'). Its String method
+// returns the flags as their rdma-core names without the IBV_ACCESS_ prefix
+// joined by "|", e.g. "LOCAL_WRITE|REMOTE_READ"; bits without a name are
+// printed in hex, and no flags as "0".
+type AccessFlags = ibv.AccessFlags
 
 // Access flags, with the values of libibverbs/verbs.h.
 const (
-	AccessLocalWrite      AccessFlags = 1 << 0 // IBV_ACCESS_LOCAL_WRITE
-	AccessRemoteWrite     AccessFlags = 1 << 1 // IBV_ACCESS_REMOTE_WRITE
-	AccessRemoteRead      AccessFlags = 1 << 2 // IBV_ACCESS_REMOTE_READ
-	AccessRemoteAtomic    AccessFlags = 1 << 3 // IBV_ACCESS_REMOTE_ATOMIC
-	AccessMWBind          AccessFlags = 1 << 4 // IBV_ACCESS_MW_BIND
-	AccessZeroBased       AccessFlags = 1 << 5 // IBV_ACCESS_ZERO_BASED
-	AccessOnDemand        AccessFlags = 1 << 6 // IBV_ACCESS_ON_DEMAND (not supported)
-	AccessHugeTLB         AccessFlags = 1 << 7 // IBV_ACCESS_HUGETLB (a hint; ignored)
-	AccessFlushGlobal     AccessFlags = 1 << 8 // IBV_ACCESS_FLUSH_GLOBAL
-	AccessFlushPersistent AccessFlags = 1 << 9 // IBV_ACCESS_FLUSH_PERSISTENT
+	AccessLocalWrite      AccessFlags = ibv.AccessLocalWrite      // IBV_ACCESS_LOCAL_WRITE
+	AccessRemoteWrite     AccessFlags = ibv.AccessRemoteWrite     // IBV_ACCESS_REMOTE_WRITE
+	AccessRemoteRead      AccessFlags = ibv.AccessRemoteRead      // IBV_ACCESS_REMOTE_READ
+	AccessRemoteAtomic    AccessFlags = ibv.AccessRemoteAtomic    // IBV_ACCESS_REMOTE_ATOMIC
+	AccessMWBind          AccessFlags = ibv.AccessMWBind          // IBV_ACCESS_MW_BIND
+	AccessZeroBased       AccessFlags = ibv.AccessZeroBased       // IBV_ACCESS_ZERO_BASED
+	AccessOnDemand        AccessFlags = ibv.AccessOnDemand        // IBV_ACCESS_ON_DEMAND (not supported)
+	AccessHugeTLB         AccessFlags = ibv.AccessHugeTLB         // IBV_ACCESS_HUGETLB (a hint; ignored)
+	AccessFlushGlobal     AccessFlags = ibv.AccessFlushGlobal     // IBV_ACCESS_FLUSH_GLOBAL
+	AccessFlushPersistent AccessFlags = ibv.AccessFlushPersistent // IBV_ACCESS_FLUSH_PERSISTENT
 
 	// AccessRelaxedOrdering is the first of the optional flags
 	// (IBV_ACCESS_RELAXED_ORDERING = IBV_ACCESS_OPTIONAL_FIRST). Optional
 	// flags are hints a device may ignore, so every bit of the optional
 	// range is accepted and has no effect here, as rdma-core's
 	// test_relaxed_ordering expects.
-	AccessRelaxedOrdering AccessFlags = 1 << 20
+	AccessRelaxedOrdering AccessFlags = ibv.AccessRelaxedOrdering
 )
 
 const (
@@ -50,34 +49,6 @@ const (
 	// is tolerated because common code (pyverbs, perftest) sets it.
 	accessQP = AccessLocalWrite | accessRemote | AccessFlushGlobal | AccessFlushPersistent
 )
-
-var accessNames = [...]string{
-	"LOCAL_WRITE", "REMOTE_WRITE", "REMOTE_READ", "REMOTE_ATOMIC",
-	"MW_BIND", "ZERO_BASED", "ON_DEMAND", "HUGETLB",
-	"FLUSH_GLOBAL", "FLUSH_PERSISTENT",
-}
-
-// String returns the flags as their rdma-core names without the IBV_ACCESS_
-// prefix joined by "|", e.g. "LOCAL_WRITE|REMOTE_READ". Bits without a name
-// are printed in hex; no flags print as "0".
-func (a AccessFlags) String() string {
-	if a == 0 {
-		return "0"
-	}
-	var parts []string
-	for rest := a; rest != 0; rest &= rest - 1 {
-		bit := bits.TrailingZeros32(uint32(rest))
-		switch {
-		case bit < len(accessNames):
-			parts = append(parts, accessNames[bit])
-		case AccessFlags(1)<<bit == AccessRelaxedOrdering:
-			parts = append(parts, "RELAXED_ORDERING")
-		default:
-			parts = append(parts, "0x"+strconv.FormatUint(uint64(1)<<bit, 16))
-		}
-	}
-	return strings.Join(parts, "|")
-}
 
 // validateMRAccess checks the access flags of a memory registration
 // (the kernel's ib_check_mr_access): no undefined bits, no on-demand paging,

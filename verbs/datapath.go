@@ -16,7 +16,7 @@ import (
 // for the copy to finish.
 type qpMemory QP
 
-func (m *qpMemory) Remote(_ uint32, rkey uint32, va uint64, length uint32, need transport.Access) ([]byte, transport.Ref, error) {
+func (m *qpMemory) Remote(_ uint32, rkey uint32, va uint64, length uint32, need AccessFlags) ([]byte, transport.Ref, error) {
 	r, err := m.acquireRemote(rkey, va, length, need)
 	if err != nil {
 		return nil, nil, transportFault(err)
@@ -24,8 +24,8 @@ func (m *qpMemory) Remote(_ uint32, rkey uint32, va uint64, length uint32, need 
 	return r.bytes(va, int(length)), r.ref(need), nil
 }
 
-func (m *qpMemory) Local(_ uint32, lkey uint32, addr uint64, length uint32, need transport.Access) ([]byte, transport.Ref, error) {
-	r, err := m.dev.acquireMR(lkey, m.pd, addr, int(length), AccessFlags(need))
+func (m *qpMemory) Local(_ uint32, lkey uint32, addr uint64, length uint32, need AccessFlags) ([]byte, transport.Ref, error) {
+	r, err := m.dev.acquireMR(lkey, m.pd, addr, int(length), need)
 	if err != nil {
 		return nil, nil, transportFault(err)
 	}
@@ -34,7 +34,7 @@ func (m *qpMemory) Local(_ uint32, lkey uint32, addr uint64, length uint32, need
 
 // CheckRemote authorises a remote access without performing it
 // (transport.RemoteChecker): unlike Remote, it counts no store.
-func (m *qpMemory) CheckRemote(_ uint32, rkey uint32, va uint64, length uint32, need transport.Access) error {
+func (m *qpMemory) CheckRemote(_ uint32, rkey uint32, va uint64, length uint32, need AccessFlags) error {
 	r, err := m.acquireRemote(rkey, va, length, need)
 	if err != nil {
 		return transportFault(err)
@@ -45,18 +45,18 @@ func (m *qpMemory) CheckRemote(_ uint32, rkey uint32, va uint64, length uint32, 
 
 // acquireRemote resolves and pins rkey for a remote access: a memory
 // window's binding (mw.go) or a memory region.
-func (m *qpMemory) acquireRemote(rkey uint32, va uint64, length uint32, need transport.Access) (*mrRegion, error) {
+func (m *qpMemory) acquireRemote(rkey uint32, va uint64, length uint32, need AccessFlags) (*mrRegion, error) {
 	if KeyIsMW(rkey) {
-		return m.dev.acquireMW(rkey, (*QP)(m), va, int(length), AccessFlags(need))
+		return m.dev.acquireMW(rkey, (*QP)(m), va, int(length), need)
 	}
-	return m.dev.acquireMR(rkey, m.pd, va, int(length), AccessFlags(need))
+	return m.dev.acquireMR(rkey, m.pd, va, int(length), need)
 }
 
 // ref is the transport.Ref of an access to r with rights need: r itself, or
 // for a remote store (WRITE, atomic, ATOMIC_WRITE) r as a regionStore, whose
 // release also counts the store on the MR (MR.RemoteWrites).
-func (r *mrRegion) ref(need transport.Access) transport.Ref {
-	if need&(transport.AccessRemoteWrite|transport.AccessRemoteAtomic) != 0 {
+func (r *mrRegion) ref(need AccessFlags) transport.Ref {
+	if need&(AccessRemoteWrite|AccessRemoteAtomic) != 0 {
 		return (*regionStore)(r)
 	}
 	return r
@@ -106,14 +106,14 @@ type cqSink CQ
 func (s *cqSink) Push(c *transport.Completion) bool {
 	return !(*CQ)(s).push(WorkCompletion{
 		WRID:            c.WRID,
-		Status:          WCStatus(c.Status),
-		Opcode:          WCOpcode(c.Opcode),
+		Status:          c.Status,
+		Opcode:          c.Opcode,
 		ByteLen:         c.ByteLen,
 		ImmData:         c.Imm,
 		InvalidatedRKey: c.InvalidatedRKey,
 		QPNum:           c.QPN,
 		SrcQP:           c.SrcQP,
-		WCFlags:         WCFlags(c.Flags),
+		WCFlags:         c.Flags,
 	}, c.Solicited)
 }
 

@@ -73,7 +73,7 @@ type DeviceConfig struct {
 	// active QPs need; requests, READ responses and ATOMIC_ACKNOWLEDGE
 	// always use the QP's port. The cost is ECMP entropy: on a multipath
 	// fabric an ACK may overtake the READ responses of its QP, which the
-	// requester handles as an implied NAK (it re-reads). See engine.go.
+	// requester handles as an implied NAK (it re-reads). See engine_send.go.
 	PerQPReplyPort bool
 
 	// NoStatsEndpoint turns off the Unix socket on which the device
@@ -282,7 +282,6 @@ func Open(cfg DeviceConfig) (*Device, error) {
 	return d, nil
 }
 
-// applyLimits copies the non-zero limit fields of l into a, checking them.
 // defaultActiveMTU is the port's active MTU when the configuration leaves
 // it out: 4096 on loopback, whose link MTU is 64 KiB, and 1024 elsewhere,
 // what rxe derives from a 1500-byte Ethernet link.
@@ -293,6 +292,7 @@ func defaultActiveMTU(addr netip.Addr) MTU {
 	return MTU1024
 }
 
+// applyLimits copies the non-zero limit fields of l into a, checking them.
 func applyLimits(op string, a, l *DeviceAttr) error {
 	ints := []struct {
 		name string

@@ -172,7 +172,7 @@ func forceState(qp *QP, s QPState) {
 	qp.xmu.Lock()
 	qp.state.Store(int32(s))
 	if qp.tq != nil {
-		qp.tq.SetState(transport.State(s))
+		qp.tq.SetState(s)
 	}
 	qp.xmu.Unlock()
 	qp.mu.Unlock()

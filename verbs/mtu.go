@@ -1,40 +1,22 @@
 package verbs
 
-import "strconv"
+import "github.com/goroce/goroce/internal/ibv"
 
 // MTU is an InfiniBand path MTU (enum ibv_mtu): the payload bytes carried by
-// one packet, headers excluded.
-type MTU int
+// one packet, headers excluded. Valid reports whether it is one of the five
+// IB MTUs, Bytes returns the payload size (256 << (m-1); 0 for an invalid
+// MTU), and String the size as ibv_devinfo prints it, e.g. "1024", or
+// "MTU(n)" for an invalid value.
+type MTU = ibv.MTU
 
 // The IB MTU values of libibverbs.
 const (
-	MTU256  MTU = 1 // IBV_MTU_256
-	MTU512  MTU = 2 // IBV_MTU_512
-	MTU1024 MTU = 3 // IBV_MTU_1024
-	MTU2048 MTU = 4 // IBV_MTU_2048
-	MTU4096 MTU = 5 // IBV_MTU_4096
+	MTU256  MTU = ibv.MTU256  // IBV_MTU_256
+	MTU512  MTU = ibv.MTU512  // IBV_MTU_512
+	MTU1024 MTU = ibv.MTU1024 // IBV_MTU_1024
+	MTU2048 MTU = ibv.MTU2048 // IBV_MTU_2048
+	MTU4096 MTU = ibv.MTU4096 // IBV_MTU_4096
 )
-
-// Valid reports whether m is one of the five IB MTUs.
-func (m MTU) Valid() bool { return m >= MTU256 && m <= MTU4096 }
-
-// Bytes returns the payload size in bytes (256 << (m-1)), or 0 for an
-// invalid MTU.
-func (m MTU) Bytes() int {
-	if !m.Valid() {
-		return 0
-	}
-	return 128 << m
-}
-
-// String returns the size in bytes, e.g. "1024", as ibv_devinfo prints it, or
-// "MTU(n)" for an invalid value.
-func (m MTU) String() string {
-	if !m.Valid() {
-		return "MTU(" + strconv.Itoa(int(m)) + ")"
-	}
-	return strconv.Itoa(m.Bytes())
-}
 
 // MTUFromBytes returns the largest IB MTU whose payload fits in n bytes, or 0
 // (not Valid) when n is below 256. An exact size such as 1024 maps to its own

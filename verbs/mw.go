@@ -286,7 +286,7 @@ func (qp *QP) bindWQE(op string, wr *SendWR, w *transport.SendWQE) error {
 		RKey:   b.RKey,
 		Addr:   b.Addr,
 		Length: b.Length,
-		Access: transport.Access(b.Access),
+		Access: b.Access,
 		Type1:  mw.typ == MWType1,
 	}
 	if wr.bindType1 {
@@ -327,7 +327,7 @@ func (d *Device) executeBind(qp *QP, b *transport.MWBind) bool {
 }
 
 func (mw *MW) bindLocked(qp *QP, b *transport.MWBind) bool {
-	access := AccessFlags(b.Access)
+	access := b.Access
 	if mw.dead || mw.rkey.Load() != b.MWRKey {
 		return false
 	}
@@ -372,7 +372,7 @@ func (mw *MW) bindLocked(qp *QP, b *transport.MWBind) bool {
 // withdrawn. The region's mutex makes the check and the count atomic with
 // respect to Dereg and Rereg, which refuse while windows are bound.
 func (mw *MW) newBinding(qp *QP, mr *MR, b *transport.MWBind, key uint32) (*mrRegion, bool) {
-	access := AccessFlags(b.Access)
+	access := b.Access
 	mr.mu.Lock()
 	defer mr.mu.Unlock()
 	reg := mr.reg.Load()
@@ -484,7 +484,7 @@ func (m *qpMemory) InvalidateRKey(_ uint32, rkey uint32) error {
 // CheckRKey validates an rkey for a FLUSH of a whole region or window
 // (transport.RKeyChecker): the key, the PD and the rights, not a range. No
 // memory is touched, so nothing is pinned.
-func (m *qpMemory) CheckRKey(_ uint32, rkey uint32, need transport.Access) error {
+func (m *qpMemory) CheckRKey(_ uint32, rkey uint32, need AccessFlags) error {
 	var r *mrRegion
 	if KeyIsMW(rkey) {
 		if mw := m.dev.lookupMW(rkey); mw != nil {
@@ -499,7 +499,7 @@ func (m *qpMemory) CheckRKey(_ uint32, rkey uint32, need transport.Access) error
 	if r == nil || r.key != rkey {
 		return transport.ErrInvalidKey
 	}
-	if err := r.check(m.pd, r.iova, 0, AccessFlags(need)); err != nil {
+	if err := r.check(m.pd, r.iova, 0, need); err != nil {
 		return transportFault(err)
 	}
 	return nil

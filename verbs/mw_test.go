@@ -723,7 +723,7 @@ func TestZeroCopyHoldsRegionsNotWindows(t *testing.T) {
 		var ref transport.Ref
 		var err error
 		if KeyIsMW(c.key) {
-			_, ref, err = m.Remote(0, c.key, a.mr.IOVA(), 64, transport.AccessRemoteRead)
+			_, ref, err = m.Remote(0, c.key, a.mr.IOVA(), 64, AccessRemoteRead)
 		} else {
 			_, ref, err = m.Local(0, c.key, a.mr.IOVA(), 64, 0)
 		}

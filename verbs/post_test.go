@@ -366,8 +366,8 @@ func TestPostDoesNotAllocate(t *testing.T) {
 		// Start over with empty queues (RESET discards) without
 		// leaving RTS for long.
 		qp.xmu.Lock()
-		qp.tq.SetState(transport.StateReset)
-		qp.tq.SetState(transport.StateRTS)
+		qp.tq.SetState(QPStateReset)
+		qp.tq.SetState(QPStateRTS)
 		qp.xmu.Unlock()
 	})
 	if allocs != 0 {

@@ -1,10 +1,6 @@
 package verbs
 
-import (
-	"strconv"
-
-	"github.com/goroce/goroce/internal/transport"
-)
+import "github.com/goroce/goroce/internal/ibv"
 
 // SGE is a scatter/gather entry (struct ibv_sge): Length bytes at address
 // Addr of the memory region with local key LKey. Addr is in the region's
@@ -24,128 +20,51 @@ type RecvWR struct {
 	SGList []SGE
 }
 
-// WROpcode is a send work request's operation (enum ibv_wr_opcode).
-type WROpcode int
+// WROpcode is a send work request's operation (enum ibv_wr_opcode). Its
+// String method returns the text of ibv_wr_opcode_str, e.g. "rdma-write".
+type WROpcode = ibv.WROpcode
 
 // Send opcodes, with the libibverbs values.
 const (
-	WRRDMAWrite         WROpcode = 0  // IBV_WR_RDMA_WRITE (RC, UC)
-	WRRDMAWriteWithImm  WROpcode = 1  // IBV_WR_RDMA_WRITE_WITH_IMM (RC, UC)
-	WRSend              WROpcode = 2  // IBV_WR_SEND (RC, UC, UD)
-	WRSendWithImm       WROpcode = 3  // IBV_WR_SEND_WITH_IMM (RC, UC, UD)
-	WRRDMARead          WROpcode = 4  // IBV_WR_RDMA_READ (RC)
-	WRAtomicCmpAndSwp   WROpcode = 5  // IBV_WR_ATOMIC_CMP_AND_SWP (RC)
-	WRAtomicFetchAndAdd WROpcode = 6  // IBV_WR_ATOMIC_FETCH_AND_ADD (RC)
-	WRLocalInv          WROpcode = 7  // IBV_WR_LOCAL_INV (RC)
-	WRBindMW            WROpcode = 8  // IBV_WR_BIND_MW (RC, UC)
-	WRSendWithInv       WROpcode = 9  // IBV_WR_SEND_WITH_INV (RC, UC)
-	WRTSO               WROpcode = 10 // IBV_WR_TSO (RAW_PACKET only; not supported)
-	WRDriver1           WROpcode = 11 // IBV_WR_DRIVER1 (not supported)
-	WRFlush             WROpcode = 14 // IBV_WR_FLUSH (RC)
-	WRAtomicWrite       WROpcode = 15 // IBV_WR_ATOMIC_WRITE (RC)
+	WRRDMAWrite         WROpcode = ibv.WRRDMAWrite         // IBV_WR_RDMA_WRITE (RC, UC)
+	WRRDMAWriteWithImm  WROpcode = ibv.WRRDMAWriteWithImm  // IBV_WR_RDMA_WRITE_WITH_IMM (RC, UC)
+	WRSend              WROpcode = ibv.WRSend              // IBV_WR_SEND (RC, UC, UD)
+	WRSendWithImm       WROpcode = ibv.WRSendWithImm       // IBV_WR_SEND_WITH_IMM (RC, UC, UD)
+	WRRDMARead          WROpcode = ibv.WRRDMARead          // IBV_WR_RDMA_READ (RC)
+	WRAtomicCmpAndSwp   WROpcode = ibv.WRAtomicCmpAndSwp   // IBV_WR_ATOMIC_CMP_AND_SWP (RC)
+	WRAtomicFetchAndAdd WROpcode = ibv.WRAtomicFetchAndAdd // IBV_WR_ATOMIC_FETCH_AND_ADD (RC)
+	WRLocalInv          WROpcode = ibv.WRLocalInv          // IBV_WR_LOCAL_INV (RC)
+	WRBindMW            WROpcode = ibv.WRBindMW            // IBV_WR_BIND_MW (RC, UC)
+	WRSendWithInv       WROpcode = ibv.WRSendWithInv       // IBV_WR_SEND_WITH_INV (RC, UC)
+	WRTSO               WROpcode = ibv.WRTSO               // IBV_WR_TSO (RAW_PACKET only; not supported)
+	WRDriver1           WROpcode = ibv.WRDriver1           // IBV_WR_DRIVER1 (not supported)
+	WRFlush             WROpcode = ibv.WRFlush             // IBV_WR_FLUSH (RC)
+	WRAtomicWrite       WROpcode = ibv.WRAtomicWrite       // IBV_WR_ATOMIC_WRITE (RC)
 )
-
-var wrOpcodeNames = map[WROpcode]string{
-	WRRDMAWrite:         "rdma-write",
-	WRRDMAWriteWithImm:  "rdma-write-with-imm",
-	WRSend:              "send",
-	WRSendWithImm:       "send-with-imm",
-	WRRDMARead:          "rdma-read",
-	WRAtomicCmpAndSwp:   "atomic-cmp-and-swp",
-	WRAtomicFetchAndAdd: "atomic-fetch-and-add",
-	WRLocalInv:          "local-inv",
-	WRBindMW:            "bind-mw",
-	WRSendWithInv:       "send-with-inv",
-	WRTSO:               "tso",
-	WRDriver1:           "driver1",
-	WRFlush:             "flush",
-	WRAtomicWrite:       "atomic-write",
-}
-
-// String returns the text of ibv_wr_opcode_str, e.g. "rdma-write".
-func (o WROpcode) String() string {
-	if s, ok := wrOpcodeNames[o]; ok {
-		return s
-	}
-	return "WROpcode(" + strconv.Itoa(int(o)) + ")"
-}
-
-// opcodeInfo describes what a send opcode needs and where it is valid (the
-// facts of rxe_wr_opcode_info for the QP types goroce has).
-type opcodeInfo struct {
-	known     bool    // defined by libibverbs
-	qpTypes   [3]bool // RC, UC, UD
-	supported bool    // implemented by goroce
-	atomic    bool    // 8-byte operand at an aligned remote address
-	inline    bool    // may carry IBV_SEND_INLINE data
-	wc        WCOpcode
-}
-
-func (i opcodeInfo) validFor(t QPType) bool {
-	switch t {
-	case QPTypeRC:
-		return i.qpTypes[0]
-	case QPTypeUC:
-		return i.qpTypes[1]
-	case QPTypeUD:
-		return i.qpTypes[2]
-	}
-	return false
-}
-
-var (
-	rcUCUD = [3]bool{true, true, true}
-	rcUC   = [3]bool{true, true, false}
-	rcOnly = [3]bool{true, false, false}
-)
-
-// opcodeTable is indexed by opcode, so PostSend's lookup is an array index.
-var opcodeTable = [...]opcodeInfo{
-	WRRDMAWrite:         {known: true, qpTypes: rcUC, supported: true, inline: true, wc: WCRDMAWrite},
-	WRRDMAWriteWithImm:  {known: true, qpTypes: rcUC, supported: true, inline: true, wc: WCRDMAWrite},
-	WRSend:              {known: true, qpTypes: rcUCUD, supported: true, inline: true, wc: WCSend},
-	WRSendWithImm:       {known: true, qpTypes: rcUCUD, supported: true, inline: true, wc: WCSend},
-	WRRDMARead:          {known: true, qpTypes: rcOnly, supported: true, wc: WCRDMARead},
-	WRAtomicCmpAndSwp:   {known: true, qpTypes: rcOnly, supported: true, atomic: true, wc: WCCompSwap},
-	WRAtomicFetchAndAdd: {known: true, qpTypes: rcOnly, supported: true, atomic: true, wc: WCFetchAdd},
-	WRLocalInv:          {known: true, qpTypes: rcOnly, supported: true, wc: WCLocalInv},
-	WRBindMW:            {known: true, qpTypes: rcUC, supported: true, wc: WCBindMW},
-	WRSendWithInv:       {known: true, qpTypes: rcUC, supported: true, inline: true, wc: WCSend},
-	WRTSO:               {known: true, wc: WCTSO},
-	WRDriver1:           {known: true},
-	WRFlush:             {known: true, qpTypes: rcOnly, supported: true, wc: WCFlush},
-	WRAtomicWrite:       {known: true, qpTypes: rcOnly, supported: true, wc: WCAtomicWrite},
-}
-
-// lookupOpcode returns what is known of op; known is false for values
-// libibverbs does not define.
-func lookupOpcode(op WROpcode) opcodeInfo {
-	if op < 0 || int(op) >= len(opcodeTable) {
-		return opcodeInfo{}
-	}
-	return opcodeTable[op]
-}
 
 // SendFlags modify a send work request (enum ibv_send_flags).
-type SendFlags uint32
+type SendFlags = ibv.SendFlags
 
 // Send flags, with the libibverbs values.
 const (
-	// SendFence waits for earlier RDMA READs and atomics to complete.
-	SendFence SendFlags = 1 << 0
-	// SendSignaled asks for a completion; without it (and without
-	// QPInitAttr.SQSigAll) a successful work request completes silently.
-	SendSignaled SendFlags = 1 << 1
-	// SendSolicited sets the Solicited Event bit, which wakes a receiver
-	// armed with ReqNotify(true).
-	SendSolicited SendFlags = 1 << 2
-	// SendInline copies the data into the work request at post time, so
-	// the buffer may be reused as soon as PostSend returns. The SGEs must
-	// still name registered memory (Go has no raw pointers to read), but
-	// no access right is needed.
-	SendInline SendFlags = 1 << 3
-	// SendIPCsum asks for checksum offload (RAW_PACKET/UD; not supported).
-	SendIPCsum SendFlags = 1 << 4
+	// SendFence (IBV_SEND_FENCE) waits for earlier RDMA READs and
+	// atomics to complete.
+	SendFence SendFlags = ibv.SendFence
+	// SendSignaled (IBV_SEND_SIGNALED) asks for a completion; without it
+	// (and without QPInitAttr.SQSigAll) a successful work request
+	// completes silently.
+	SendSignaled SendFlags = ibv.SendSignaled
+	// SendSolicited (IBV_SEND_SOLICITED) sets the Solicited Event bit,
+	// which wakes a receiver armed with ReqNotify(true).
+	SendSolicited SendFlags = ibv.SendSolicited
+	// SendInline (IBV_SEND_INLINE) copies the data into the work request
+	// at post time, so the buffer may be reused as soon as PostSend
+	// returns. The SGEs must still name registered memory (Go has no raw
+	// pointers to read), but no access right is needed.
+	SendInline SendFlags = ibv.SendInline
+	// SendIPCsum (IBV_SEND_IP_CSUM) asks for checksum offload
+	// (RAW_PACKET/UD; not supported).
+	SendIPCsum SendFlags = ibv.SendIPCsum
 
 	sendFlagsKnown = SendFence | SendSignaled | SendSolicited | SendInline | SendIPCsum
 )
@@ -239,48 +158,4 @@ type SendWR struct {
 	// PostSend refuses type 1 windows otherwise.
 	bindType1 bool
 	bindFrom  uint32
-}
-
-// maxMessageSize is the largest message of a work request (IBA: 2^31).
-const maxMessageSize = 1 << 31
-
-// sgListLength sums the SGE lengths.
-func sgListLength(sges []SGE) uint64 {
-	var n uint64
-	for i := range sges {
-		n += uint64(sges[i].Length)
-	}
-	return n
-}
-
-// extendedWQE checks and converts the parts of a work request specific to
-// BIND_MW, LOCAL_INV, FLUSH and ATOMIC_WRITE. The caller holds xmu.
-func (qp *QP) extendedWQE(op string, wr *SendWR, w *transport.SendWQE) error {
-	switch wr.Opcode {
-	case WRBindMW:
-		return qp.bindWQE(op, wr, w)
-	case WRLocalInv:
-		if len(wr.SGList) != 0 || wr.SendFlags&SendInline != 0 {
-			return newError(op, "num_sge", ErrInvalidArgument, "LOCAL_INV carries no data")
-		}
-	case WRFlush:
-		f := &wr.Flush
-		switch {
-		case len(wr.SGList) != 0 || wr.SendFlags&SendInline != 0:
-			return newError(op, "num_sge", ErrInvalidArgument, "FLUSH carries no data")
-		case f.Type == 0 || f.Type&^(FlushGlobal|FlushPersistent) != 0:
-			return errorf(op, "flush.type", ErrInvalidArgument, "%#x", uint8(f.Type))
-		case f.Level != FlushRange && f.Level != FlushMR:
-			return errorf(op, "flush.level", ErrInvalidArgument, "%d", uint8(f.Level))
-		case f.Length > maxMessageSize:
-			return errorf(op, "flush.length", ErrInvalidArgument, "%d exceeds 2^31", f.Length)
-		}
-		w.RemoteAddr, w.RKey = f.RemoteAddr, f.RKey
-		w.FlushLength, w.FlushType, w.FlushLevel = f.Length, uint8(f.Type), uint8(f.Level)
-	case WRAtomicWrite:
-		if len(wr.SGList) != 1 || wr.SGList[0].Length != 8 {
-			return errorf(op, "sg_list", ErrInvalidArgument, "ATOMIC_WRITE needs one SGE of 8 bytes")
-		}
-	}
-	return nil
 }

@@ -30,7 +30,7 @@
 // source port means nothing to receivers (rxe finds the QP from the BTH and
 // checks the addresses), and requests and READ responses keep the QP's
 // port, so only the ECMP spreading of acknowledgements is lost; see
-// verbs/engine.go for the ordering argument and
+// verbs/engine_send.go for the ordering argument and
 // verbs.DeviceConfig.PerQPReplyPort for the switch that keeps them on the
 // QP's port.
 //

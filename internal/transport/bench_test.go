@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -12,7 +13,7 @@ type countCQ struct{ n, errors int }
 
 func (q *countCQ) Push(c *Completion) bool {
 	q.n++
-	if c.Status != StatusSuccess {
+	if c.Status != ibv.WCSuccess {
 		q.errors++
 	}
 	return true
@@ -55,21 +56,21 @@ func (l *loop) deliver(tb testing.TB) {
 }
 
 func TestSteadyStateAllocs(t *testing.T) {
-	for _, op := range []WROpcode{WRRDMAWrite, WRRDMARead, WRSend, WRAtomicFetchAdd} {
-		t.Run(op.wcOpcode().String(), func(t *testing.T) {
+	for _, op := range []ibv.WROpcode{ibv.WRRDMAWrite, ibv.WRRDMARead, ibv.WRSend, ibv.WRAtomicFetchAndAdd} {
+		t.Run(wcOpcode(op).String(), func(t *testing.T) {
 			l := newLoop(t, 1024)
 			n := 4096 + 100
-			if op.isAtomic() {
+			if isAtomic(op) {
 				n = 8
 			}
 			local := make([]byte, n)
 			remote := make([]byte, n)
-			lkey := l.a.mem.register(pd, local, 0, AccessLocalWrite)
-			rkey := l.b.mem.register(pd, remote, 0, AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic|AccessLocalWrite)
-			w := SendWQE{Opcode: op, Flags: SendSignaled, SGL: []SGE{{0, uint32(n), lkey}}, RKey: rkey, CompareAdd: 1}
+			lkey := l.a.mem.register(pd, local, 0, ibv.AccessLocalWrite)
+			rkey := l.b.mem.register(pd, remote, 0, ibv.AccessRemoteWrite|ibv.AccessRemoteRead|ibv.AccessRemoteAtomic|ibv.AccessLocalWrite)
+			w := SendWQE{Opcode: op, Flags: ibv.SendSignaled, SGL: []SGE{{0, uint32(n), lkey}}, RKey: rkey, CompareAdd: 1}
 			rw := RecvWQE{SGL: []SGE{{0, uint32(n), rkey}}}
 			iter := func() {
-				if op.isSend() {
+				if isSend(op) {
 					if err := l.b.qp.PostRecv(&rw); err != nil {
 						t.Fatal(err)
 					}
@@ -96,7 +97,7 @@ func TestSteadyStateAllocs(t *testing.T) {
 func BenchmarkResponderWrite4K(b *testing.B) {
 	l := newLoop(b, 4096)
 	dst := make([]byte, 4096)
-	rkey := l.b.mem.register(pd, dst, 0, AccessRemoteWrite)
+	rkey := l.b.mem.register(pd, dst, 0, ibv.AccessRemoteWrite)
 	raw := append(req(wire.RCRDMAWriteOnly, 0, false, make([]byte, 4096), func(h *wire.Headers) {
 		h.RETH = wire.RETHFields{RKey: rkey, DMALength: 4096}
 	}), 0, 0, 0, 0)
@@ -111,7 +112,7 @@ func BenchmarkResponderWrite4K(b *testing.B) {
 		l.b.qp.HandlePacket(&pkt, l.now, &l.b.out)
 		l.b.out.Reset()
 	}
-	if l.b.qp.State() != StateRTS || l.b.qp.Counters().DuplicateRequest != 0 {
+	if l.b.qp.State() != ibv.QPStateRTS || l.b.qp.Counters().DuplicateRequest != 0 {
 		b.Fatal("WRITEs were not accepted")
 	}
 }
@@ -122,7 +123,7 @@ func BenchmarkReadResponse(b *testing.B) {
 	l := newLoop(b, 4096)
 	const n = 64 << 10
 	src := make([]byte, n)
-	rkey := l.b.mem.register(pd, src, 0, AccessRemoteRead)
+	rkey := l.b.mem.register(pd, src, 0, ibv.AccessRemoteRead)
 	raw := append(req(wire.RCRDMAReadRequest, 0, true, nil, func(h *wire.Headers) {
 		h.RETH = wire.RETHFields{RKey: rkey, DMALength: n}
 	}), 0, 0, 0, 0)

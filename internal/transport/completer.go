@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"time"
 
+	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/psn"
 	"github.com/goroce/goroce/internal/wire"
 )
@@ -91,12 +92,12 @@ func (qp *QP) handleResponse(p *wire.Packet, info wire.OpInfo, now time.Time) {
 func (qp *QP) ackThrough(a psn.PSN, now time.Time) bool {
 	progress, lost := false, false
 	from := qp.comp.psn
-	for qp.sq.len() > 0 && qp.state != StateErr {
+	for qp.sq.len() > 0 && qp.state != ibv.QPStateErr {
 		s := qp.sq.at(qp.sq.head)
 		if !s.started || s.failed {
 			break
 		}
-		if s.wqe.Opcode.isReadOrAtomic() {
+		if isReadOrAtomic(s.wqe.Opcode) {
 			lost = !a.LessThan(s.lastPSN)
 			break
 		}
@@ -104,7 +105,7 @@ func (qp *QP) ackThrough(a psn.PSN, now time.Time) bool {
 			if qp.comp.psn.LessThanEq(s.lastPSN) {
 				qp.comp.psn = s.lastPSN.Next()
 			}
-			qp.completeHead(StatusSuccess)
+			qp.completeHead(ibv.WCSuccess)
 			progress = true
 			continue
 		}
@@ -118,7 +119,7 @@ func (qp *QP) ackThrough(a psn.PSN, now time.Time) bool {
 		qp.progress(now, from)
 		qp.retireFailed()
 	}
-	if lost && qp.state != StateErr {
+	if lost && qp.state != ibv.QPStateErr {
 		qp.lostResponse(now)
 	}
 	return progress
@@ -164,7 +165,7 @@ func (qp *QP) nak(p psn.PSN, code wire.NAKCode, now time.Time) {
 		// While an RNR wait runs, the sequence NAK is the responder's
 		// reaction to the packets sent after the RNR-NAKed one; the
 		// retransmission after the wait repairs both.
-		if qp.state != StateErr && !qp.req.rnrWait && qp.outstanding() {
+		if qp.state != ibv.QPStateErr && !qp.req.rnrWait && qp.outstanding() {
 			qp.retry(now, false)
 		}
 		return
@@ -178,18 +179,18 @@ func (qp *QP) nak(p psn.PSN, code wire.NAKCode, now time.Time) {
 	}
 	switch code {
 	case wire.NAKInvalidRequest:
-		qp.fatal(StatusRemInvReqErr)
+		qp.fatal(ibv.WCRemInvReqErr)
 	case wire.NAKRemoteAccessError:
-		qp.fatal(StatusRemAccessErr)
+		qp.fatal(ibv.WCRemAccessErr)
 	default: // remote operational error, and codes IBTA reserves (rxe)
-		qp.fatal(StatusRemOpErr)
+		qp.fatal(ibv.WCRemOpErr)
 	}
 }
 
 // headInFlight returns the head WQE if it is in flight and p is one of its
 // PSNs at or after the oldest unacknowledged one.
 func (qp *QP) headInFlight(p psn.PSN) *sendSlot {
-	if qp.state == StateErr || qp.sq.len() == 0 {
+	if qp.state == ibv.QPStateErr || qp.sq.len() == 0 {
 		return nil
 	}
 	s := qp.sq.at(qp.sq.head)
@@ -209,7 +210,7 @@ func (qp *QP) rnrNak(p psn.PSN, timer uint8, now time.Time) {
 	}
 	if qp.comp.rnrLeft == 0 {
 		qp.counters.RNRRetryExceeded++
-		qp.fatal(StatusRNRRetryExcErr)
+		qp.fatal(ibv.WCRNRRetryExcErr)
 		return
 	}
 	if qp.comp.rnrLeft != 7 {
@@ -232,7 +233,7 @@ func (qp *QP) retry(now time.Time, timeout bool) {
 	}
 	if qp.comp.retryLeft == 0 {
 		qp.counters.RetryExceeded++
-		qp.fatal(StatusRetryExcErr)
+		qp.fatal(ibv.WCRetryExcErr)
 		return
 	}
 	qp.comp.retryLeft--
@@ -268,20 +269,20 @@ func (qp *QP) readResponse(p *wire.Packet, P psn.PSN, now time.Time) {
 	// A READ response implicitly acknowledges every earlier request.
 	qp.ackThrough(P.Add(psn.Mask), now)
 	s := qp.headInFlight(P)
-	if s != nil && (s.wqe.Opcode == WRFlush || s.wqe.Opcode == WRAtomicWrite) {
+	if s != nil && (s.wqe.Opcode == ibv.WRFlush || s.wqe.Opcode == ibv.WRAtomicWrite) {
 		qp.emptyReadResponse(p, P, now)
 		return
 	}
-	if s == nil || s.wqe.Opcode != WRRDMARead || P != qp.comp.psn {
+	if s == nil || s.wqe.Opcode != ibv.WRRDMARead || P != qp.comp.psn {
 		qp.counters.StaleResponses++
-		if s != nil && s.wqe.Opcode == WRRDMARead && qp.comp.psn.LessThan(P) {
+		if s != nil && s.wqe.Opcode == ibv.WRRDMARead && qp.comp.psn.LessThan(P) {
 			qp.lostResponse(now)
 		}
 		return
 	}
 	op := p.BTH.Opcode()
 	if op != wire.RCRDMAReadResponseMiddle && p.AETH.Syndrome().Kind() != wire.AETHAck {
-		qp.fatal(StatusBadRespErr)
+		qp.fatal(ibv.WCBadRespErr)
 		return
 	}
 	n := uint32(len(p.Payload))
@@ -291,18 +292,18 @@ func (qp *QP) readResponse(p *wire.Packet, P psn.PSN, now time.Time) {
 	// or LAST continue it (rxe replays that way): either is fine as long
 	// as the length is the one expected at this offset.
 	if final && n != rem || !final && (n != qp.mtu || rem <= qp.mtu) {
-		qp.fatal(StatusBadRespErr)
+		qp.fatal(ibv.WCBadRespErr)
 		return
 	}
 	if n > 0 && !qp.copySGL(s.wqe.SGL, s.readDone, p.Payload, true) {
 		qp.counters.LocalErrors++
-		qp.fatal(StatusLocProtErr)
+		qp.fatal(ibv.WCLocProtErr)
 		return
 	}
 	s.readDone += n
 	qp.comp.psn = P.Next()
 	if final {
-		qp.completeHead(StatusSuccess)
+		qp.completeHead(ibv.WCSuccess)
 	}
 	qp.progress(now, P)
 	qp.retireFailed()
@@ -313,23 +314,23 @@ func (qp *QP) readResponse(p *wire.Packet, P psn.PSN, now time.Time) {
 func (qp *QP) atomicAck(p *wire.Packet, P psn.PSN, now time.Time) {
 	qp.ackThrough(P.Add(psn.Mask), now)
 	s := qp.headInFlight(P)
-	if s == nil || !s.wqe.Opcode.isAtomic() || P != qp.comp.psn {
+	if s == nil || !isAtomic(s.wqe.Opcode) || P != qp.comp.psn {
 		qp.counters.StaleResponses++
 		return
 	}
 	if p.AETH.Syndrome().Kind() != wire.AETHAck {
-		qp.fatal(StatusBadRespErr)
+		qp.fatal(ibv.WCBadRespErr)
 		return
 	}
 	var v [8]byte
 	binary.NativeEndian.PutUint64(v[:], p.AtomicAckETH.OrigData())
 	if !qp.copySGL(s.wqe.SGL, 0, v[:], true) {
 		qp.counters.LocalErrors++
-		qp.fatal(StatusLocProtErr)
+		qp.fatal(ibv.WCLocProtErr)
 		return
 	}
 	qp.comp.psn = P.Next()
-	qp.completeHead(StatusSuccess)
+	qp.completeHead(ibv.WCSuccess)
 	qp.progress(now, P)
 	qp.retireFailed()
 }
@@ -337,26 +338,26 @@ func (qp *QP) atomicAck(p *wire.Packet, P psn.PSN, now time.Time) {
 // completeHead retires the oldest WQE with status st. A successful
 // unsignaled WQE completes silently; an error always produces a completion
 // (IBA 10.7.3.1).
-func (qp *QP) completeHead(st Status) {
+func (qp *QP) completeHead(st ibv.WCStatus) {
 	s := qp.sq.at(qp.sq.head)
 	qp.sq.head++
 	if int32(qp.req.idx-qp.sq.head) < 0 {
 		qp.req.idx, qp.req.off = qp.sq.head, 0
 	}
-	if s.started && s.wqe.Opcode.isReadOrAtomic() {
+	if s.started && isReadOrAtomic(s.wqe.Opcode) {
 		qp.req.rdAtomic--
 	}
-	if st == StatusSuccess && s.wqe.Opcode.isSend() {
+	if st == ibv.WCSuccess && isSend(s.wqe.Opcode) {
 		qp.counters.RDMASends++
 	}
-	if st == StatusSuccess && !qp.sigAll && s.wqe.Flags&SendSignaled == 0 {
+	if st == ibv.WCSuccess && !qp.sigAll && s.wqe.Flags&ibv.SendSignaled == 0 {
 		return
 	}
-	qp.wc = Completion{WRID: s.wqe.WRID, Status: st, Opcode: s.wqe.Opcode.wcOpcode(), QPN: qp.qpn}
-	if st == StatusSuccess {
+	qp.wc = Completion{WRID: s.wqe.WRID, Status: st, Opcode: wcOpcode(s.wqe.Opcode), QPN: qp.qpn}
+	if st == ibv.WCSuccess {
 		qp.wc.ByteLen = s.length
-		if s.wqe.Opcode == WRSendWithImm || s.wqe.Opcode == WRRDMAWriteWithImm {
-			qp.wc.Flags = WCWithImm // as rxe's make_send_cqe
+		if s.wqe.Opcode == ibv.WRSendWithImm || s.wqe.Opcode == ibv.WRRDMAWriteWithImm {
+			qp.wc.Flags = ibv.WCWithImm // as rxe's make_send_cqe
 		}
 	}
 	qp.push(qp.scq)
@@ -364,8 +365,8 @@ func (qp *QP) completeHead(st Status) {
 
 // fatal completes the head WQE with an error status and moves the QP to
 // ERR, which flushes everything else.
-func (qp *QP) fatal(st Status) {
-	if qp.state == StateErr {
+func (qp *QP) fatal(st ibv.WCStatus) {
+	if qp.state == ibv.QPStateErr {
 		return
 	}
 	if qp.sq.len() > 0 {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -32,11 +33,11 @@ func TestRetryExhaustion(t *testing.T) {
 				}
 				return true
 			}
-			rkey := b.mem.register(pd, make([]byte, 8), 0, AccessRemoteWrite)
+			rkey := b.mem.register(pd, make([]byte, 8), 0, ibv.AccessRemoteWrite)
 			start := l.now
-			l.post(a, SendWQE{WRID: 1, Opcode: WRRDMAWrite, Flags: SendInline, Inline: []byte{1}, RKey: rkey})
-			l.post(a, SendWQE{WRID: 2, Opcode: WRSend})
-			l.post(a, SendWQE{WRID: 3, Opcode: WRRDMARead, RKey: rkey})
+			l.post(a, SendWQE{WRID: 1, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendInline, Inline: []byte{1}, RKey: rkey})
+			l.post(a, SendWQE{WRID: 2, Opcode: ibv.WRSend})
+			l.post(a, SendWQE{WRID: 3, Opcode: ibv.WRRDMARead, RKey: rkey})
 			l.run(time.Hour)
 			want := 1
 			for i := 1; i <= int(retry); i++ {
@@ -46,10 +47,10 @@ func TestRetryExhaustion(t *testing.T) {
 				t.Errorf("first packet sent %d times, want %d", sent, want)
 			}
 			wantCompletions(t, a.scq.take(),
-				Completion{WRID: 1, Status: StatusRetryExcErr, Opcode: WCRDMAWrite, QPN: qpnA},
-				Completion{WRID: 2, Status: StatusWRFlushErr, Opcode: WCSend, QPN: qpnA},
-				Completion{WRID: 3, Status: StatusWRFlushErr, Opcode: WCRDMARead, QPN: qpnA})
-			if a.qp.State() != StateErr {
+				Completion{WRID: 1, Status: ibv.WCRetryExcErr, Opcode: ibv.WCRDMAWrite, QPN: qpnA},
+				Completion{WRID: 2, Status: ibv.WCWRFlushErr, Opcode: ibv.WCSend, QPN: qpnA},
+				Completion{WRID: 3, Status: ibv.WCWRFlushErr, Opcode: ibv.WCRDMARead, QPN: qpnA})
+			if a.qp.State() != ibv.QPStateErr {
 				t.Errorf("state %v", a.qp.State())
 			}
 			c := a.qp.Counters()
@@ -86,12 +87,12 @@ func TestTimeoutGoBackN(t *testing.T) {
 	n := 4*256 + 1
 	src := pattern(n, 2)
 	dst := make([]byte, n)
-	rkey := b.mem.register(pd, dst, 0, AccessRemoteWrite)
-	l.post(a, SendWQE{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{{0, uint32(n), a.mem.register(pd, src, 0, 0)}}, RKey: rkey})
+	rkey := b.mem.register(pd, dst, 0, ibv.AccessRemoteWrite)
+	l.post(a, SendWQE{WRID: 1, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled, SGL: []SGE{{0, uint32(n), a.mem.register(pd, src, 0, 0)}}, RKey: rkey})
 	start := l.now
 	l.run(time.Second)
 	wantBytes(t, "target", dst, src)
-	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: WCRDMAWrite, ByteLen: uint32(n), QPN: qpnA})
+	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: ibv.WCRDMAWrite, ByteLen: uint32(n), QPN: qpnA})
 	if got := countOps(l.log, "a", "WRITE"); got != 12 {
 		t.Errorf("%d WRITE packets, want 12 (5 + 7 again): %v", got, l.log)
 	}
@@ -127,12 +128,12 @@ func TestSequenceNakResumes(t *testing.T) {
 	n := 6 * 256
 	src := pattern(n, 4)
 	dst := make([]byte, n)
-	rkey := b.mem.register(pd, dst, 0, AccessRemoteWrite)
-	l.post(a, SendWQE{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{{0, uint32(n), a.mem.register(pd, src, 0, 0)}}, RKey: rkey})
+	rkey := b.mem.register(pd, dst, 0, ibv.AccessRemoteWrite)
+	l.post(a, SendWQE{WRID: 1, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled, SGL: []SGE{{0, uint32(n), a.mem.register(pd, src, 0, 0)}}, RKey: rkey})
 	start := l.now
 	l.run(time.Second)
 	wantBytes(t, "target", dst, src)
-	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: WCRDMAWrite, ByteLen: uint32(n), QPN: qpnA})
+	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: ibv.WCRDMAWrite, ByteLen: uint32(n), QPN: qpnA})
 	var psns []string
 	for _, e := range l.log {
 		if strings.HasPrefix(e, "a>") {
@@ -164,7 +165,7 @@ func TestReadResumesPartially(t *testing.T) {
 	l := newLink(t, a, b)
 	n := 5*256 - 3
 	src := pattern(n, 8)
-	rkey := b.mem.register(pd, src, 0x4000, AccessRemoteRead)
+	rkey := b.mem.register(pd, src, 0x4000, ibv.AccessRemoteRead)
 	dst := make([]byte, n)
 	var reads []wire.RETHFields
 	dropped := false
@@ -181,10 +182,10 @@ func TestReadResumesPartially(t *testing.T) {
 		}
 		return false
 	}
-	l.post(a, SendWQE{WRID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGL: splitSGL(a.mem, dst, 0, AccessLocalWrite), RemoteAddr: 0x4000, RKey: rkey})
+	l.post(a, SendWQE{WRID: 1, Opcode: ibv.WRRDMARead, Flags: ibv.SendSignaled, SGL: splitSGL(a.mem, dst, 0, ibv.AccessLocalWrite), RemoteAddr: 0x4000, RKey: rkey})
 	l.run(time.Second)
 	wantBytes(t, "read", dst, src)
-	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: WCRDMARead, ByteLen: uint32(n), QPN: qpnA})
+	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: ibv.WCRDMARead, ByteLen: uint32(n), QPN: qpnA})
 	if len(reads) != 4 || reads[0] != (wire.RETHFields{VA: 0x4000, RKey: rkey, DMALength: uint32(n)}) ||
 		reads[1] != (wire.RETHFields{VA: 0x4000 + 512, RKey: rkey, DMALength: uint32(n - 512)}) ||
 		reads[2] != reads[1] || reads[3] != reads[1] {
@@ -207,8 +208,8 @@ func TestRNRRetry(t *testing.T) {
 			a, b := newPair(t, o)
 			l := newLink(t, a, b)
 			start := l.now
-			l.post(a, SendWQE{WRID: 1, Opcode: WRSendWithImm, Flags: SendSignaled, Imm: 3})
-			l.post(a, SendWQE{WRID: 2, Opcode: WRSend, Flags: SendSignaled})
+			l.post(a, SendWQE{WRID: 1, Opcode: ibv.WRSendWithImm, Flags: ibv.SendSignaled, Imm: 3})
+			l.post(a, SendWQE{WRID: 2, Opcode: ibv.WRSend, Flags: ibv.SendSignaled})
 			l.run(time.Millisecond)
 			naks := int(b.qp.Counters().RNRNakSent)
 			if retry < 7 {
@@ -216,8 +217,8 @@ func TestRNRRetry(t *testing.T) {
 					t.Errorf("%d RNR NAKs, want %d", naks, retry+1)
 				}
 				wantCompletions(t, a.scq.take(),
-					Completion{WRID: 1, Status: StatusRNRRetryExcErr, Opcode: WCSend, QPN: qpnA},
-					Completion{WRID: 2, Status: StatusWRFlushErr, Opcode: WCSend, QPN: qpnA})
+					Completion{WRID: 1, Status: ibv.WCRNRRetryExcErr, Opcode: ibv.WCSend, QPN: qpnA},
+					Completion{WRID: 2, Status: ibv.WCWRFlushErr, Opcode: ibv.WCSend, QPN: qpnA})
 				if got, want := l.now.Sub(start), time.Duration(retry)*10*time.Microsecond; got != want {
 					t.Errorf("gave up after %v, want %v", got, want)
 				}
@@ -230,11 +231,11 @@ func TestRNRRetry(t *testing.T) {
 			l.recv(b, 11)
 			l.run(time.Millisecond)
 			wantCompletions(t, a.scq.take(),
-				Completion{WRID: 1, Opcode: WCSend, QPN: qpnA, Flags: WCWithImm},
-				Completion{WRID: 2, Opcode: WCSend, QPN: qpnA})
+				Completion{WRID: 1, Opcode: ibv.WCSend, QPN: qpnA, Flags: ibv.WCWithImm},
+				Completion{WRID: 2, Opcode: ibv.WCSend, QPN: qpnA})
 			wantCompletions(t, b.rcq.take(),
-				Completion{WRID: 10, Opcode: WCRecv, QPN: qpnB, SrcQP: qpnA, Imm: 3, Flags: WCWithImm},
-				Completion{WRID: 11, Opcode: WCRecv, QPN: qpnB, SrcQP: qpnA})
+				Completion{WRID: 10, Opcode: ibv.WCRecv, QPN: qpnB, SrcQP: qpnA, Imm: 3, Flags: ibv.WCWithImm},
+				Completion{WRID: 11, Opcode: ibv.WCRecv, QPN: qpnB, SrcQP: qpnA})
 			checkIdle(t, a, b)
 		})
 	}
@@ -248,7 +249,7 @@ func TestRNRThenSequenceNak(t *testing.T) {
 	a, b := newPair(t, o)
 	l := newLink(t, a, b)
 	for i := range 3 {
-		l.post(a, SendWQE{WRID: uint64(i), Opcode: WRSend, Flags: SendSignaled})
+		l.post(a, SendWQE{WRID: uint64(i), Opcode: ibv.WRSend, Flags: ibv.SendSignaled})
 	}
 	start := l.now
 	l.step() // three SENDs out
@@ -274,8 +275,8 @@ func TestRNRThenSequenceNak(t *testing.T) {
 func TestStaleResponses(t *testing.T) {
 	a, b := newPair(t, defaultOpts())
 	l := newLink(t, a, b)
-	rkey := b.mem.register(pd, make([]byte, 4096), 0, AccessRemoteWrite|AccessRemoteRead)
-	l.post(a, SendWQE{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, RKey: rkey})
+	rkey := b.mem.register(pd, make([]byte, 4096), 0, ibv.AccessRemoteWrite|ibv.AccessRemoteRead)
+	l.post(a, SendWQE{WRID: 1, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled, RKey: rkey})
 	ack := func(p uint32, op wire.Opcode) []byte {
 		h := wire.Headers{BTH: wire.BTHFields{Opcode: op, PKey: 0xFFFF, DestQP: qpnA, PSN: base.Add(p)},
 			AETH: wire.AETHFields{Syndrome: wire.SyndromeAckUnlimited}}
@@ -288,11 +289,11 @@ func TestStaleResponses(t *testing.T) {
 	}
 	eq(t, "ack", l.inject(b, a, ack(0, wire.RCAcknowledge)))
 	eq(t, "duplicate", l.inject(b, a, ack(0, wire.RCAcknowledge)))
-	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: WCRDMAWrite, QPN: qpnA})
+	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: ibv.WCRDMAWrite, QPN: qpnA})
 	// A READ response at a PSN after the expected one is dropped, and the
 	// missing one re-requested at once (QP.lostResponse), three times.
 	dst := make([]byte, 2048)
-	l.post(a, SendWQE{WRID: 2, Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{{0, 2048, a.mem.register(pd, dst, 0, AccessLocalWrite)}}, RKey: rkey})
+	l.post(a, SendWQE{WRID: 2, Opcode: ibv.WRRDMARead, Flags: ibv.SendSignaled, SGL: []SGE{{0, 2048, a.mem.register(pd, dst, 0, ibv.AccessLocalWrite)}}, RKey: rkey})
 	a.out.Reset()
 	last := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCRDMAReadResponseLast, PKey: 0xFFFF, DestQP: qpnA, PSN: base.Add(2)},
 		AETH: wire.AETHFields{Syndrome: wire.SyndromeAckUnlimited}}
@@ -308,36 +309,36 @@ func TestBadResponse(t *testing.T) {
 	a, b := newPair(t, defaultOpts())
 	l := newLink(t, a, b)
 	dst := make([]byte, 100)
-	l.post(a, SendWQE{WRID: 2, Opcode: WRRDMARead, SGL: []SGE{{0, 100, a.mem.register(pd, dst, 0, AccessLocalWrite)}}, RKey: 1})
+	l.post(a, SendWQE{WRID: 2, Opcode: ibv.WRRDMARead, SGL: []SGE{{0, 100, a.mem.register(pd, dst, 0, ibv.AccessLocalWrite)}}, RKey: 1})
 	a.out.Reset()
 	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCRDMAReadResponseOnly, PKey: 0xFFFF, DestQP: qpnA, PSN: base},
 		AETH: wire.AETHFields{Syndrome: wire.SyndromeAckUnlimited}}
 	l.inject(b, a, append(wire.AppendHeaders(nil, &h), make([]byte, 96)...))
-	wantCompletions(t, a.scq.take(), Completion{WRID: 2, Status: StatusBadRespErr, Opcode: WCRDMARead, QPN: qpnA})
+	wantCompletions(t, a.scq.take(), Completion{WRID: 2, Status: ibv.WCBadRespErr, Opcode: ibv.WCRDMARead, QPN: qpnA})
 }
 
 // TestLocalProtectionError: a WQE whose lkey is bad fails with LOC_PROT_ERR
 // after the WQEs before it complete, sends nothing, and the QP errors.
 func TestLocalProtectionError(t *testing.T) {
-	for _, op := range []WROpcode{WRSend, WRRDMAWrite, WRRDMARead} {
+	for _, op := range []ibv.WROpcode{ibv.WRSend, ibv.WRRDMAWrite, ibv.WRRDMARead} {
 		t.Run(fmt.Sprint(op), func(t *testing.T) {
 			a, b := newPair(t, defaultOpts())
 			l := newLink(t, a, b)
-			rkey := b.mem.register(pd, make([]byte, 64), 0, AccessRemoteWrite|AccessRemoteRead)
+			rkey := b.mem.register(pd, make([]byte, 64), 0, ibv.AccessRemoteWrite|ibv.AccessRemoteRead)
 			l.recv(b, 1)
 			src := a.mem.register(pd, make([]byte, 64), 0, 0) // no LOCAL_WRITE
-			l.post(a, SendWQE{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, RKey: rkey, SGL: []SGE{{0, 8, src}}})
+			l.post(a, SendWQE{WRID: 1, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled, RKey: rkey, SGL: []SGE{{0, 8, src}}})
 			bad := SendWQE{WRID: 2, Opcode: op, RKey: rkey, SGL: []SGE{{0, 8, src}, {0, 8, src + 0x100}}}
-			if op == WRRDMARead {
+			if op == ibv.WRRDMARead {
 				bad.SGL = []SGE{{0, 8, src}} // lacks LOCAL_WRITE
 			}
 			l.post(a, bad)
-			l.post(a, SendWQE{WRID: 3, Opcode: WRSend})
+			l.post(a, SendWQE{WRID: 3, Opcode: ibv.WRSend})
 			l.run(time.Second)
 			wantCompletions(t, a.scq.take(),
-				Completion{WRID: 1, Opcode: WCRDMAWrite, ByteLen: 8, QPN: qpnA},
-				Completion{WRID: 2, Status: StatusLocProtErr, Opcode: op.wcOpcode(), QPN: qpnA},
-				Completion{WRID: 3, Status: StatusWRFlushErr, Opcode: WCSend, QPN: qpnA})
+				Completion{WRID: 1, Opcode: ibv.WCRDMAWrite, ByteLen: 8, QPN: qpnA},
+				Completion{WRID: 2, Status: ibv.WCLocProtErr, Opcode: wcOpcode(op), QPN: qpnA},
+				Completion{WRID: 3, Status: ibv.WCWRFlushErr, Opcode: ibv.WCSend, QPN: qpnA})
 			if got := countOps(l.log, "a", ""); got != 1 {
 				t.Errorf("%d packets sent, want 1", got)
 			}
@@ -353,27 +354,27 @@ func TestResponderLocalErrors(t *testing.T) {
 		name             string
 		recvLen          uint32
 		recvKeyOK        bool
-		sendSt, recvStat Status
+		sendSt, recvStat ibv.WCStatus
 	}{
-		{"bad receive lkey", 64, false, StatusRemOpErr, StatusLocProtErr},
-		{"receive too short", 7, true, StatusRemInvReqErr, StatusLocLenErr},
+		{"bad receive lkey", 64, false, ibv.WCRemOpErr, ibv.WCLocProtErr},
+		{"receive too short", 7, true, ibv.WCRemInvReqErr, ibv.WCLocLenErr},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := newPair(t, defaultOpts())
 			l := newLink(t, a, b)
-			key := b.mem.register(pd, make([]byte, 64), 0, AccessLocalWrite)
+			key := b.mem.register(pd, make([]byte, 64), 0, ibv.AccessLocalWrite)
 			if !tc.recvKeyOK {
 				key += 0x100
 			}
 			l.recv(b, 1, SGE{0, tc.recvLen, key})
 			l.recv(b, 2, SGE{0, 64, key})
-			l.post(a, SendWQE{WRID: 7, Opcode: WRSend, Flags: SendInline, Inline: make([]byte, 8)})
+			l.post(a, SendWQE{WRID: 7, Opcode: ibv.WRSend, Flags: ibv.SendInline, Inline: make([]byte, 8)})
 			l.run(time.Second)
-			wantCompletions(t, a.scq.take(), Completion{WRID: 7, Status: tc.sendSt, Opcode: WCSend, QPN: qpnA})
+			wantCompletions(t, a.scq.take(), Completion{WRID: 7, Status: tc.sendSt, Opcode: ibv.WCSend, QPN: qpnA})
 			wantCompletions(t, b.rcq.take(),
-				Completion{WRID: 1, Status: tc.recvStat, Opcode: WCRecv, QPN: qpnB},
-				Completion{WRID: 2, Status: StatusWRFlushErr, Opcode: WCRecv, QPN: qpnB})
+				Completion{WRID: 1, Status: tc.recvStat, Opcode: ibv.WCRecv, QPN: qpnB},
+				Completion{WRID: 2, Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv, QPN: qpnB})
 		})
 	}
 }
@@ -386,12 +387,12 @@ func TestFenceAndRdAtomicLimit(t *testing.T) {
 	a, b := newPair(t, o)
 	l := newLink(t, a, b)
 	mem := make([]byte, 64)
-	rkey := b.mem.register(pd, mem, 0, AccessRemoteWrite|AccessRemoteRead)
-	lk := a.mem.register(pd, make([]byte, 64), 0, AccessLocalWrite)
+	rkey := b.mem.register(pd, mem, 0, ibv.AccessRemoteWrite|ibv.AccessRemoteRead)
+	lk := a.mem.register(pd, make([]byte, 64), 0, ibv.AccessLocalWrite)
 	for i := range 3 {
-		l.post(a, SendWQE{WRID: uint64(i), Opcode: WRRDMARead, SGL: []SGE{{0, 8, lk}}, RKey: rkey})
+		l.post(a, SendWQE{WRID: uint64(i), Opcode: ibv.WRRDMARead, SGL: []SGE{{0, 8, lk}}, RKey: rkey})
 	}
-	l.post(a, SendWQE{WRID: 3, Opcode: WRRDMAWrite, Flags: SendFence | SendInline, Inline: []byte{1}, RKey: rkey})
+	l.post(a, SendWQE{WRID: 3, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendFence | ibv.SendInline, Inline: []byte{1}, RKey: rkey})
 	var ops []string
 	for _, p := range a.out.Packets() {
 		ops = append(ops, l.parse(a, p.Bytes).BTH.Opcode().String())
@@ -420,9 +421,9 @@ func TestWindow(t *testing.T) {
 	l := newLink(t, a, b)
 	n := 300 * 256
 	dst := make([]byte, n)
-	rkey := b.mem.register(pd, dst, 0, AccessRemoteWrite)
+	rkey := b.mem.register(pd, dst, 0, ibv.AccessRemoteWrite)
 	src := pattern(n, 1)
-	l.post(a, SendWQE{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{{0, uint32(n), a.mem.register(pd, src, 0, 0)}}, RKey: rkey})
+	l.post(a, SendWQE{WRID: 1, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled, SGL: []SGE{{0, uint32(n), a.mem.register(pd, src, 0, 0)}}, RKey: rkey})
 	if got := a.out.Len(); got != DefaultMaxUnackedPSNs {
 		t.Fatalf("first burst of %d packets", got)
 	}
@@ -436,18 +437,18 @@ func TestPostErrors(t *testing.T) {
 	qp := e.qp
 	var out Output
 	now := time.Unix(0, 0)
-	w := &SendWQE{Opcode: WRSend}
-	for _, s := range []State{StateReset, StateInit, StateRTR} {
+	w := &SendWQE{Opcode: ibv.WRSend}
+	for _, s := range []ibv.QPState{ibv.QPStateReset, ibv.QPStateInit, ibv.QPStateRTR} {
 		qp.SetState(s)
 		if err := qp.PostSend(w, now, &out); err != ErrQPState {
 			t.Errorf("PostSend in %v: %v", s, err)
 		}
 	}
-	qp.SetState(StateReset)
+	qp.SetState(ibv.QPStateReset)
 	if err := qp.PostRecv(&RecvWQE{}); err != ErrQPState {
 		t.Errorf("PostRecv in RESET: %v", err)
 	}
-	qp.SetState(StateInit)
+	qp.SetState(ibv.QPStateInit)
 	for i := range 64 {
 		must(t, qp.PostRecv(&RecvWQE{WRID: uint64(i)}))
 	}
@@ -457,19 +458,19 @@ func TestPostErrors(t *testing.T) {
 	if err := qp.PostRecv(&RecvWQE{SGL: make([]SGE, 5)}); err != ErrTooManySGE {
 		t.Errorf("5 SGEs: %v", err)
 	}
-	qp.SetState(StateRTR)
-	qp.SetState(StateRTS)
+	qp.SetState(ibv.QPStateRTR)
+	qp.SetState(ibv.QPStateRTS)
 	cases := []struct {
 		w   SendWQE
 		err error
 	}{
 		{SendWQE{Opcode: 12}, ErrBadOpcode},
-		{SendWQE{Opcode: WRLocalInv, SGL: []SGE{{Length: 8}}}, ErrBadOpcode},
-		{SendWQE{Opcode: WRAtomicWrite, SGL: []SGE{{Length: 4}}}, ErrBadAtomicSGL},
-		{SendWQE{Opcode: WRSend, SGL: make([]SGE, 5)}, ErrTooManySGE},
-		{SendWQE{Opcode: WRRDMARead, Flags: SendInline}, ErrBadOpcode},
-		{SendWQE{Opcode: WRAtomicFetchAdd, SGL: []SGE{{Length: 4}}}, ErrBadAtomicSGL},
-		{SendWQE{Opcode: WRSend, SGL: []SGE{{Length: 1 << 31}, {Length: 1}}}, ErrTooLong},
+		{SendWQE{Opcode: ibv.WRLocalInv, SGL: []SGE{{Length: 8}}}, ErrBadOpcode},
+		{SendWQE{Opcode: ibv.WRAtomicWrite, SGL: []SGE{{Length: 4}}}, ErrBadAtomicSGL},
+		{SendWQE{Opcode: ibv.WRSend, SGL: make([]SGE, 5)}, ErrTooManySGE},
+		{SendWQE{Opcode: ibv.WRRDMARead, Flags: ibv.SendInline}, ErrBadOpcode},
+		{SendWQE{Opcode: ibv.WRAtomicFetchAndAdd, SGL: []SGE{{Length: 4}}}, ErrBadAtomicSGL},
+		{SendWQE{Opcode: ibv.WRSend, SGL: []SGE{{Length: 1 << 31}, {Length: 1}}}, ErrTooLong},
 	}
 	for _, c := range cases {
 		if err := qp.PostSend(&c.w, now, &out); err != c.err {
@@ -477,11 +478,11 @@ func TestPostErrors(t *testing.T) {
 		}
 	}
 	must(t, qp.SetMaxRdAtomic(0))
-	if err := qp.PostSend(&SendWQE{Opcode: WRRDMARead}, now, &out); err != ErrNoRdAtomic {
+	if err := qp.PostSend(&SendWQE{Opcode: ibv.WRRDMARead}, now, &out); err != ErrNoRdAtomic {
 		t.Errorf("READ with max_rd_atomic 0: %v", err)
 	}
 	for i := range 64 {
-		must(t, qp.PostSend(&SendWQE{WRID: uint64(i), Opcode: WRSend}, now, &out))
+		must(t, qp.PostSend(&SendWQE{WRID: uint64(i), Opcode: ibv.WRSend}, now, &out))
 	}
 	if err := qp.PostSend(w, now, &out); err != ErrSendQueueFull {
 		t.Errorf("full SQ: %v", err)
@@ -508,36 +509,36 @@ func TestPostErrors(t *testing.T) {
 func TestFlushExactlyOnce(t *testing.T) {
 	a, b := newPair(t, defaultOpts())
 	l := newLink(t, a, b)
-	rkey := b.mem.register(pd, make([]byte, 64), 0, AccessRemoteWrite)
+	rkey := b.mem.register(pd, make([]byte, 64), 0, ibv.AccessRemoteWrite)
 	for i := range 4 {
-		l.post(a, SendWQE{WRID: uint64(i), Opcode: WRRDMAWrite, RKey: rkey})
+		l.post(a, SendWQE{WRID: uint64(i), Opcode: ibv.WRRDMAWrite, RKey: rkey})
 	}
 	l.drop = func(from *endpoint, _ *wire.Packet) bool { return from == b }
 	l.step() // b got them; its ACK is lost
 	for i := range 3 {
 		l.recv(a, uint64(100+i))
 	}
-	a.qp.SetState(StateErr)
+	a.qp.SetState(ibv.QPStateErr)
 	a.qp.Flush()
 	var want []Completion
 	for i := range 4 {
-		want = append(want, Completion{WRID: uint64(i), Status: StatusWRFlushErr, Opcode: WCRDMAWrite, QPN: qpnA})
+		want = append(want, Completion{WRID: uint64(i), Status: ibv.WCWRFlushErr, Opcode: ibv.WCRDMAWrite, QPN: qpnA})
 	}
 	wantCompletions(t, a.scq.take(), want...)
 	want = nil
 	for i := range 3 {
-		want = append(want, Completion{WRID: uint64(100 + i), Status: StatusWRFlushErr, Opcode: WCRecv, QPN: qpnA})
+		want = append(want, Completion{WRID: uint64(100 + i), Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv, QPN: qpnA})
 	}
 	wantCompletions(t, a.rcq.take(), want...)
-	must(t, a.qp.PostSend(&SendWQE{WRID: 9, Opcode: WRRDMARead}, l.now, &a.out))
+	must(t, a.qp.PostSend(&SendWQE{WRID: 9, Opcode: ibv.WRRDMARead}, l.now, &a.out))
 	must(t, a.qp.PostRecv(&RecvWQE{WRID: 10}))
-	wantCompletions(t, a.scq.take(), Completion{WRID: 9, Status: StatusWRFlushErr, Opcode: WCRDMARead, QPN: qpnA})
-	wantCompletions(t, a.rcq.take(), Completion{WRID: 10, Status: StatusWRFlushErr, Opcode: WCRecv, QPN: qpnA})
+	wantCompletions(t, a.scq.take(), Completion{WRID: 9, Status: ibv.WCWRFlushErr, Opcode: ibv.WCRDMARead, QPN: qpnA})
+	wantCompletions(t, a.rcq.take(), Completion{WRID: 10, Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv, QPN: qpnA})
 	if a.out.Len() != 0 {
 		t.Fatal("an errored QP sent packets")
 	}
 	// RESET forgets everything without completions; the QP can be reused.
-	a.qp.SetState(StateReset)
+	a.qp.SetState(ibv.QPStateReset)
 	if s := a.qp.Snapshot(); s.SQDepth != 0 || s.RQDepth != 0 {
 		t.Fatalf("after RESET: %+v", s)
 	}
@@ -555,19 +556,19 @@ func TestSRQHeldWQEFlushed(t *testing.T) {
 	must(t, b.qp.srq.(*SRQ).PostRecv(&RecvWQE{WRID: 2}))
 	l.inject(a, b, req(wire.RCSendFirst, base, false, make([]byte, 256), nil))
 	// The empty receive buffer is too short: LOC_LEN_ERR.
-	wantCompletions(t, b.rcq.take(), Completion{WRID: 1, Status: StatusLocLenErr, Opcode: WCRecv, QPN: qpnB})
+	wantCompletions(t, b.rcq.take(), Completion{WRID: 1, Status: ibv.WCLocLenErr, Opcode: ibv.WCRecv, QPN: qpnB})
 	if b.qp.srq.(*SRQ).Len() != 1 {
 		t.Fatalf("SRQ holds %d", b.qp.srq.(*SRQ).Len())
 	}
 	o.srq = true
 	c, d := newPair(t, o)
 	l = newLink(t, c, d)
-	buf := d.mem.register(pd, make([]byte, 1024), 0, AccessLocalWrite)
+	buf := d.mem.register(pd, make([]byte, 1024), 0, ibv.AccessLocalWrite)
 	must(t, d.qp.srq.(*SRQ).PostRecv(&RecvWQE{WRID: 1, SGL: []SGE{{0, 1024, buf}}}))
 	must(t, d.qp.srq.(*SRQ).PostRecv(&RecvWQE{WRID: 2, SGL: []SGE{{0, 1024, buf}}}))
 	l.inject(c, d, req(wire.RCSendFirst, base, false, make([]byte, 256), nil))
-	d.qp.SetState(StateErr)
-	wantCompletions(t, d.rcq.take(), Completion{WRID: 1, Status: StatusWRFlushErr, Opcode: WCRecv, QPN: qpnB})
+	d.qp.SetState(ibv.QPStateErr)
+	wantCompletions(t, d.rcq.take(), Completion{WRID: 1, Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv, QPN: qpnB})
 	if d.qp.srq.(*SRQ).Len() != 1 {
 		t.Fatalf("SRQ holds %d", d.qp.srq.(*SRQ).Len())
 	}
@@ -580,10 +581,10 @@ func TestCQOverflow(t *testing.T) {
 	b.rcq.limit = 1
 	for i := range 3 {
 		l.recv(b, uint64(i))
-		l.post(a, SendWQE{WRID: uint64(i), Opcode: WRSend})
+		l.post(a, SendWQE{WRID: uint64(i), Opcode: ibv.WRSend})
 	}
 	l.run(time.Second)
-	if b.qp.State() != StateErr || b.qp.Counters().CQOverflow == 0 {
+	if b.qp.State() != ibv.QPStateErr || b.qp.Counters().CQOverflow == 0 {
 		t.Fatalf("state %v counters %+v", b.qp.State(), b.qp.Counters())
 	}
 }
@@ -592,16 +593,16 @@ func TestCQOverflow(t *testing.T) {
 func TestSQD(t *testing.T) {
 	a, b := newPair(t, defaultOpts())
 	l := newLink(t, a, b)
-	a.qp.SetState(StateSQD)
+	a.qp.SetState(ibv.QPStateSQD)
 	l.recv(b, 1)
-	l.post(a, SendWQE{WRID: 1, Opcode: WRSend, Flags: SendSignaled})
+	l.post(a, SendWQE{WRID: 1, Opcode: ibv.WRSend, Flags: ibv.SendSignaled})
 	if a.out.Len() != 0 {
 		t.Fatal("SQD started a WQE")
 	}
-	a.qp.SetState(StateRTS)
+	a.qp.SetState(ibv.QPStateRTS)
 	if d, ok := a.qp.Deadline(); !ok || d.After(l.now) {
 		t.Fatalf("back in RTS with work queued: Deadline %v %v", d, ok)
 	}
 	l.run(time.Second)
-	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: WCSend, QPN: qpnA})
+	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: ibv.WCSend, QPN: qpnA})
 }

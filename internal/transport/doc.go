@@ -16,11 +16,14 @@
 // # Boundaries
 //
 // Memory resolves keys to bytes (verbs implements it over its MR table), so
-// that this package does not import verbs. Work requests (SendWQE, RecvWQE)
-// are copied into fixed slots of bounded rings at post time; completions
-// (Completion) go to a CompletionQueue. A steady state allocates nothing:
-// packet buffers are reused by Output, payload is copied once between
-// registered memory and the packet.
+// that this package does not import verbs. The enums both sides use (work
+// request and completion opcodes, completion statuses and flags, send and
+// access flags, QP states and types) are internal/ibv's, with libibverbs'
+// values, so they cross to verbs without a conversion. Work requests
+// (SendWQE, RecvWQE) are copied into fixed slots of bounded rings at post
+// time; completions (Completion) go to a CompletionQueue. A steady state
+// allocates nothing: packet buffers are reused by Output, payload is copied
+// once between registered memory and the packet.
 //
 // # Requester and completer
 //

@@ -3,6 +3,7 @@ package transport
 import (
 	"time"
 
+	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/psn"
 	"github.com/goroce/goroce/internal/wire"
 )
@@ -20,13 +21,13 @@ import (
 // QP and on the memory region: FLUSH_GLOBAL for global visibility,
 // FLUSH_PERSISTENT for persistence. Unknown placement bits need nothing,
 // as in rxe.
-func flushAccess(t uint8) Access {
-	var a Access
+func flushAccess(t uint8) ibv.AccessFlags {
+	var a ibv.AccessFlags
 	if t&wire.FlushGlobalVisibility != 0 {
-		a |= AccessFlushGlobal
+		a |= ibv.AccessFlushGlobal
 	}
 	if t&wire.FlushPersistence != 0 {
-		a |= AccessFlushPersistent
+		a |= ibv.AccessFlushPersistent
 	}
 	return a
 }
@@ -36,7 +37,7 @@ func flushAccess(t uint8) Access {
 // key must name a registration in pd granting need. A Memory without it
 // has such FLUSHes checked as a zero-length access at the RETH's address.
 type RKeyChecker interface {
-	CheckRKey(pd uint32, rkey uint32, need Access) error
+	CheckRKey(pd uint32, rkey uint32, need ibv.AccessFlags) error
 }
 
 // execFlush performs a FLUSH. The responder copies every WRITE into the
@@ -46,7 +47,7 @@ type RKeyChecker interface {
 // make it by then: executing a FLUSH is checking its rights and range.
 func (qp *QP) execFlush(p *wire.Packet, P psn.PSN, out *Output) {
 	if len(qp.resp.res) == 0 {
-		qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
 		return
 	}
 	va, rkey, l := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALength()
@@ -64,13 +65,13 @@ func (qp *QP) execFlush(p *wire.Packet, P psn.PSN, out *Output) {
 			err = ErrOutOfBounds
 		}
 	case l > 1<<31:
-		qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
 		return
 	case !qp.checkRemote(rkey, va, l, need):
 		err = ErrOutOfBounds
 	}
 	if err != nil {
-		qp.classC(P, wire.NAKRemoteAccessError, StatusRemAccessErr, out)
+		qp.classC(P, wire.NAKRemoteAccessError, ibv.WCRemAccessErr, out)
 		return
 	}
 	r := qp.nextResource()
@@ -86,11 +87,11 @@ func (qp *QP) execFlush(p *wire.Packet, P psn.PSN, out *Output) {
 // on the memory, and so does goroce; the RETH length must be 8.
 func (qp *QP) execAtomicWrite(p *wire.Packet, P psn.PSN, out *Output) {
 	if len(qp.resp.res) == 0 || p.RETH.DMALength() != wire.AtomicWriteLen {
-		qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
 		return
 	}
 	va, rkey := p.RETH.VA(), p.RETH.RKey()
-	b, ref, ok := qp.alignedTarget(P, rkey, va, AccessRemoteWrite, out)
+	b, ref, ok := qp.alignedTarget(P, rkey, va, ibv.AccessRemoteWrite, out)
 	if !ok {
 		return
 	}
@@ -133,11 +134,11 @@ func (qp *QP) emptyReadResponse(p *wire.Packet, P psn.PSN, now time.Time) {
 	}
 	if p.BTH.Opcode() != wire.RCRDMAReadResponseOnly || len(p.Payload) != 0 ||
 		p.AETH.Syndrome().Kind() != wire.AETHAck {
-		qp.fatal(StatusBadRespErr)
+		qp.fatal(ibv.WCBadRespErr)
 		return
 	}
 	qp.comp.psn = P.Next()
-	qp.completeHead(StatusSuccess)
+	qp.completeHead(ibv.WCSuccess)
 	qp.progress(now, P)
 	qp.retireFailed()
 }

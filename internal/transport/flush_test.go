@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -11,7 +12,7 @@ import (
 // tests do.
 func flushOpts() pairOpts {
 	o := defaultOpts()
-	o.access |= AccessFlushGlobal | AccessFlushPersistent
+	o.access |= ibv.AccessFlushGlobal | ibv.AccessFlushPersistent
 	return o
 }
 
@@ -38,7 +39,7 @@ func TestFlushAndAtomicWriteReplay(t *testing.T) {
 	a, b := newPair(t, o)
 	l := newLink(t, a, b)
 	mem := make([]byte, 64)
-	key := b.mem.register(pd, mem, 0, AccessRemoteWrite|AccessRemoteRead|AccessFlushGlobal)
+	key := b.mem.register(pd, mem, 0, ibv.AccessRemoteWrite|ibv.AccessRemoteRead|ibv.AccessFlushGlobal)
 	eq(t, "flush", l.inject(a, b, flushReq(0, key, 0, 64, wire.FlushGlobalVisibility, wire.FlushRange)),
 		"RC RDMA_READ_RESPONSE_ONLY@0 ACK credits=31")
 	aw := atomicWriteReq(1, key, 8, 8, []byte{1, 2, 3, 4, 5, 6, 7, 8})
@@ -56,7 +57,7 @@ func TestFlushAndAtomicWriteReplay(t *testing.T) {
 	l.inject(a, b, atomicWriteReq(3, key, 0, 8, make([]byte, 8)))
 	eq(t, "forgotten atomic write", l.inject(a, b, aw))
 	eq(t, "forgotten flush", l.inject(a, b, flushReq(0, key, 0, 64, wire.FlushGlobalVisibility, wire.FlushRange)))
-	if s := b.qp.Snapshot(); s.MSN != 4 || s.ExpectedPSN != base.Add(4) || b.qp.State() != StateRTS || b.mem.refs != 0 {
+	if s := b.qp.Snapshot(); s.MSN != 4 || s.ExpectedPSN != base.Add(4) || b.qp.State() != ibv.QPStateRTS || b.mem.refs != 0 {
 		t.Fatalf("MSN %v ePSN %v state %v refs %d", s.MSN, s.ExpectedPSN, b.qp.State(), b.mem.refs)
 	}
 }
@@ -72,40 +73,40 @@ func TestFlushAndAtomicWriteErrors(t *testing.T) {
 	)
 	cases := []struct {
 		name     string
-		qpAccess Access
+		qpAccess ibv.AccessFlags
 		rdAtomic int
-		mr       Access
+		mr       ibv.AccessFlags
 		pkt      func(key uint32) []byte
 		want     string
 	}{
-		{"flush: QP without FLUSH_GLOBAL", AccessRemoteWrite | AccessFlushPersistent, 16, AccessFlushGlobal,
+		{"flush: QP without FLUSH_GLOBAL", ibv.AccessRemoteWrite | ibv.AccessFlushPersistent, 16, ibv.AccessFlushGlobal,
 			func(k uint32) []byte { return flushReq(0, k, 0, 8, global, wire.FlushRange) }, "NAK invalid request"},
-		{"flush: QP without FLUSH_PERSISTENT", AccessFlushGlobal, 16, AccessFlushGlobal | AccessFlushPersistent,
+		{"flush: QP without FLUSH_PERSISTENT", ibv.AccessFlushGlobal, 16, ibv.AccessFlushGlobal | ibv.AccessFlushPersistent,
 			func(k uint32) []byte { return flushReq(0, k, 0, 8, persist, wire.FlushMemoryRegion) }, "NAK invalid request"},
-		{"flush: no responder resources", flushOpts().access, 0, AccessFlushGlobal,
+		{"flush: no responder resources", flushOpts().access, 0, ibv.AccessFlushGlobal,
 			func(k uint32) []byte { return flushReq(0, k, 0, 8, global, wire.FlushRange) }, "NAK invalid request"},
-		{"flush: placement type violation", flushOpts().access, 16, AccessFlushGlobal,
+		{"flush: placement type violation", flushOpts().access, 16, ibv.AccessFlushGlobal,
 			func(k uint32) []byte { return flushReq(0, k, 0, 8, persist, wire.FlushRange) }, "NAK remote access error"},
-		{"flush: whole region, type violation", flushOpts().access, 16, AccessFlushGlobal,
+		{"flush: whole region, type violation", flushOpts().access, 16, ibv.AccessFlushGlobal,
 			func(k uint32) []byte { return flushReq(0, k, 0, 8, global|persist, wire.FlushMemoryRegion) }, "NAK remote access error"},
-		{"flush: range outside", flushOpts().access, 16, AccessFlushGlobal,
+		{"flush: range outside", flushOpts().access, 16, ibv.AccessFlushGlobal,
 			func(k uint32) []byte { return flushReq(0, k, 60, 8, global, wire.FlushRange) }, "NAK remote access error"},
-		{"flush: bad rkey", flushOpts().access, 16, AccessFlushGlobal,
+		{"flush: bad rkey", flushOpts().access, 16, ibv.AccessFlushGlobal,
 			func(k uint32) []byte { return flushReq(0, k+0x100, 0, 8, global, wire.FlushMemoryRegion) }, "NAK remote access error"},
 		// Without RKeyChecker the address must lie in the region.
-		{"flush: whole region ignores the length", flushOpts().access, 16, AccessFlushGlobal,
+		{"flush: whole region ignores the length", flushOpts().access, 16, ibv.AccessFlushGlobal,
 			func(k uint32) []byte { return flushReq(0, k, 8, 1<<31, global, wire.FlushMemoryRegion) }, "ACK credits=31"},
-		{"atomic write: QP without REMOTE_WRITE", AccessRemoteAtomic, 16, AccessRemoteWrite,
+		{"atomic write: QP without REMOTE_WRITE", ibv.AccessRemoteAtomic, 16, ibv.AccessRemoteWrite,
 			func(k uint32) []byte { return atomicWriteReq(0, k, 0, 8, make([]byte, 8)) }, "NAK invalid request"},
-		{"atomic write: region without REMOTE_WRITE", flushOpts().access, 16, AccessRemoteAtomic | AccessRemoteRead,
+		{"atomic write: region without REMOTE_WRITE", flushOpts().access, 16, ibv.AccessRemoteAtomic | ibv.AccessRemoteRead,
 			func(k uint32) []byte { return atomicWriteReq(0, k, 0, 8, make([]byte, 8)) }, "NAK remote access error"},
-		{"atomic write: RETH length 4", flushOpts().access, 16, AccessRemoteWrite,
+		{"atomic write: RETH length 4", flushOpts().access, 16, ibv.AccessRemoteWrite,
 			func(k uint32) []byte { return atomicWriteReq(0, k, 0, 4, make([]byte, 8)) }, "NAK invalid request"},
-		{"atomic write: misaligned", flushOpts().access, 16, AccessRemoteWrite,
+		{"atomic write: misaligned", flushOpts().access, 16, ibv.AccessRemoteWrite,
 			func(k uint32) []byte { return atomicWriteReq(0, k, 4, 8, make([]byte, 8)) }, "NAK invalid request"},
-		{"atomic write: outside", flushOpts().access, 16, AccessRemoteWrite,
+		{"atomic write: outside", flushOpts().access, 16, ibv.AccessRemoteWrite,
 			func(k uint32) []byte { return atomicWriteReq(0, k, 64, 8, make([]byte, 8)) }, "NAK remote access error"},
-		{"atomic write: no responder resources", flushOpts().access, 0, AccessRemoteWrite,
+		{"atomic write: no responder resources", flushOpts().access, 0, ibv.AccessRemoteWrite,
 			func(k uint32) []byte { return atomicWriteReq(0, k, 0, 8, make([]byte, 8)) }, "NAK invalid request"},
 	}
 	for _, c := range cases {
@@ -125,7 +126,7 @@ func TestFlushAndAtomicWriteErrors(t *testing.T) {
 				op = "RC RDMA_READ_RESPONSE_ONLY@0 "
 			}
 			eq(t, "answer", got, op+c.want)
-			if c.want != "ACK credits=31" && b.qp.State() != StateErr {
+			if c.want != "ACK credits=31" && b.qp.State() != ibv.QPStateErr {
 				t.Fatalf("responder in %v, want ERR", b.qp.State())
 			}
 			if c.want != "ACK credits=31" && mem != nil {
@@ -152,25 +153,25 @@ func TestFlushAndAtomicWriteRequester(t *testing.T) {
 	src := pattern(64, 3)
 	lkey := a.mem.register(pd, src, 0x1000, 0)
 	dst := make([]byte, 64)
-	rkey := b.mem.register(pd, dst, 0x8000, AccessRemoteWrite|AccessFlushGlobal|AccessFlushPersistent)
-	l.post(a, SendWQE{WRID: 1, Opcode: WRRDMAWrite, SGL: []SGE{{0x1000, 32, lkey}}, RemoteAddr: 0x8000, RKey: rkey})
-	l.post(a, SendWQE{WRID: 2, Opcode: WRFlush, Flags: SendSignaled, RemoteAddr: 0x8000, RKey: rkey,
+	rkey := b.mem.register(pd, dst, 0x8000, ibv.AccessRemoteWrite|ibv.AccessFlushGlobal|ibv.AccessFlushPersistent)
+	l.post(a, SendWQE{WRID: 1, Opcode: ibv.WRRDMAWrite, SGL: []SGE{{0x1000, 32, lkey}}, RemoteAddr: 0x8000, RKey: rkey})
+	l.post(a, SendWQE{WRID: 2, Opcode: ibv.WRFlush, Flags: ibv.SendSignaled, RemoteAddr: 0x8000, RKey: rkey,
 		FlushLength: 32, FlushType: wire.FlushPersistence, FlushLevel: wire.FlushRange})
-	l.post(a, SendWQE{WRID: 3, Opcode: WRAtomicWrite, Flags: SendSignaled, SGL: []SGE{{0x1000 + 40, 8, lkey}}, RemoteAddr: 0x8000 + 40, RKey: rkey})
-	l.post(a, SendWQE{WRID: 4, Opcode: WRFlush, Flags: SendSignaled, RemoteAddr: 0x8000, RKey: rkey,
+	l.post(a, SendWQE{WRID: 3, Opcode: ibv.WRAtomicWrite, Flags: ibv.SendSignaled, SGL: []SGE{{0x1000 + 40, 8, lkey}}, RemoteAddr: 0x8000 + 40, RKey: rkey})
+	l.post(a, SendWQE{WRID: 4, Opcode: ibv.WRFlush, Flags: ibv.SendSignaled, RemoteAddr: 0x8000, RKey: rkey,
 		FlushType: wire.FlushGlobalVisibility, FlushLevel: wire.FlushMemoryRegion})
 	l.run(time.Second)
 	wantCompletions(t, a.scq.take(),
-		Completion{WRID: 2, Status: StatusSuccess, Opcode: WCFlush, ByteLen: 32, QPN: qpnA},
-		Completion{WRID: 3, Status: StatusSuccess, Opcode: WCAtomicWrite, ByteLen: 8, QPN: qpnA},
-		Completion{WRID: 4, Status: StatusSuccess, Opcode: WCFlush, QPN: qpnA})
+		Completion{WRID: 2, Status: ibv.WCSuccess, Opcode: ibv.WCFlush, ByteLen: 32, QPN: qpnA},
+		Completion{WRID: 3, Status: ibv.WCSuccess, Opcode: ibv.WCAtomicWrite, ByteLen: 8, QPN: qpnA},
+		Completion{WRID: 4, Status: ibv.WCSuccess, Opcode: ibv.WCFlush, QPN: qpnA})
 	wantBytes(t, "written", dst[:32], src[:32])
 	wantBytes(t, "atomically written", dst[40:48], src[40:48])
 	if c := a.qp.Counters(); c.StaleResponses != 0 {
 		t.Fatalf("counters %+v", c)
 	}
 	// A READ response with data at a FLUSH's PSN is a bad response.
-	l.post(a, SendWQE{WRID: 5, Opcode: WRFlush, Flags: SendSignaled, RKey: rkey,
+	l.post(a, SendWQE{WRID: 5, Opcode: ibv.WRFlush, Flags: ibv.SendSignaled, RKey: rkey,
 		FlushType: wire.FlushGlobalVisibility, FlushLevel: wire.FlushMemoryRegion})
 	pkts := a.out.Packets()
 	if len(pkts) != 1 {
@@ -186,7 +187,7 @@ func TestFlushAndAtomicWriteRequester(t *testing.T) {
 		AETH: wire.AETHFields{Syndrome: wire.SyndromeAckUnlimited}}
 	bad := append(wire.AppendHeaders(nil, &h), 1, 2, 3, 4)
 	l.inject(b, a, bad)
-	wantCompletions(t, a.scq.take(), Completion{WRID: 5, Status: StatusBadRespErr, Opcode: WCFlush, QPN: qpnA})
+	wantCompletions(t, a.scq.take(), Completion{WRID: 5, Status: ibv.WCBadRespErr, Opcode: ibv.WCFlush, QPN: qpnA})
 }
 
 // localOpsMemory is a testMemory that executes local operations, recording
@@ -220,10 +221,10 @@ func TestLocalOps(t *testing.T) {
 		l := newLink(t, a, b)
 		src := pattern(16, 1)
 		lkey := a.mem.register(pd, src, 0x100, 0)
-		rkey := b.mem.register(pd, make([]byte, 16), 0, AccessRemoteWrite)
-		l.post(a, SendWQE{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{{0x100, 16, lkey}}, RKey: rkey})
-		l.post(a, SendWQE{WRID: 2, Opcode: WRBindMW, Flags: SendSignaled, Bind: MWBind{MWRKey: 0x40001FF, RKey: 0x4000100, Length: 8}})
-		l.post(a, SendWQE{WRID: 3, Opcode: WRLocalInv, Flags: SendSignaled | SendFence, InvalidateRKey: 0x4000100})
+		rkey := b.mem.register(pd, make([]byte, 16), 0, ibv.AccessRemoteWrite)
+		l.post(a, SendWQE{WRID: 1, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled, SGL: []SGE{{0x100, 16, lkey}}, RKey: rkey})
+		l.post(a, SendWQE{WRID: 2, Opcode: ibv.WRBindMW, Flags: ibv.SendSignaled, Bind: MWBind{MWRKey: 0x40001FF, RKey: 0x4000100, Length: 8}})
+		l.post(a, SendWQE{WRID: 3, Opcode: ibv.WRLocalInv, Flags: ibv.SendSignaled | ibv.SendFence, InvalidateRKey: 0x4000100})
 		if len(a.out.Packets()) != 1 {
 			t.Fatalf("%d packets, want the WRITE only", len(a.out.Packets()))
 		}
@@ -236,35 +237,35 @@ func TestLocalOps(t *testing.T) {
 		l.run(time.Second)
 		if !fail {
 			wantCompletions(t, a.scq.take(),
-				Completion{WRID: 1, Status: StatusSuccess, Opcode: WCRDMAWrite, ByteLen: 16, QPN: qpnA},
-				Completion{WRID: 2, Status: StatusSuccess, Opcode: WCBindMW, QPN: qpnA},
-				Completion{WRID: 3, Status: StatusSuccess, Opcode: WCLocalInv, QPN: qpnA})
+				Completion{WRID: 1, Status: ibv.WCSuccess, Opcode: ibv.WCRDMAWrite, ByteLen: 16, QPN: qpnA},
+				Completion{WRID: 2, Status: ibv.WCSuccess, Opcode: ibv.WCBindMW, QPN: qpnA},
+				Completion{WRID: 3, Status: ibv.WCSuccess, Opcode: ibv.WCLocalInv, QPN: qpnA})
 			if len(lm.invs) != 1 {
 				t.Fatalf("invalidations %v", lm.invs)
 			}
 			// With nothing outstanding, a local operation completes
 			// within PostSend.
-			l.post(a, SendWQE{WRID: 4, Opcode: WRLocalInv, Flags: SendSignaled, InvalidateRKey: 7})
-			wantCompletions(t, a.scq.take(), Completion{WRID: 4, Status: StatusSuccess, Opcode: WCLocalInv, QPN: qpnA})
+			l.post(a, SendWQE{WRID: 4, Opcode: ibv.WRLocalInv, Flags: ibv.SendSignaled, InvalidateRKey: 7})
+			wantCompletions(t, a.scq.take(), Completion{WRID: 4, Status: ibv.WCSuccess, Opcode: ibv.WCLocalInv, QPN: qpnA})
 			continue
 		}
 		wantCompletions(t, a.scq.take(),
-			Completion{WRID: 1, Status: StatusSuccess, Opcode: WCRDMAWrite, ByteLen: 16, QPN: qpnA},
-			Completion{WRID: 2, Status: StatusMWBindErr, Opcode: WCBindMW, QPN: qpnA},
-			Completion{WRID: 3, Status: StatusWRFlushErr, Opcode: WCLocalInv, QPN: qpnA})
-		if a.qp.State() != StateErr {
+			Completion{WRID: 1, Status: ibv.WCSuccess, Opcode: ibv.WCRDMAWrite, ByteLen: 16, QPN: qpnA},
+			Completion{WRID: 2, Status: ibv.WCMWBindErr, Opcode: ibv.WCBindMW, QPN: qpnA},
+			Completion{WRID: 3, Status: ibv.WCWRFlushErr, Opcode: ibv.WCLocalInv, QPN: qpnA})
+		if a.qp.State() != ibv.QPStateErr {
 			t.Fatalf("state %v after a failed bind", a.qp.State())
 		}
 	}
 	// A Memory without LocalOps fails them.
 	a, _ := newPair(t, defaultOpts())
 	l := newLink(t, a, a)
-	l.post(a, SendWQE{WRID: 9, Opcode: WRLocalInv, InvalidateRKey: 7})
-	wantCompletions(t, a.scq.take(), Completion{WRID: 9, Status: StatusLocQPOpErr, Opcode: WCLocalInv, QPN: qpnA})
+	l.post(a, SendWQE{WRID: 9, Opcode: ibv.WRLocalInv, InvalidateRKey: 7})
+	wantCompletions(t, a.scq.take(), Completion{WRID: 9, Status: ibv.WCLocQPOpErr, Opcode: ibv.WCLocalInv, QPN: qpnA})
 	for _, w := range []SendWQE{
-		{Opcode: WRBindMW, SGL: []SGE{{0, 8, 1}}},
-		{Opcode: WRFlush, SGL: []SGE{{0, 8, 1}}},
-		{Opcode: WRAtomicWrite, SGL: []SGE{{0, 4, 1}}},
+		{Opcode: ibv.WRBindMW, SGL: []SGE{{0, 8, 1}}},
+		{Opcode: ibv.WRFlush, SGL: []SGE{{0, 8, 1}}},
+		{Opcode: ibv.WRAtomicWrite, SGL: []SGE{{0, 4, 1}}},
 	} {
 		if err := a.qp.PostSend(&w, l.now, &a.out); err == nil {
 			t.Errorf("%v with %v accepted", w.Opcode, w.SGL)

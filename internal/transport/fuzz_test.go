@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -61,9 +62,9 @@ func FuzzHandlePacket(f *testing.F) {
 		a, b := newPair(t, o)
 		now := time.Unix(1_000_000, 0)
 		local := make([]byte, 4096)
-		lkey := a.mem.register(pd, local, 0, AccessLocalWrite)
+		lkey := a.mem.register(pd, local, 0, ibv.AccessLocalWrite)
 		remote := make([]byte, 4096)
-		rkey := b.mem.register(pd, remote, 0, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic)
+		rkey := b.mem.register(pd, remote, 0, ibv.AccessLocalWrite|ibv.AccessRemoteWrite|ibv.AccessRemoteRead|ibv.AccessRemoteAtomic)
 		if rkey != 0x15A || lkey != 0x15A {
 			t.Fatal("keys changed; update the seeds")
 		}
@@ -71,10 +72,10 @@ func FuzzHandlePacket(f *testing.F) {
 			must(t, b.qp.PostRecv(&RecvWQE{WRID: uint64(i), SGL: []SGE{{uint64(i) * 1024, 1024, rkey}}}))
 		}
 		posts := []SendWQE{
-			{WRID: 0, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{{0, 600, lkey}}, RKey: 0x15A},
-			{WRID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{{1024, 600, lkey}}, RKey: 0x15A},
-			{WRID: 2, Opcode: WRAtomicFetchAdd, SGL: []SGE{{2048, 8, lkey}}, RKey: 0x15A, CompareAdd: 1},
-			{WRID: 3, Opcode: WRSendWithImm, SGL: []SGE{{3072, 300, lkey}}},
+			{WRID: 0, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled, SGL: []SGE{{0, 600, lkey}}, RKey: 0x15A},
+			{WRID: 1, Opcode: ibv.WRRDMARead, Flags: ibv.SendSignaled, SGL: []SGE{{1024, 600, lkey}}, RKey: 0x15A},
+			{WRID: 2, Opcode: ibv.WRAtomicFetchAndAdd, SGL: []SGE{{2048, 8, lkey}}, RKey: 0x15A, CompareAdd: 1},
+			{WRID: 3, Opcode: ibv.WRSendWithImm, SGL: []SGE{{3072, 300, lkey}}},
 		}
 		for i := range posts {
 			must(t, a.qp.PostSend(&posts[i], now, &a.out))

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/psn"
 	"github.com/goroce/goroce/internal/wire"
 )
@@ -14,7 +15,7 @@ type region struct {
 	pd     uint32
 	va     uint64
 	buf    []byte
-	access Access
+	access ibv.AccessFlags
 }
 
 // testMemory is a Memory over a map of regions, with lkey == rkey. It
@@ -37,7 +38,7 @@ func newTestMemory() *testMemory {
 }
 
 // register registers buf at va and returns its key (index<<8 | 0x5A).
-func (m *testMemory) register(pd uint32, buf []byte, va uint64, access Access) uint32 {
+func (m *testMemory) register(pd uint32, buf []byte, va uint64, access ibv.AccessFlags) uint32 {
 	key := m.next<<8 | 0x5A
 	m.next++
 	m.regions[key] = &region{pd: pd, va: va, buf: buf, access: access}
@@ -46,7 +47,7 @@ func (m *testMemory) register(pd uint32, buf []byte, va uint64, access Access) u
 
 func (m *testMemory) deregister(key uint32) { delete(m.regions, key) }
 
-func (m *testMemory) lookup(pd, key uint32, va uint64, length uint32, need Access) ([]byte, error) {
+func (m *testMemory) lookup(pd, key uint32, va uint64, length uint32, need ibv.AccessFlags) ([]byte, error) {
 	r := m.regions[key]
 	switch {
 	case r == nil:
@@ -62,7 +63,7 @@ func (m *testMemory) lookup(pd, key uint32, va uint64, length uint32, need Acces
 	return r.buf[off : off+uint64(length)], nil
 }
 
-func (m *testMemory) Remote(pd, rkey uint32, va uint64, length uint32, need Access) ([]byte, Ref, error) {
+func (m *testMemory) Remote(pd, rkey uint32, va uint64, length uint32, need ibv.AccessFlags) ([]byte, Ref, error) {
 	b, err := m.lookup(pd, rkey, va, length, need)
 	if err != nil {
 		return nil, nil, err
@@ -71,7 +72,7 @@ func (m *testMemory) Remote(pd, rkey uint32, va uint64, length uint32, need Acce
 	return b, m, nil
 }
 
-func (m *testMemory) Local(pd, lkey uint32, addr uint64, length uint32, need Access) ([]byte, Ref, error) {
+func (m *testMemory) Local(pd, lkey uint32, addr uint64, length uint32, need ibv.AccessFlags) ([]byte, Ref, error) {
 	return m.Remote(pd, lkey, addr, length, need)
 }
 
@@ -129,7 +130,7 @@ type pairOpts struct {
 	maxSendWR int
 	locks     *AtomicLocks
 	rdAtomic  int
-	access    Access
+	access    ibv.AccessFlags
 	psnA      psn.PSN // a's SQ PSN (b's RQ PSN)
 	psnB      psn.PSN
 }
@@ -138,7 +139,7 @@ func defaultOpts() pairOpts {
 	return pairOpts{
 		mtu: 1024, timeout: 14, retryCnt: 7, rnrRetry: 7, minRNR: 12,
 		maxSendWR: 64, rdAtomic: 16,
-		access: AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic,
+		access: ibv.AccessRemoteWrite | ibv.AccessRemoteRead | ibv.AccessRemoteAtomic,
 		psnA:   0xFFFFF0, // wraps during the tests
 		psnB:   5000,
 	}
@@ -163,7 +164,7 @@ func newEndpoint(name string, qpn uint32, o pairOpts, srq *SRQ) *endpoint {
 func (e *endpoint) connect(t testing.TB, o pairOpts, dest uint32, sq, rq psn.PSN) {
 	t.Helper()
 	qp := e.qp
-	qp.SetState(StateInit)
+	qp.SetState(ibv.QPStateInit)
 	must(t, qp.SetPathMTU(o.mtu))
 	qp.SetDestQPN(dest)
 	qp.SetSQPSN(sq)
@@ -176,8 +177,8 @@ func (e *endpoint) connect(t testing.TB, o pairOpts, dest uint32, sq, rq psn.PSN
 	must(t, qp.SetMaxDestRdAtomic(o.rdAtomic))
 	qp.SetAccessFlags(o.access)
 	qp.SetDest(e.name)
-	qp.SetState(StateRTR)
-	qp.SetState(StateRTS)
+	qp.SetState(ibv.QPStateRTR)
+	qp.SetState(ibv.QPStateRTS)
 }
 
 // newPair returns two connected QPs: a (QPN 0x11) and b (QPN 0x22).
@@ -369,4 +370,19 @@ func wantBytes(t testing.TB, what string, got, want []byte) {
 		}
 		t.Fatalf("%s: differ at byte %d of %d/%d", what, i, len(got), len(want))
 	}
+}
+
+// itoa formats v, for test names.
+func itoa(v uint64) string {
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + v%10)
+		v /= 10
+		if v == 0 {
+			break
+		}
+	}
+	return string(b[i:])
 }

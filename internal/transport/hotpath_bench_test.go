@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/psn"
 	"github.com/goroce/goroce/internal/wire"
 )
@@ -28,7 +29,7 @@ func BenchmarkRequesterWrite(b *testing.B) {
 			for i := range tc.sges {
 				sgl = append(sgl, SGE{uint64(i) * uint64(part), part, k})
 			}
-			w := SendWQE{Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: sgl, RKey: 1}
+			w := SendWQE{Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled, SGL: sgl, RKey: 1}
 			packets := (tc.size + tc.mtu - 1) / tc.mtu
 			ack := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCAcknowledge, PKey: 0xFFFF, DestQP: qpnA},
 				AETH: wire.AETHFields{Syndrome: wire.SyndromeAckUnlimited}}
@@ -67,7 +68,7 @@ func BenchmarkResponderWriteMiddle(b *testing.B) {
 	const mtu, n = 4096, 64 << 10
 	l := newLoop(b, mtu)
 	dst := make([]byte, n)
-	rkey := l.b.mem.register(pd, dst, 0, AccessRemoteWrite)
+	rkey := l.b.mem.register(pd, dst, 0, ibv.AccessRemoteWrite)
 	payload := make([]byte, mtu)
 	for i := range payload {
 		payload[i] = byte(i*7 + 1)
@@ -101,7 +102,7 @@ func BenchmarkResponderWriteMiddle(b *testing.B) {
 		l.b.out.Reset()
 	}
 	b.StopTimer()
-	if l.b.qp.State() != StateRTS || l.b.qp.Counters().DuplicateRequest != 0 {
+	if l.b.qp.State() != ibv.QPStateRTS || l.b.qp.Counters().DuplicateRequest != 0 {
 		b.Fatal("WRITEs were not accepted")
 	}
 	for off := 0; off < n; off += mtu {

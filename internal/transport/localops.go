@@ -1,6 +1,9 @@
 package transport
 
-import "github.com/goroce/goroce/internal/psn"
+import (
+	"github.com/goroce/goroce/internal/ibv"
+	"github.com/goroce/goroce/internal/psn"
+)
 
 // MWBind is the binding a BIND_MW work request asks for (the bind_mw part
 // of struct ibv_send_wr, as rxe passes it to the kernel: the window by its
@@ -17,7 +20,7 @@ type MWBind struct {
 	MRLKey uint32
 	Addr   uint64 // first byte of the window, in the region's IOVA space
 	Length uint64
-	Access Access // the window's rights; AccessZeroBased for a zero-based window
+	Access ibv.AccessFlags // the window's rights; AccessZeroBased for a zero-based window
 	// Type1 marks a bind of a type 1 window, posted by the bind verb
 	// (ibv_bind_mw) rather than by the consumer.
 	Type1 bool
@@ -46,22 +49,22 @@ type LocalOps interface {
 // for all earlier work requests to complete first. It reports false if the
 // requester must stop: s waits for its fence, or failed.
 func (qp *QP) startLocalOp(s *sendSlot) bool {
-	if s.wqe.Flags&SendFence != 0 && qp.req.idx != qp.sq.head {
+	if s.wqe.Flags&ibv.SendFence != 0 && qp.req.idx != qp.sq.head {
 		return false
 	}
-	st := StatusSuccess
+	st := ibv.WCSuccess
 	ops, _ := qp.mem.(LocalOps)
 	switch s.wqe.Opcode {
-	case WRBindMW:
+	case ibv.WRBindMW:
 		if ops == nil || !ops.BindMW(qp.pd, &s.wqe.Bind) {
-			st = StatusMWBindErr
+			st = ibv.WCMWBindErr
 		}
-	case WRLocalInv:
+	case ibv.WRLocalInv:
 		if ops == nil || !ops.LocalInvalidate(qp.pd, s.wqe.InvalidateRKey) {
-			st = StatusLocQPOpErr
+			st = ibv.WCLocQPOpErr
 		}
 	}
-	if st != StatusSuccess {
+	if st != ibv.WCSuccess {
 		s.failed, s.status = true, st
 		qp.counters.LocalErrors++
 		qp.retireFailed()
@@ -77,12 +80,12 @@ func (qp *QP) startLocalOp(s *sendSlot) bool {
 // the send queue: nothing acknowledges them, so they complete once the
 // work requests before them have.
 func (qp *QP) retireLocalOps() {
-	for qp.state != StateErr && qp.sq.len() > 0 {
+	for qp.state != ibv.QPStateErr && qp.sq.len() > 0 {
 		s := qp.sq.at(qp.sq.head)
-		if !s.wqe.Opcode.isLocal() || !s.started || s.failed {
+		if !isLocal(s.wqe.Opcode) || !s.started || s.failed {
 			return
 		}
-		qp.completeHead(StatusSuccess)
+		qp.completeHead(ibv.WCSuccess)
 	}
 }
 
@@ -92,20 +95,20 @@ func (qp *QP) retireLocalOps() {
 // a FLUSH (rxe reports it), the 8 bytes of an ATOMIC_WRITE.
 func checkExtendedWQE(w *SendWQE, length *uint32) error {
 	switch w.Opcode {
-	case WRLocalInv, WRBindMW:
-		if w.Flags&SendInline != 0 || len(w.SGL) != 0 {
+	case ibv.WRLocalInv, ibv.WRBindMW:
+		if w.Flags&ibv.SendInline != 0 || len(w.SGL) != 0 {
 			return ErrBadOpcode
 		}
-	case WRFlush:
-		if w.Flags&SendInline != 0 || len(w.SGL) != 0 {
+	case ibv.WRFlush:
+		if w.Flags&ibv.SendInline != 0 || len(w.SGL) != 0 {
 			return ErrBadOpcode
 		}
 		if w.FlushLength > 1<<31 {
 			return ErrTooLong
 		}
 		*length = w.FlushLength
-	case WRAtomicWrite:
-		if w.Flags&SendInline != 0 || len(w.SGL) != 1 || w.SGL[0].Length != 8 {
+	case ibv.WRAtomicWrite:
+		if w.Flags&ibv.SendInline != 0 || len(w.SGL) != 1 || w.SGL[0].Length != 8 {
 			return ErrBadAtomicSGL
 		}
 	}

@@ -6,14 +6,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/simnet"
 	"github.com/goroce/goroce/internal/wire"
 )
 
 // newUniformWorkload is a workload of count WRs all of opcode op, of size
 // bytes each (8 for atomics), signaled: the shape of a perftest run.
-func newUniformWorkload(t testing.TB, seed uint64, from, to *endpoint, count, mtu int, op WROpcode, size int) *workload {
-	if op.isAtomic() {
+func newUniformWorkload(t testing.TB, seed uint64, from, to *endpoint, count, mtu int, op ibv.WROpcode, size int) *workload {
+	if isAtomic(op) {
 		size = 8
 	}
 	w := newWorkloadMax(t, seed, from, to, count, mtu, max(size, 4*mtu+17))
@@ -23,26 +24,26 @@ func newUniformWorkload(t testing.TB, seed uint64, from, to *endpoint, count, mt
 		r := &w.wrs[i]
 		off := i * w.slotSize
 		*r = simWR{slot: i, recv: -1, sigaled: true, n: size}
-		r.w = SendWQE{WRID: uint64(i), Opcode: op, Flags: SendSignaled,
+		r.w = SendWQE{WRID: uint64(i), Opcode: op, Flags: ibv.SendSignaled,
 			SGL: []SGE{{Addr: 0x1_0000_0000 + uint64(off), Length: uint32(size), LKey: w.lkey}}}
 		copy(w.local[off:off+size], pattern(size, byte(i)))
 		switch {
-		case op.isWrite():
+		case isWrite(op):
 			r.w.RemoteAddr, r.w.RKey = 0x2_0000_0000+uint64(off), w.wkey
-		case op == WRRDMARead:
+		case op == ibv.WRRDMARead:
 			r.w.RemoteAddr, r.w.RKey = 0x3_0000_0000+uint64(off), w.rkey
 			clear(w.local[off : off+size])
-		case op == WRAtomicFetchAdd:
+		case op == ibv.WRAtomicFetchAndAdd:
 			r.w.RemoteAddr, r.w.RKey, r.w.CompareAdd = 0x5_0000_0000+8, w.akey, uint64(i)+1
 			r.orig = value
 			value += uint64(i) + 1
-		case op == WRAtomicCmpAndSwp:
+		case op == ibv.WRAtomicCmpAndSwp:
 			r.w.RemoteAddr, r.w.RKey = 0x5_0000_0000+8, w.akey
 			r.w.CompareAdd, r.w.Swap = value, value*3+uint64(i)
 			r.orig = value
 			value = value*3 + uint64(i)
 		}
-		if op.isSend() || op == WRRDMAWriteWithImm {
+		if isSend(op) || op == ibv.WRRDMAWriteWithImm {
 			r.recv = len(w.consumers)
 			w.consumers = append(w.consumers, i)
 		}
@@ -68,13 +69,13 @@ func TestSimLossThroughput(t *testing.T) {
 	}
 	ops := []struct {
 		name  string
-		op    WROpcode
+		op    ibv.WROpcode
 		count int
 	}{
-		{"write", WRRDMAWrite, 200},
-		{"read", WRRDMARead, 200},
-		{"send", WRSend, 200},
-		{"atomic", WRAtomicFetchAdd, 400},
+		{"write", ibv.WRRDMAWrite, 200},
+		{"read", ibv.WRRDMARead, 200},
+		{"send", ibv.WRSend, 200},
+		{"atomic", ibv.WRAtomicFetchAndAdd, 400},
 	}
 	const size = 16 << 10
 	for _, loss := range []float64{0.01, 0.05, 0.20} {
@@ -94,7 +95,7 @@ func TestSimLossThroughput(t *testing.T) {
 					if !s.run(10 * time.Minute) {
 						t.Fatalf("seed %d: not finished: %+v", seed, a.qp.Snapshot())
 					}
-					if a.qp.State() != StateRTS {
+					if a.qp.State() != ibv.QPStateRTS {
 						t.Fatalf("seed %d: state %v, counters %+v", seed, a.qp.State(), a.qp.Counters())
 					}
 					w.verify()
@@ -104,7 +105,7 @@ func TestSimLossThroughput(t *testing.T) {
 					retries += c.CompleterRetry
 				}
 				n := o.count * size
-				if o.op.isAtomic() {
+				if isAtomic(o.op) {
 					n = o.count * 8
 				}
 				mean := virtual / time.Duration(seeds)
@@ -127,7 +128,7 @@ func TestRetryHeadCopiesAtomic(t *testing.T) {
 	l := newLink(t, a, b)
 	word := make([]byte, 8)
 	binary.NativeEndian.PutUint64(word, 40)
-	rkey := b.mem.register(pd, word, 0x8000, AccessRemoteAtomic)
+	rkey := b.mem.register(pd, word, 0x8000, ibv.AccessRemoteAtomic)
 	res := make([]byte, 8)
 	requests := 0
 	l.drop = func(from *endpoint, p *wire.Packet) bool {
@@ -139,10 +140,10 @@ func TestRetryHeadCopiesAtomic(t *testing.T) {
 		return false
 	}
 	start := l.now
-	l.post(a, SendWQE{WRID: 1, Opcode: WRAtomicFetchAdd, Flags: SendSignaled, RemoteAddr: 0x8000, RKey: rkey,
-		CompareAdd: 2, SGL: []SGE{{0, 8, a.mem.register(pd, res, 0, AccessLocalWrite)}}})
+	l.post(a, SendWQE{WRID: 1, Opcode: ibv.WRAtomicFetchAndAdd, Flags: ibv.SendSignaled, RemoteAddr: 0x8000, RKey: rkey,
+		CompareAdd: 2, SGL: []SGE{{0, 8, a.mem.register(pd, res, 0, ibv.AccessLocalWrite)}}})
 	l.run(time.Second)
-	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: WCFetchAdd, ByteLen: 8, QPN: qpnA})
+	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: ibv.WCFetchAdd, ByteLen: 8, QPN: qpnA})
 	if got := binary.NativeEndian.Uint64(word); got != 42 {
 		t.Errorf("target %d, want 42: executed more than once", got)
 	}
@@ -176,7 +177,7 @@ func TestReadGapRequestBounded(t *testing.T) {
 			a, b := newPair(t, o)
 			l := newLink(t, a, b)
 			n := 4 * 256
-			rkey := b.mem.register(pd, pattern(n, 1), 0x4000, AccessRemoteRead)
+			rkey := b.mem.register(pd, pattern(n, 1), 0x4000, ibv.AccessRemoteRead)
 			dst := make([]byte, n)
 			requests := 0
 			l.drop = func(from *endpoint, p *wire.Packet) bool {
@@ -186,10 +187,10 @@ func TestReadGapRequestBounded(t *testing.T) {
 				return from == b && p.BTH.PSN() == base.Add(1)
 			}
 			start := l.now
-			l.post(a, SendWQE{WRID: 1, Opcode: WRRDMARead, Flags: SendSignaled, RemoteAddr: 0x4000, RKey: rkey,
-				SGL: []SGE{{0, uint32(n), a.mem.register(pd, dst, 0, AccessLocalWrite)}}})
+			l.post(a, SendWQE{WRID: 1, Opcode: ibv.WRRDMARead, Flags: ibv.SendSignaled, RemoteAddr: 0x4000, RKey: rkey,
+				SGL: []SGE{{0, uint32(n), a.mem.register(pd, dst, 0, ibv.AccessLocalWrite)}}})
 			l.run(time.Hour)
-			wantCompletions(t, a.scq.take(), Completion{WRID: 1, Status: StatusRetryExcErr, Opcode: WCRDMARead, QPN: qpnA})
+			wantCompletions(t, a.scq.take(), Completion{WRID: 1, Status: ibv.WCRetryExcErr, Opcode: ibv.WCRDMARead, QPN: qpnA})
 			c := a.qp.Counters()
 			// One immediate re-request, then a timer retry per unit of
 			// retry_cnt, then the final timeout.
@@ -221,8 +222,8 @@ func TestSequenceNakOnce(t *testing.T) {
 	l := newLink(t, a, b)
 	n := 4 * 256
 	dst := make([]byte, n)
-	rkey := b.mem.register(pd, dst, 0, AccessRemoteWrite)
-	l.post(a, SendWQE{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, RKey: rkey,
+	rkey := b.mem.register(pd, dst, 0, ibv.AccessRemoteWrite)
+	l.post(a, SendWQE{WRID: 1, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled, RKey: rkey,
 		SGL: []SGE{{0, uint32(n), a.mem.register(pd, pattern(n, 3), 0, 0)}}})
 	a.out.Reset() // all four packets lost
 	nak := func(p uint32) []byte {
@@ -266,8 +267,8 @@ func TestLostNakRepeated(t *testing.T) {
 	var dsts [3][]byte
 	for i := range dsts {
 		dsts[i] = make([]byte, 512)
-		rkey := b.mem.register(pd, dsts[i], 0, AccessRemoteWrite)
-		l.post(a, SendWQE{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, RKey: rkey,
+		rkey := b.mem.register(pd, dsts[i], 0, ibv.AccessRemoteWrite)
+		l.post(a, SendWQE{WRID: uint64(i), Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled, RKey: rkey,
 			SGL: []SGE{{0, 512, a.mem.register(pd, pattern(512, byte(i)), 0, 0)}}})
 	}
 	start := l.now

@@ -3,32 +3,10 @@ package transport
 import (
 	"time"
 
+	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/psn"
 	"github.com/goroce/goroce/internal/wire"
 )
-
-// State is a QP state (enum ibv_qp_state).
-type State uint8
-
-// QP states, with the libibverbs values.
-const (
-	StateReset State = iota // IBV_QPS_RESET
-	StateInit               // IBV_QPS_INIT
-	StateRTR                // IBV_QPS_RTR: ready to receive
-	StateRTS                // IBV_QPS_RTS: ready to send
-	StateSQD                // IBV_QPS_SQD: send queue drained
-	StateSQE                // IBV_QPS_SQE: send queue error (not entered by RC)
-	StateErr                // IBV_QPS_ERR
-)
-
-var stateNames = [...]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
-
-func (s State) String() string {
-	if int(s) < len(stateNames) {
-		return stateNames[s]
-	}
-	return "STATE(" + itoa(uint64(s)) + ")"
-}
 
 // Defaults of the attributes a QP starts with; they are those of rdma-core's
 // tools and of rxe (see roce-facts.md 2.3 and design.md).
@@ -45,8 +23,9 @@ const (
 // Config is what a QP is created with (struct ibv_qp_init_attr plus the
 // device's resources).
 type Config struct {
-	// Type is the transport service: RC (the zero value), UC or UD.
-	Type      QPType
+	// Type is the transport service: RC (also for the zero value), UC or
+	// UD.
+	Type      ibv.QPType
 	QPN       uint32
 	PD        uint32 // protection domain, passed to Memory
 	MaxSendWR int    // send queue capacity
@@ -71,7 +50,7 @@ type Config struct {
 //
 // A QP is not safe for concurrent use: the caller serialises calls.
 type QP struct {
-	typ       QPType
+	typ       ibv.QPType
 	qpn       uint32
 	pd        uint32
 	maxSGE    int
@@ -84,7 +63,7 @@ type QP struct {
 	locks     *AtomicLocks
 	dest      any
 
-	state State
+	state ibv.QPState
 	cause ErrorCause // why the transport itself moved the QP to ERR
 
 	// Attributes set by modify_qp.
@@ -96,7 +75,7 @@ type QP struct {
 	minRNRTimer     uint8
 	maxRdAtomic     uint32
 	maxDestRdAtomic uint32
-	access          Access
+	access          ibv.AccessFlags
 	window          uint32
 	ackEvery        uint32
 
@@ -120,6 +99,9 @@ type QP struct {
 func NewQP(cfg Config) *QP {
 	if s, ok := cfg.SRQ.(*SRQ); ok && s == nil {
 		cfg.SRQ = nil // a nil *SRQ means no SRQ, not an SRQ that is nil
+	}
+	if cfg.Type == 0 {
+		cfg.Type = ibv.QPTypeRC
 	}
 	qp := &QP{
 		typ:         cfg.Type,
@@ -163,7 +145,7 @@ func (qp *QP) QPN() uint32 { return qp.qpn }
 
 // State returns the current state. The transport itself moves the QP to ERR
 // on a fatal error.
-func (qp *QP) State() State { return qp.state }
+func (qp *QP) State() ibv.QPState { return qp.state }
 
 // SetDest sets the opaque destination tagged on every outgoing packet.
 func (qp *QP) SetDest(d any) { qp.dest = d }
@@ -173,23 +155,23 @@ func (qp *QP) SetDest(d any) { qp.dest = d }
 // without completions and forgets all progress, ERR completes every
 // outstanding work request with WR_FLUSH_ERR, SQD stops the requester from
 // starting new work requests.
-func (qp *QP) SetState(s State) {
+func (qp *QP) SetState(s ibv.QPState) {
 	switch s {
-	case StateReset:
-		qp.state = StateReset
+	case ibv.QPStateReset:
+		qp.state = ibv.QPStateReset
 		qp.cause = CauseNone
 		qp.sq.head = qp.sq.tail
 		if qp.srq == nil {
 			qp.rq.head = qp.rq.tail
 		}
 		qp.resetState()
-	case StateErr:
+	case ibv.QPStateErr:
 		qp.enterError()
 	default:
 		qp.state = s
 		// Work queued in SQD (or before RTS) waits for a call with an
 		// Output: Deadline asks for one at once.
-		qp.req.kick = s == StateRTS && qp.req.idx != qp.sq.tail
+		qp.req.kick = s == ibv.QPStateRTS && qp.req.idx != qp.sq.tail
 	}
 }
 
@@ -304,7 +286,7 @@ func (qp *QP) SetMaxDestRdAtomic(n int) error {
 // SetAccessFlags sets which incoming RDMA operations the responder accepts
 // (qp_access_flags): AccessRemoteWrite, AccessRemoteRead,
 // AccessRemoteAtomic. Others are ignored.
-func (qp *QP) SetAccessFlags(a Access) { qp.access = a }
+func (qp *QP) SetAccessFlags(a ibv.AccessFlags) { qp.access = a }
 
 // SetMaxUnackedPSNs sets the maximum of the requester's window: how far the
 // next PSN may be ahead of the oldest unacknowledged one. The default, 256,
@@ -343,34 +325,34 @@ func (qp *QP) SetAckEvery(n int) error {
 // current rxe do; in other states it fails with ErrQPState.
 func (qp *QP) PostSend(w *SendWQE, now time.Time, out *Output) error {
 	qp.now = now
-	if qp.typ != TypeRC {
+	if qp.typ != ibv.QPTypeRC {
 		return qp.postSendUnreliable(w, now, out)
 	}
-	if !w.Opcode.valid() {
+	if !supportedOpcode(w.Opcode) {
 		return ErrBadOpcode
 	}
-	if w.Flags&SendInline != 0 && w.Opcode.isReadOrAtomic() {
+	if w.Flags&ibv.SendInline != 0 && isReadOrAtomic(w.Opcode) {
 		return ErrBadOpcode
 	}
 	length, err := qp.wqeLength(w)
 	if err != nil {
 		return err
 	}
-	if w.Opcode.isAtomic() && (w.Flags&SendInline != 0 || len(w.SGL) != 1 || w.SGL[0].Length != 8) {
+	if isAtomic(w.Opcode) && (w.Flags&ibv.SendInline != 0 || len(w.SGL) != 1 || w.SGL[0].Length != 8) {
 		return ErrBadAtomicSGL
 	}
 	if err := checkExtendedWQE(w, &length); err != nil {
 		return err
 	}
 	switch qp.state {
-	case StateRTS, StateSQD, StateSQE:
-	case StateErr:
-		qp.complete(qp.scq, w.WRID, StatusWRFlushErr, w.Opcode.wcOpcode(), 0)
+	case ibv.QPStateRTS, ibv.QPStateSQD, ibv.QPStateSQE:
+	case ibv.QPStateErr:
+		qp.complete(qp.scq, w.WRID, ibv.WCWRFlushErr, wcOpcode(w.Opcode), 0)
 		return nil
 	default:
 		return ErrQPState
 	}
-	if w.Opcode.isReadOrAtomic() && qp.maxRdAtomic == 0 {
+	if isReadOrAtomic(w.Opcode) && qp.maxRdAtomic == 0 {
 		return ErrNoRdAtomic
 	}
 	if qp.sq.full() {
@@ -391,10 +373,10 @@ func (qp *QP) PostRecv(w *RecvWQE) error {
 		return ErrTooManySGE
 	}
 	switch qp.state {
-	case StateReset:
+	case ibv.QPStateReset:
 		return ErrQPState
-	case StateErr:
-		qp.complete(qp.rcq, w.WRID, StatusWRFlushErr, WCRecv, 0)
+	case ibv.QPStateErr:
+		qp.complete(qp.rcq, w.WRID, ibv.WCWRFlushErr, ibv.WCRecv, 0)
 		return nil
 	}
 	if qp.rq.full() {
@@ -410,7 +392,7 @@ func (qp *QP) PostRecv(w *RecvWQE) error {
 // or QP, or with a foreign P_Key, are dropped and counted.
 func (qp *QP) HandlePacket(p *wire.Packet, now time.Time, out *Output) {
 	qp.now = now
-	if qp.typ != TypeRC {
+	if qp.typ != ibv.QPTypeRC {
 		qp.handleUnreliable(p, nil, out)
 		return
 	}
@@ -424,14 +406,14 @@ func (qp *QP) HandlePacket(p *wire.Packet, now time.Time, out *Output) {
 	switch {
 	case info.IsRequest():
 		switch qp.state {
-		case StateRTR, StateRTS, StateSQD, StateSQE:
+		case ibv.QPStateRTR, ibv.QPStateRTS, ibv.QPStateSQD, ibv.QPStateSQE:
 			qp.respond(p, info, out)
 		default:
 			qp.counters.DroppedPackets++
 		}
 	case info.IsResponse():
 		switch qp.state {
-		case StateRTS, StateSQD, StateSQE:
+		case ibv.QPStateRTS, ibv.QPStateSQD, ibv.QPStateSQE:
 			qp.handleResponse(p, info, now)
 			qp.pump(now, out)
 		default:
@@ -447,15 +429,15 @@ func (qp *QP) HandlePacket(p *wire.Packet, now time.Time, out *Output) {
 func (qp *QP) OnTimer(now time.Time, out *Output) {
 	qp.now = now
 	qp.req.kick = false
-	if qp.typ != TypeRC {
+	if qp.typ != ibv.QPTypeRC {
 		qp.pumpUnreliable(out)
 		return
 	}
 	switch qp.state {
-	case StateRTR:
+	case ibv.QPStateRTR:
 		qp.sendReplies(out)
 		return
-	case StateRTS, StateSQD, StateSQE:
+	case ibv.QPStateRTS, ibv.QPStateSQD, ibv.QPStateSQE:
 		qp.sendReplies(out)
 	default:
 		return
@@ -498,7 +480,7 @@ func (qp *QP) Deadline() (time.Time, bool) {
 // wqeLength checks a send work request's data against the QP's limits
 // (inline size, SGE count, 2^31 bytes) and returns its message length.
 func (qp *QP) wqeLength(w *SendWQE) (uint32, error) {
-	if w.Flags&SendInline != 0 {
+	if w.Flags&ibv.SendInline != 0 {
 		if len(w.Inline) > qp.maxInline {
 			return 0, ErrInlineTooLong
 		}
@@ -523,10 +505,10 @@ func (qp *QP) SendQueueDrained() bool {
 func (qp *QP) Flush() { qp.enterError() }
 
 func (qp *QP) enterError() {
-	if qp.state == StateErr {
+	if qp.state == ibv.QPStateErr {
 		return
 	}
-	qp.state = StateErr
+	qp.state = ibv.QPStateErr
 	qp.comp.timerArmed = false
 	qp.req.rnrWait = false
 	qp.req.kick = false
@@ -534,25 +516,25 @@ func (qp *QP) enterError() {
 	for qp.sq.len() > 0 {
 		s := qp.sq.at(qp.sq.head)
 		qp.sq.head++
-		qp.complete(qp.scq, s.wqe.WRID, StatusWRFlushErr, s.wqe.Opcode.wcOpcode(), 0)
+		qp.complete(qp.scq, s.wqe.WRID, ibv.WCWRFlushErr, wcOpcode(s.wqe.Opcode), 0)
 	}
 	qp.req.idx = qp.sq.head
 	qp.req.rdAtomic = 0
 	if qp.resp.hasWQE && qp.resp.fromSRQ {
-		qp.complete(qp.rcq, qp.resp.held.wrid, StatusWRFlushErr, WCRecv, 0)
+		qp.complete(qp.rcq, qp.resp.held.wrid, ibv.WCWRFlushErr, ibv.WCRecv, 0)
 	}
 	qp.resp.hasWQE = false
 	if qp.srq == nil {
 		for qp.rq.len() > 0 {
 			s := qp.rq.at(qp.rq.head)
 			qp.rq.head++
-			qp.complete(qp.rcq, s.wrid, StatusWRFlushErr, WCRecv, 0)
+			qp.complete(qp.rcq, s.wrid, ibv.WCWRFlushErr, ibv.WCRecv, 0)
 		}
 	}
 }
 
 // complete pushes a minimal completion (status, opcode, byte count).
-func (qp *QP) complete(cq CompletionQueue, wrid uint64, st Status, op WCOpcode, n uint32) {
+func (qp *QP) complete(cq CompletionQueue, wrid uint64, st ibv.WCStatus, op ibv.WCOpcode, n uint32) {
 	qp.wc = Completion{WRID: wrid, Status: st, Opcode: op, ByteLen: n, QPN: qp.qpn}
 	qp.push(cq)
 }
@@ -563,7 +545,7 @@ func (qp *QP) push(cq CompletionQueue) {
 		return
 	}
 	qp.counters.CQOverflow++
-	if qp.state != StateErr {
+	if qp.state != ibv.QPStateErr {
 		if qp.cause == CauseNone {
 			qp.cause = CauseCQOverflow
 		}
@@ -597,13 +579,13 @@ const (
 )
 
 // ErrorCause returns why the QP entered ERR by itself; CauseNone until it
-// does and again after SetState(StateReset).
+// does and again after SetState(ibv.QPStateReset).
 func (qp *QP) ErrorCause() ErrorCause { return qp.cause }
 
 // noteResponderFault records the cause of a responder error NAKed with
 // code, before any receive work request the message held is completed.
 func (qp *QP) noteResponderFault(code wire.NAKCode) {
-	if qp.cause != CauseNone || qp.state == StateErr {
+	if qp.cause != CauseNone || qp.state == ibv.QPStateErr {
 		return
 	}
 	if qp.resp.hasWQE {
@@ -657,7 +639,7 @@ func (qp *QP) Counters() Counters { return qp.counters }
 
 // Snapshot is the QP's internal state, for tests and probes.
 type Snapshot struct {
-	State State
+	State ibv.QPState
 	// Requester and completer.
 	NextPSN         psn.PSN // next PSN the requester sends
 	SentHighPSN     psn.PSN // one past the highest PSN ever sent

@@ -3,6 +3,7 @@ package transport
 import (
 	"sync"
 
+	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/psn"
 )
 
@@ -25,7 +26,7 @@ type sendSlot struct {
 	// protection fault); it completes with status when it reaches the
 	// head of the queue, after every earlier WQE.
 	failed bool
-	status Status
+	status ibv.WCStatus
 }
 
 // sendRing is the bounded send queue. head and tail are free-running
@@ -57,7 +58,7 @@ func (r *sendRing) push(w *SendWQE, length uint32) *sendSlot {
 	r.tail++
 	sgl, inl := s.sgl, s.inline
 	*s = sendSlot{sgl: sgl, inline: inl, wqe: *w, length: length}
-	if w.Flags&SendInline != 0 {
+	if w.Flags&ibv.SendInline != 0 {
 		s.wqe.Inline = inl[:copy(inl[:len(w.Inline)], w.Inline)]
 		s.wqe.SGL = nil
 	} else {

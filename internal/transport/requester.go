@@ -3,6 +3,7 @@ package transport
 import (
 	"time"
 
+	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/psn"
 	"github.com/goroce/goroce/internal/wire"
 )
@@ -40,7 +41,7 @@ type requester struct {
 // pump transmits as many packets as the window, max_rd_atomic, fences and
 // the QP state allow.
 func (qp *QP) pump(now time.Time, out *Output) {
-	if qp.state != StateRTS && qp.state != StateSQD {
+	if qp.state != ibv.QPStateRTS && qp.state != ibv.QPStateSQD {
 		return
 	}
 	qp.retireLocalOps()
@@ -49,9 +50,9 @@ func (qp *QP) pump(now time.Time, out *Output) {
 		if s.failed {
 			return // completes when it reaches the head
 		}
-		if s.wqe.Opcode.isLocal() {
+		if isLocal(s.wqe.Opcode) {
 			// BIND_MW, LOCAL_INV: executed once, never sent.
-			if !s.started && (qp.state == StateSQD || !qp.startLocalOp(s)) {
+			if !s.started && (qp.state == ibv.QPStateSQD || !qp.startLocalOp(s)) {
 				return
 			}
 			qp.req.idx++
@@ -62,19 +63,19 @@ func (qp *QP) pump(now time.Time, out *Output) {
 			return
 		}
 		if !s.started {
-			if qp.state == StateSQD {
+			if qp.state == ibv.QPStateSQD {
 				return // SQD lets started messages finish, starts none
 			}
 			op := s.wqe.Opcode
-			if op.isReadOrAtomic() && qp.req.rdAtomic >= qp.maxRdAtomic {
+			if isReadOrAtomic(op) && qp.req.rdAtomic >= qp.maxRdAtomic {
 				return
 			}
 			// IBTA fence: wait for every earlier READ and atomic to
 			// complete. They are all earlier, since WQEs start in order.
-			if s.wqe.Flags&SendFence != 0 && qp.req.rdAtomic > 0 {
+			if s.wqe.Flags&ibv.SendFence != 0 && qp.req.rdAtomic > 0 {
 				return
 			}
-			if st := qp.checkLocal(s); st != StatusSuccess {
+			if st := qp.checkLocal(s); st != ibv.WCSuccess {
 				s.failed, s.status = true, st
 				qp.counters.LocalErrors++
 				qp.retireFailed()
@@ -83,7 +84,7 @@ func (qp *QP) pump(now time.Time, out *Output) {
 			s.started = true
 			s.firstPSN = qp.req.psn
 			s.lastPSN = qp.req.psn.Add(qp.packets(s) - 1)
-			if op.isReadOrAtomic() {
+			if isReadOrAtomic(op) {
 				qp.req.rdAtomic++
 			}
 			qp.req.off = 0
@@ -100,7 +101,7 @@ func (qp *QP) pump(now time.Time, out *Output) {
 
 // packets returns the number of PSNs a WQE consumes.
 func (qp *QP) packets(s *sendSlot) uint32 {
-	if op := s.wqe.Opcode; op.isAtomic() || op == WRFlush || op == WRAtomicWrite || s.length == 0 {
+	if op := s.wqe.Opcode; isAtomic(op) || op == ibv.WRFlush || op == ibv.WRAtomicWrite || s.length == 0 {
 		return 1
 	}
 	return (s.length + qp.mtu - 1) / qp.mtu
@@ -108,28 +109,28 @@ func (qp *QP) packets(s *sendSlot) uint32 {
 
 // checkLocal validates the local memory of a WQE before its first packet,
 // so that a bad lkey fails the WQE before anything reaches the wire.
-func (qp *QP) checkLocal(s *sendSlot) Status {
-	if s.wqe.Flags&SendInline != 0 {
-		return StatusSuccess
+func (qp *QP) checkLocal(s *sendSlot) ibv.WCStatus {
+	if s.wqe.Flags&ibv.SendInline != 0 {
+		return ibv.WCSuccess
 	}
-	var need Access
-	if op := s.wqe.Opcode; op == WRRDMARead || op.isAtomic() {
-		need = AccessLocalWrite // the response is scattered there
+	var need ibv.AccessFlags
+	if op := s.wqe.Opcode; op == ibv.WRRDMARead || isAtomic(op) {
+		need = ibv.AccessLocalWrite // the response is scattered there
 	}
 	for _, e := range s.wqe.SGL {
 		if e.Length == 0 {
 			continue
 		}
 		if qp.mem == nil {
-			return StatusLocProtErr
+			return ibv.WCLocProtErr
 		}
 		_, ref, err := qp.mem.Local(qp.pd, e.LKey, e.Addr, e.Length, need)
 		if err != nil {
-			return StatusLocProtErr
+			return ibv.WCLocProtErr
 		}
 		ref.Release()
 	}
-	return StatusSuccess
+	return ibv.WCSuccess
 }
 
 // transmit appends the next packet of s and advances the requester. It
@@ -145,26 +146,26 @@ func (qp *QP) transmit(s *sendSlot, now time.Time, out *Output) bool {
 	var payload uint32
 	last := true
 	switch {
-	case op == WRRDMARead:
+	case op == ibv.WRRDMARead:
 		h.BTH.Opcode = wire.RCRDMAReadRequest
 		h.RETH = wire.RETHFields{
 			VA:        s.wqe.RemoteAddr + uint64(s.readDone),
 			RKey:      s.wqe.RKey,
 			DMALength: s.length - s.readDone,
 		}
-	case op == WRFlush:
+	case op == ibv.WRFlush:
 		h.BTH.Opcode = wire.RCFlush
 		h.FETH = wire.FETHFields{PlacementType: s.wqe.FlushType, SelectivityLevel: s.wqe.FlushLevel}
 		h.RETH = wire.RETHFields{VA: s.wqe.RemoteAddr, RKey: s.wqe.RKey, DMALength: s.wqe.FlushLength}
-	case op == WRAtomicWrite:
+	case op == ibv.WRAtomicWrite:
 		// The 8 bytes are gathered from the SGL below, like a WRITE.
 		h.BTH.Opcode = wire.RCAtomicWrite
 		h.RETH = wire.RETHFields{VA: s.wqe.RemoteAddr, RKey: s.wqe.RKey, DMALength: wire.AtomicWriteLen}
 		payload = wire.AtomicWriteLen
-	case op.isAtomic():
+	case isAtomic(op):
 		h.BTH.Opcode = wire.RCFetchAdd
 		h.AtomicETH = wire.AtomicETHFields{VA: s.wqe.RemoteAddr, RKey: s.wqe.RKey, SwapAdd: s.wqe.CompareAdd}
-		if op == WRAtomicCmpAndSwp {
+		if op == ibv.WRAtomicCmpAndSwp {
 			h.BTH.Opcode = wire.RCCompareSwap
 			h.AtomicETH.SwapAdd, h.AtomicETH.Compare = s.wqe.Swap, s.wqe.CompareAdd
 		}
@@ -174,20 +175,20 @@ func (qp *QP) transmit(s *sendSlot, now time.Time, out *Output) bool {
 		first := qp.req.off == 0
 		last = payload == rem
 		h.BTH.Opcode = requestOpcode(op, first, last)
-		if op.isWrite() && first {
+		if isWrite(op) && first {
 			h.RETH = wire.RETHFields{VA: s.wqe.RemoteAddr, RKey: s.wqe.RKey, DMALength: s.length}
 		}
 		if last {
 			h.ImmDt.Imm = s.wqe.Imm
 			h.IETH.RKey = s.wqe.InvalidateRKey
 			// rxe sets SE only where a receive completion results.
-			h.BTH.SolicitedEvent = s.wqe.Flags&SendSolicited != 0 &&
-				(op.isSend() || op == WRRDMAWriteWithImm)
+			h.BTH.SolicitedEvent = s.wqe.Flags&ibv.SendSolicited != 0 &&
+				(isSend(op) || op == ibv.WRRDMAWriteWithImm)
 		}
 	}
 	h.BTH.AckReq = last || qp.req.ackNext || qp.req.noAck+1 >= qp.ackInterval()
 	if !qp.appendRequest(s, payload, qp.dest, out) {
-		s.failed, s.status = true, StatusLocProtErr
+		s.failed, s.status = true, ibv.WCLocProtErr
 		qp.counters.LocalErrors++
 		qp.retireFailed()
 		return false
@@ -213,7 +214,7 @@ func (qp *QP) transmit(s *sendSlot, now time.Time, out *Output) bool {
 	} else {
 		qp.req.noAck++
 	}
-	if op.isReadOrAtomic() {
+	if isReadOrAtomic(op) {
 		qp.req.psn = s.lastPSN.Next()
 	} else {
 		qp.req.psn = qp.req.psn.Next()
@@ -232,16 +233,16 @@ func (qp *QP) transmit(s *sendSlot, now time.Time, out *Output) bool {
 }
 
 // requestOpcode returns the opcode of a SEND or WRITE packet.
-func requestOpcode(op WROpcode, first, last bool) wire.Opcode {
-	if op.isWrite() {
+func requestOpcode(op ibv.WROpcode, first, last bool) wire.Opcode {
+	if isWrite(op) {
 		switch {
-		case first && last && op == WRRDMAWriteWithImm:
+		case first && last && op == ibv.WRRDMAWriteWithImm:
 			return wire.RCRDMAWriteOnlyWithImmediate
 		case first && last:
 			return wire.RCRDMAWriteOnly
 		case first:
 			return wire.RCRDMAWriteFirst
-		case last && op == WRRDMAWriteWithImm:
+		case last && op == ibv.WRRDMAWriteWithImm:
 			return wire.RCRDMAWriteLastWithImmediate
 		case last:
 			return wire.RCRDMAWriteLast
@@ -249,17 +250,17 @@ func requestOpcode(op WROpcode, first, last bool) wire.Opcode {
 		return wire.RCRDMAWriteMiddle
 	}
 	switch {
-	case first && last && op == WRSendWithImm:
+	case first && last && op == ibv.WRSendWithImm:
 		return wire.RCSendOnlyWithImmediate
-	case first && last && op == WRSendWithInv:
+	case first && last && op == ibv.WRSendWithInv:
 		return wire.RCSendOnlyWithInvalidate
 	case first && last:
 		return wire.RCSendOnly
 	case first:
 		return wire.RCSendFirst
-	case last && op == WRSendWithImm:
+	case last && op == ibv.WRSendWithImm:
 		return wire.RCSendLastWithImmediate
-	case last && op == WRSendWithInv:
+	case last && op == ibv.WRSendWithInv:
 		return wire.RCSendLastWithInvalidate
 	case last:
 		return wire.RCSendLast
@@ -270,7 +271,7 @@ func requestOpcode(op WROpcode, first, last bool) wire.Opcode {
 // gather copies the message bytes [off, off+len(dst)) of s into dst: one
 // copy from registered memory into the packet, as a NIC's DMA.
 func (qp *QP) gather(s *sendSlot, off uint32, dst []byte) bool {
-	if s.wqe.Flags&SendInline != 0 {
+	if s.wqe.Flags&ibv.SendInline != 0 {
 		return copy(dst, s.wqe.Inline[off:]) == len(dst)
 	}
 	return qp.copySGL(s.wqe.SGL, off, dst, false)
@@ -283,9 +284,9 @@ func (qp *QP) copySGL(sgl []SGE, off uint32, data []byte, scatter bool) bool {
 	if qp.mem == nil {
 		return len(data) == 0
 	}
-	var need Access
+	var need ibv.AccessFlags
 	if scatter {
-		need = AccessLocalWrite
+		need = ibv.AccessLocalWrite
 	}
 	for _, e := range sgl {
 		if len(data) == 0 {
@@ -353,7 +354,7 @@ func (qp *QP) rewind() {
 		return
 	}
 	qp.req.psn = s.firstPSN.Add(s.readDone / qp.mtu)
-	if op := s.wqe.Opcode; !op.isReadOrAtomic() {
+	if op := s.wqe.Opcode; !isReadOrAtomic(op) {
 		d := qp.comp.psn.Sub(s.firstPSN)
 		if d > 0 && s.length > 0 {
 			d = min(d, int32(qp.packets(s)-1))
@@ -366,7 +367,7 @@ func (qp *QP) rewind() {
 // retireFailed completes a failed WQE that has reached the head of the send
 // queue with its status, then moves the QP to ERR.
 func (qp *QP) retireFailed() {
-	if qp.state == StateErr || qp.sq.len() == 0 {
+	if qp.state == ibv.QPStateErr || qp.sq.len() == 0 {
 		return
 	}
 	if s := qp.sq.at(qp.sq.head); s.failed {
@@ -382,7 +383,7 @@ func (qp *QP) appendRequest(s *sendSlot, payload uint32, dest any, out *Output) 
 	h := &qp.hdr
 	pad := wire.PadCount(int(payload))
 	h.BTH.PadCount = pad
-	if out.zeroCopy && payload > 0 && s.wqe.Flags&SendInline == 0 {
+	if out.zeroCopy && payload > 0 && s.wqe.Flags&ibv.SendInline == 0 {
 		if data, ref, ok := qp.sglSlice(s.wqe.SGL, qp.req.off, payload); ok {
 			p := out.appendZeroCopy(h, data)
 			out.hold(ref)

@@ -3,6 +3,7 @@ package transport
 import (
 	"encoding/binary"
 
+	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/psn"
 	"github.com/goroce/goroce/internal/wire"
 )
@@ -133,19 +134,19 @@ func (qp *QP) respond(p *wire.Packet, info wire.OpInfo, out *Output) {
 
 	// Check opcode sequence.
 	if !qp.checkOpSeq(info) {
-		qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
 		return
 	}
 	// Check the operation is enabled on the QP (rxe answers a disabled
 	// one with an invalid request NAK).
 	if !qp.checkOpValid(p, info) {
-		qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
 		return
 	}
 	// Check length against the path MTU (C9-92): the caller may have parsed
 	// without knowing this QP's MTU.
 	if info.Payload.Check(len(p.Payload), len(p.Pad), int(qp.mtu)) != nil {
-		qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
 		return
 	}
 	switch {
@@ -162,7 +163,7 @@ func (qp *QP) respond(p *wire.Packet, info wire.OpInfo, out *Output) {
 	case info.IsAtomicWrite():
 		qp.execAtomicWrite(p, P, out)
 	default:
-		qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
 	}
 }
 
@@ -184,13 +185,13 @@ func (qp *QP) checkOpSeq(info wire.OpInfo) bool {
 func (qp *QP) checkOpValid(p *wire.Packet, info wire.OpInfo) bool {
 	switch {
 	case info.IsWrite():
-		return qp.access&AccessRemoteWrite != 0
+		return qp.access&ibv.AccessRemoteWrite != 0
 	case info.IsReadRequest():
-		return qp.access&AccessRemoteRead != 0
+		return qp.access&ibv.AccessRemoteRead != 0
 	case info.IsAtomic():
-		return qp.access&AccessRemoteAtomic != 0
+		return qp.access&ibv.AccessRemoteAtomic != 0
 	case info.IsAtomicWrite():
-		return qp.access&AccessRemoteWrite != 0 // as rxe
+		return qp.access&ibv.AccessRemoteWrite != 0 // as rxe
 	case info.IsFlush():
 		need := flushAccess(p.FETH.PlacementType())
 		return qp.access&need == need
@@ -211,13 +212,13 @@ func (qp *QP) execSend(p *wire.Packet, info wire.OpInfo, P psn.PSN, out *Output)
 	// Check length: the message must fit the receive buffer.
 	if uint64(qp.resp.rcvd)+uint64(n) > uint64(w.length) {
 		qp.counters.LocalErrors++
-		qp.classC(P, wire.NAKInvalidRequest, StatusLocLenErr, out)
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCLocLenErr, out)
 		return
 	}
 	// Execute.
 	if n > 0 && !qp.copySGL(w.sgl, qp.resp.rcvd, p.Payload, true) {
 		qp.counters.LocalErrors++
-		qp.classC(P, wire.NAKRemoteOperationalError, StatusLocProtErr, out)
+		qp.classC(P, wire.NAKRemoteOperationalError, ibv.WCLocProtErr, out)
 		return
 	}
 	qp.resp.rcvd += n
@@ -230,7 +231,7 @@ func (qp *QP) execSend(p *wire.Packet, info wire.OpInfo, P psn.PSN, out *Output)
 	if info.HasInvalidate() {
 		inv, ok := qp.mem.(RKeyInvalidator)
 		if !ok || inv.InvalidateRKey(qp.pd, p.IETH.RKey()) != nil {
-			qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+			qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
 			return
 		}
 	}
@@ -238,17 +239,17 @@ func (qp *QP) execSend(p *wire.Packet, info wire.OpInfo, P psn.PSN, out *Output)
 	qp.resp.epsn = P.Next()
 	qp.resp.msn = qp.resp.msn.Next()
 	qp.wc = Completion{
-		Status:    StatusSuccess,
-		Opcode:    WCRecv,
+		Status:    ibv.WCSuccess,
+		Opcode:    ibv.WCRecv,
 		ByteLen:   qp.resp.rcvd,
 		SrcQP:     qp.destQPN,
 		Solicited: p.BTH.SolicitedEvent(),
 	}
 	if info.HasImmediate() {
-		qp.wc.Imm, qp.wc.Flags = p.ImmDt.Imm(), WCWithImm
+		qp.wc.Imm, qp.wc.Flags = p.ImmDt.Imm(), ibv.WCWithImm
 	}
 	if info.HasInvalidate() {
-		qp.wc.InvalidatedRKey, qp.wc.Flags = p.IETH.RKey(), WCWithInv
+		qp.wc.InvalidatedRKey, qp.wc.Flags = p.IETH.RKey(), ibv.WCWithInv
 	}
 	qp.ackIfRequested(p, P, out)
 	qp.completeRecv()
@@ -267,11 +268,11 @@ func (qp *QP) execWrite(p *wire.Packet, info wire.OpInfo, P psn.PSN, out *Output
 	if info.IsFirst() || info.IsOnly() {
 		va, rkey, l := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALength()
 		if l > 1<<31 {
-			qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+			qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
 			return
 		}
-		if l > 0 && !qp.checkRemote(rkey, va, l, AccessRemoteWrite) {
-			qp.classC(P, wire.NAKRemoteAccessError, StatusRemAccessErr, out)
+		if l > 0 && !qp.checkRemote(rkey, va, l, ibv.AccessRemoteWrite) {
+			qp.classC(P, wire.NAKRemoteAccessError, ibv.WCRemAccessErr, out)
 			return
 		}
 		qp.resp.va, qp.resp.rkey, qp.resp.resid, qp.resp.wlen = va, rkey, l, l
@@ -281,18 +282,18 @@ func (qp *QP) execWrite(p *wire.Packet, info wire.OpInfo, P psn.PSN, out *Output
 	n := uint32(len(p.Payload))
 	if qp.resp.resid > qp.mtu {
 		if n != qp.mtu || info.EndsMessage() {
-			qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+			qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
 			return
 		}
 	} else if n != qp.resp.resid || !info.EndsMessage() {
-		qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
 		return
 	}
 	// Execute.
 	if n > 0 {
-		b, ref, err := qp.mem.Remote(qp.pd, qp.resp.rkey, qp.resp.va, n, AccessRemoteWrite)
+		b, ref, err := qp.mem.Remote(qp.pd, qp.resp.rkey, qp.resp.va, n, ibv.AccessRemoteWrite)
 		if err != nil {
-			qp.classC(P, wire.NAKRemoteAccessError, StatusRemAccessErr, out)
+			qp.classC(P, wire.NAKRemoteAccessError, ibv.WCRemAccessErr, out)
 			return
 		}
 		copy(b, p.Payload)
@@ -311,12 +312,12 @@ func (qp *QP) execWrite(p *wire.Packet, info wire.OpInfo, P psn.PSN, out *Output
 	qp.ackIfRequested(p, P, out)
 	if imm {
 		qp.wc = Completion{
-			Status:  StatusSuccess,
-			Opcode:  WCRecvRDMAWithImm,
+			Status:  ibv.WCSuccess,
+			Opcode:  ibv.WCRecvRDMAWithImm,
 			ByteLen: qp.resp.wlen, // rxe reports the RETH length
 			Imm:     p.ImmDt.Imm(),
 			SrcQP:   qp.destQPN,
-			Flags:   WCWithImm,
+			Flags:   ibv.WCWithImm,
 			// SE is meaningful for WRITE with immediate too.
 			Solicited: p.BTH.SolicitedEvent(),
 		}
@@ -328,12 +329,12 @@ func (qp *QP) execWrite(p *wire.Packet, info wire.OpInfo, P psn.PSN, out *Output
 // answering it.
 func (qp *QP) execRead(p *wire.Packet, P psn.PSN, out *Output) {
 	if len(qp.resp.res) == 0 {
-		qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
 		return
 	}
 	va, rkey, l := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALength()
 	if l > 1<<31 {
-		qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
 		return
 	}
 	// The MSN counts the READ when it is accepted (C9-148), so its
@@ -344,7 +345,7 @@ func (qp *QP) execRead(p *wire.Packet, P psn.PSN, out *Output) {
 	*r = rdResource{kind: rdRead, first: P, last: P.Add(n - 1), va: va, rkey: rkey, length: l}
 	qp.resp.epsn = P.Add(n)
 	if !qp.startRead(P, va, rkey, l, out) {
-		qp.classC(P, wire.NAKRemoteAccessError, StatusRemAccessErr, out)
+		qp.classC(P, wire.NAKRemoteAccessError, ibv.WCRemAccessErr, out)
 	}
 }
 
@@ -377,7 +378,7 @@ const readBurst = 64
 // checking the whole range so that an access error answers the request
 // itself. It reports false, having queued nothing, on an access error.
 func (qp *QP) startRead(first psn.PSN, va uint64, rkey uint32, l uint32, out *Output) bool {
-	if l > 0 && !qp.checkRemote(rkey, va, l, AccessRemoteRead) {
+	if l > 0 && !qp.checkRemote(rkey, va, l, ibv.AccessRemoteRead) {
 		return false
 	}
 	qp.queueReply(reply{first: true, psn: first, va: va, rkey: rkey, resid: l}, out)
@@ -442,11 +443,11 @@ func (qp *QP) continueRead(r *reply, budget *int, out *Output) bool {
 	var ref Ref
 	if n := min(r.resid, uint32(*budget)*qp.mtu); n > 0 {
 		var err error
-		data, ref, err = qp.mem.Remote(qp.pd, r.rkey, r.va, n, AccessRemoteRead)
+		data, ref, err = qp.mem.Remote(qp.pd, r.rkey, r.va, n, ibv.AccessRemoteRead)
 		if err != nil {
 			// The earliest response not sent fails: nothing queued
 			// behind it can go out any more.
-			qp.failNow(r.psn, wire.NAKRemoteAccessError, StatusRemAccessErr, out)
+			qp.failNow(r.psn, wire.NAKRemoteAccessError, ibv.WCRemAccessErr, out)
 			return false
 		}
 	}
@@ -510,19 +511,19 @@ func (qp *QP) continueRead(r *reply, budget *int, out *Output) bool {
 // targets, checked against rkey and need, and pinned: the caller releases
 // ref. A bad key or right is a remote access error, a va not 8-byte
 // aligned an invalid request; either is NAKed here and ok is false.
-func (qp *QP) alignedTarget(P psn.PSN, rkey uint32, va uint64, need Access, out *Output) (b []byte, ref Ref, ok bool) {
+func (qp *QP) alignedTarget(P psn.PSN, rkey uint32, va uint64, need ibv.AccessFlags, out *Output) (b []byte, ref Ref, ok bool) {
 	if qp.mem == nil {
-		qp.classC(P, wire.NAKRemoteAccessError, StatusRemAccessErr, out)
+		qp.classC(P, wire.NAKRemoteAccessError, ibv.WCRemAccessErr, out)
 		return nil, nil, false
 	}
 	b, ref, err := qp.mem.Remote(qp.pd, rkey, va, 8, need)
 	if err != nil {
-		qp.classC(P, wire.NAKRemoteAccessError, StatusRemAccessErr, out)
+		qp.classC(P, wire.NAKRemoteAccessError, ibv.WCRemAccessErr, out)
 		return nil, nil, false
 	}
 	if va%8 != 0 {
 		ref.Release()
-		qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
 		return nil, nil, false
 	}
 	return b, ref, true
@@ -531,12 +532,12 @@ func (qp *QP) alignedTarget(P psn.PSN, rkey uint32, va uint64, need Access, out 
 // 8-byte word at the target, under the device's stripe lock.
 func (qp *QP) execAtomic(p *wire.Packet, P psn.PSN, out *Output) {
 	if len(qp.resp.res) == 0 {
-		qp.classC(P, wire.NAKInvalidRequest, StatusRemInvReqErr, out)
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
 		return
 	}
 	a := p.AtomicETH
 	va := a.VA()
-	b, ref, ok := qp.alignedTarget(P, a.RKey(), va, AccessRemoteAtomic, out)
+	b, ref, ok := qp.alignedTarget(P, a.RKey(), va, ibv.AccessRemoteAtomic, out)
 	if !ok {
 		return
 	}
@@ -586,7 +587,7 @@ func (qp *QP) duplicate(p *wire.Packet, info wire.OpInfo, P psn.PSN, out *Output
 		qp.dropReplies()
 		if !qp.startRead(P, va, rkey, l, out) {
 			// Deregistered since: a remote access error.
-			qp.classC(P, wire.NAKRemoteAccessError, StatusRemAccessErr, out)
+			qp.classC(P, wire.NAKRemoteAccessError, ibv.WCRemAccessErr, out)
 		}
 	case info.IsAtomic():
 		if r := qp.findResource(P, rdAtomic); r != nil && r.first == P {
@@ -616,7 +617,7 @@ func (qp *QP) findResource(p psn.PSN, kind rdKind) *rdResource {
 }
 
 // checkRemote validates a remote access without copying.
-func (qp *QP) checkRemote(rkey uint32, va uint64, l uint32, need Access) bool {
+func (qp *QP) checkRemote(rkey uint32, va uint64, l uint32, need ibv.AccessFlags) bool {
 	if qp.mem == nil {
 		return false
 	}
@@ -672,7 +673,7 @@ func (qp *QP) completeRecv() {
 		qp.rq.head++
 	}
 	qp.resp.hasWQE = false
-	if qp.wc.Status == StatusSuccess {
+	if qp.wc.Status == ibv.WCSuccess {
 		qp.counters.RDMARecvs++
 	}
 	qp.push(qp.rcq)
@@ -689,10 +690,10 @@ func (qp *QP) completeRecv() {
 // at the next request). Dropping them would leave the requester waiting
 // for responses that a NAK of a later PSN does not replace, until its
 // retries ran out.
-func (qp *QP) classC(P psn.PSN, code wire.NAKCode, recvStatus Status, out *Output) {
+func (qp *QP) classC(P psn.PSN, code wire.NAKCode, recvStatus ibv.WCStatus, out *Output) {
 	qp.noteResponderFault(code)
 	if qp.resp.hasWQE {
-		qp.wc = Completion{Status: recvStatus, Opcode: WCRecv}
+		qp.wc = Completion{Status: recvStatus, Opcode: ibv.WCRecv}
 		qp.completeRecv()
 	}
 	if qp.resp.replyLen > 0 {
@@ -706,13 +707,13 @@ func (qp *QP) classC(P psn.PSN, code wire.NAKCode, recvStatus Status, out *Outpu
 
 // failNow NAKs P at once, dropping whatever responses are queued, and moves
 // the QP to ERR. A receive WQE the message held completes with recvStatus.
-func (qp *QP) failNow(P psn.PSN, code wire.NAKCode, recvStatus Status, out *Output) {
+func (qp *QP) failNow(P psn.PSN, code wire.NAKCode, recvStatus ibv.WCStatus, out *Output) {
 	qp.noteResponderFault(code)
 	qp.counters.NakSent++
 	qp.dropReplies() // the QP is going to ERR: what is queued is lost
 	qp.emitAck(wire.NakSyndrome(code), P, out)
 	if qp.resp.hasWQE {
-		qp.wc = Completion{Status: recvStatus, Opcode: WCRecv}
+		qp.wc = Completion{Status: recvStatus, Opcode: ibv.WCRecv}
 		qp.completeRecv()
 	}
 	qp.enterError()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/psn"
 	"github.com/goroce/goroce/internal/wire"
 )
@@ -63,7 +64,7 @@ func TestResponderPSN(t *testing.T) {
 	a, b := newPair(t, defaultOpts())
 	l := newLink(t, a, b)
 	dst := make([]byte, 64)
-	rkey := b.mem.register(pd, dst, 0, AccessRemoteWrite)
+	rkey := b.mem.register(pd, dst, 0, ibv.AccessRemoteWrite)
 	write := func(p uint32, ack bool, v byte) []byte {
 		return req(wire.RCRDMAWriteOnly, base.Add(p), ack, []byte{v, v, v, v}, func(h *wire.Headers) {
 			h.RETH = wire.RETHFields{VA: uint64(4 * p), RKey: rkey, DMALength: 4}
@@ -126,7 +127,7 @@ func TestResponderOpcodeSequence(t *testing.T) {
 			o.mtu = mtu
 			a, b := newPair(t, o)
 			l := newLink(t, a, b)
-			b.mem.register(pd, make([]byte, 4096), 0, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead) // key 0x15A
+			b.mem.register(pd, make([]byte, 4096), 0, ibv.AccessLocalWrite|ibv.AccessRemoteWrite|ibv.AccessRemoteRead) // key 0x15A
 			l.recv(b, 8, SGE{0, 4096, 0x15A})
 			var got []string
 			for _, p := range tc.pkts {
@@ -134,13 +135,13 @@ func TestResponderOpcodeSequence(t *testing.T) {
 			}
 			last := len(tc.pkts) - 1
 			eq(t, "answer", got, fmt.Sprintf("RC ACKNOWLEDGE@%d NAK invalid request", last))
-			if b.qp.State() != StateErr {
+			if b.qp.State() != ibv.QPStateErr {
 				t.Fatalf("responder state %v, want ERR", b.qp.State())
 			}
 			// The receive WQE a SEND held completes with the error, any
 			// other is flushed.
 			c := b.rcq.take()
-			if len(c) != 1 || c[0].WRID != 8 || (c[0].Status != StatusRemInvReqErr && c[0].Status != StatusWRFlushErr) {
+			if len(c) != 1 || c[0].WRID != 8 || (c[0].Status != ibv.WCRemInvReqErr && c[0].Status != ibv.WCWRFlushErr) {
 				t.Fatalf("receive completions %+v", c)
 			}
 		})
@@ -160,16 +161,16 @@ func TestResponderLength(t *testing.T) {
 	tests := []struct {
 		name     string
 		pkts     []pkt
-		recvStat Status // status of the receive WQE, if one is consumed
+		recvStat ibv.WCStatus // status of the receive WQE, if one is consumed
 	}{
-		{"write only shorter than RETH", []pkt{{wire.RCRDMAWriteOnly, 10, 20, true}}, StatusWRFlushErr},
-		{"write only longer than RETH", []pkt{{wire.RCRDMAWriteOnly, 20, 10, true}}, StatusWRFlushErr},
-		{"write first for one MTU", []pkt{{wire.RCRDMAWriteFirst, 256, 256, true}}, StatusWRFlushErr},
-		{"write last short of RETH", []pkt{{wire.RCRDMAWriteFirst, 256, 600, true}, {wire.RCRDMAWriteLast, 100, 0, false}}, StatusWRFlushErr},
-		{"write last beyond RETH", []pkt{{wire.RCRDMAWriteFirst, 256, 300, true}, {wire.RCRDMAWriteLast, 100, 0, false}}, StatusWRFlushErr},
-		{"RETH above 2^31", []pkt{{wire.RCRDMAWriteOnly, 0, 1<<31 + 1, true}}, StatusWRFlushErr},
-		{"only above MTU", []pkt{{wire.RCSendOnly, 260, 0, false}}, StatusWRFlushErr},
-		{"send beyond the receive buffer", []pkt{{wire.RCSendFirst, 256, 0, false}, {wire.RCSendMiddle, 256, 0, false}, {wire.RCSendLast, 200, 0, false}}, StatusLocLenErr},
+		{"write only shorter than RETH", []pkt{{wire.RCRDMAWriteOnly, 10, 20, true}}, ibv.WCWRFlushErr},
+		{"write only longer than RETH", []pkt{{wire.RCRDMAWriteOnly, 20, 10, true}}, ibv.WCWRFlushErr},
+		{"write first for one MTU", []pkt{{wire.RCRDMAWriteFirst, 256, 256, true}}, ibv.WCWRFlushErr},
+		{"write last short of RETH", []pkt{{wire.RCRDMAWriteFirst, 256, 600, true}, {wire.RCRDMAWriteLast, 100, 0, false}}, ibv.WCWRFlushErr},
+		{"write last beyond RETH", []pkt{{wire.RCRDMAWriteFirst, 256, 300, true}, {wire.RCRDMAWriteLast, 100, 0, false}}, ibv.WCWRFlushErr},
+		{"RETH above 2^31", []pkt{{wire.RCRDMAWriteOnly, 0, 1<<31 + 1, true}}, ibv.WCWRFlushErr},
+		{"only above MTU", []pkt{{wire.RCSendOnly, 260, 0, false}}, ibv.WCWRFlushErr},
+		{"send beyond the receive buffer", []pkt{{wire.RCSendFirst, 256, 0, false}, {wire.RCSendMiddle, 256, 0, false}, {wire.RCSendLast, 200, 0, false}}, ibv.WCLocLenErr},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -178,7 +179,7 @@ func TestResponderLength(t *testing.T) {
 			a, b := newPair(t, o)
 			l := newLink(t, a, b)
 			buf := make([]byte, 700)
-			key := b.mem.register(pd, buf, 0, AccessRemoteWrite|AccessLocalWrite)
+			key := b.mem.register(pd, buf, 0, ibv.AccessRemoteWrite|ibv.AccessLocalWrite)
 			l.recv(b, 1, SGE{0, 600, key})
 			var got []string
 			for i, pk := range tc.pkts {
@@ -192,7 +193,7 @@ func TestResponderLength(t *testing.T) {
 				got = l.drain(l.b)
 			}
 			eq(t, "answer", got, fmt.Sprintf("RC ACKNOWLEDGE@%d NAK invalid request", len(tc.pkts)-1))
-			if b.qp.State() != StateErr {
+			if b.qp.State() != ibv.QPStateErr {
 				t.Fatalf("state %v", b.qp.State())
 			}
 			c := b.rcq.take()
@@ -209,32 +210,32 @@ func TestResponderLength(t *testing.T) {
 func TestRemoteAccessErrors(t *testing.T) {
 	type target struct {
 		pd     uint32
-		access Access
+		access ibv.AccessFlags
 		size   int
 	}
-	ok := target{pd, AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic, 64}
+	ok := target{pd, ibv.AccessRemoteWrite | ibv.AccessRemoteRead | ibv.AccessRemoteAtomic, 64}
 	tests := []struct {
 		name   string
-		op     WROpcode
+		op     ibv.WROpcode
 		tgt    target
 		rkey   func(k uint32) uint32
 		addr   uint64
 		n      int
-		qpAcc  Access
-		status Status
+		qpAcc  ibv.AccessFlags
+		status ibv.WCStatus
 	}{
-		{"write bad rkey", WRRDMAWrite, ok, func(k uint32) uint32 { return k + 0x100 }, 0, 8, 0, StatusRemAccessErr},
-		{"write wrong PD", WRRDMAWrite, target{2, ok.access, 64}, nil, 0, 8, 0, StatusRemAccessErr},
-		{"write beyond", WRRDMAWrite, ok, nil, 60, 8, 0, StatusRemAccessErr},
-		{"write below", WRRDMAWrite, ok, nil, 0x1000 - 1, 8, 0, StatusRemAccessErr},
-		{"write no right", WRRDMAWrite, target{pd, AccessRemoteRead, 64}, nil, 0, 8, 0, StatusRemAccessErr},
-		{"read no right", WRRDMARead, target{pd, AccessRemoteWrite, 64}, nil, 0, 8, 0, StatusRemAccessErr},
-		{"read beyond", WRRDMARead, ok, nil, 0, 65, 0, StatusRemAccessErr},
-		{"atomic no right", WRAtomicFetchAdd, target{pd, AccessRemoteWrite, 64}, nil, 0, 8, 0, StatusRemAccessErr},
-		{"atomic misaligned", WRAtomicFetchAdd, ok, nil, 4, 8, 0, StatusRemInvReqErr},
-		{"qp disallows write", WRRDMAWrite, ok, nil, 0, 8, AccessRemoteRead, StatusRemInvReqErr},
-		{"qp disallows read", WRRDMARead, ok, nil, 0, 8, AccessRemoteWrite, StatusRemInvReqErr},
-		{"qp disallows atomic", WRAtomicCmpAndSwp, ok, nil, 0, 8, AccessRemoteWrite, StatusRemInvReqErr},
+		{"write bad rkey", ibv.WRRDMAWrite, ok, func(k uint32) uint32 { return k + 0x100 }, 0, 8, 0, ibv.WCRemAccessErr},
+		{"write wrong PD", ibv.WRRDMAWrite, target{2, ok.access, 64}, nil, 0, 8, 0, ibv.WCRemAccessErr},
+		{"write beyond", ibv.WRRDMAWrite, ok, nil, 60, 8, 0, ibv.WCRemAccessErr},
+		{"write below", ibv.WRRDMAWrite, ok, nil, 0x1000 - 1, 8, 0, ibv.WCRemAccessErr},
+		{"write no right", ibv.WRRDMAWrite, target{pd, ibv.AccessRemoteRead, 64}, nil, 0, 8, 0, ibv.WCRemAccessErr},
+		{"read no right", ibv.WRRDMARead, target{pd, ibv.AccessRemoteWrite, 64}, nil, 0, 8, 0, ibv.WCRemAccessErr},
+		{"read beyond", ibv.WRRDMARead, ok, nil, 0, 65, 0, ibv.WCRemAccessErr},
+		{"atomic no right", ibv.WRAtomicFetchAndAdd, target{pd, ibv.AccessRemoteWrite, 64}, nil, 0, 8, 0, ibv.WCRemAccessErr},
+		{"atomic misaligned", ibv.WRAtomicFetchAndAdd, ok, nil, 4, 8, 0, ibv.WCRemInvReqErr},
+		{"qp disallows write", ibv.WRRDMAWrite, ok, nil, 0, 8, ibv.AccessRemoteRead, ibv.WCRemInvReqErr},
+		{"qp disallows read", ibv.WRRDMARead, ok, nil, 0, 8, ibv.AccessRemoteWrite, ibv.WCRemInvReqErr},
+		{"qp disallows atomic", ibv.WRAtomicCmpAndSwp, ok, nil, 0, 8, ibv.AccessRemoteWrite, ibv.WCRemInvReqErr},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -250,15 +251,15 @@ func TestRemoteAccessErrors(t *testing.T) {
 				rkey = tc.rkey(rkey)
 			}
 			local := pattern(tc.n, 1)
-			lkey := a.mem.register(pd, local, 0, AccessLocalWrite)
+			lkey := a.mem.register(pd, local, 0, ibv.AccessLocalWrite)
 			// An unsignaled WQE: errors complete anyway.
 			l.post(a, SendWQE{WRID: 5, Opcode: tc.op, SGL: []SGE{{0, uint32(tc.n), lkey}}, RemoteAddr: 0x1000 + tc.addr, RKey: rkey})
-			l.post(a, SendWQE{WRID: 6, Opcode: WRSend, Flags: SendSignaled})
+			l.post(a, SendWQE{WRID: 6, Opcode: ibv.WRSend, Flags: ibv.SendSignaled})
 			l.run(time.Second)
 			wantCompletions(t, a.scq.take(),
-				Completion{WRID: 5, Status: tc.status, Opcode: tc.op.wcOpcode(), QPN: qpnA},
-				Completion{WRID: 6, Status: StatusWRFlushErr, Opcode: WCSend, QPN: qpnA})
-			if a.qp.State() != StateErr || b.qp.State() != StateErr {
+				Completion{WRID: 5, Status: tc.status, Opcode: wcOpcode(tc.op), QPN: qpnA},
+				Completion{WRID: 6, Status: ibv.WCWRFlushErr, Opcode: ibv.WCSend, QPN: qpnA})
+			if a.qp.State() != ibv.QPStateErr || b.qp.State() != ibv.QPStateErr {
 				t.Errorf("states %v %v, want ERR ERR", a.qp.State(), b.qp.State())
 			}
 			for _, x := range mem {
@@ -276,12 +277,12 @@ func TestRemoteAccessErrors(t *testing.T) {
 // TestZeroLengthSkipsRKey: a zero-length READ or WRITE names no memory
 // (C9-88), so any rkey goes.
 func TestZeroLengthSkipsRKey(t *testing.T) {
-	for _, op := range []WROpcode{WRRDMAWrite, WRRDMARead} {
+	for _, op := range []ibv.WROpcode{ibv.WRRDMAWrite, ibv.WRRDMARead} {
 		a, b := newPair(t, defaultOpts())
 		l := newLink(t, a, b)
-		l.post(a, SendWQE{WRID: 1, Opcode: op, Flags: SendSignaled, RKey: 0xDEAD})
+		l.post(a, SendWQE{WRID: 1, Opcode: op, Flags: ibv.SendSignaled, RKey: 0xDEAD})
 		l.run(time.Second)
-		wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: op.wcOpcode(), QPN: qpnA})
+		wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: wcOpcode(op), QPN: qpnA})
 		checkIdle(t, a, b)
 	}
 }
@@ -292,7 +293,7 @@ func TestRNRNakSent(t *testing.T) {
 	a, b := newPair(t, o)
 	l := newLink(t, a, b)
 	dst := make([]byte, 16)
-	key := b.mem.register(pd, dst, 0, AccessLocalWrite|AccessRemoteWrite)
+	key := b.mem.register(pd, dst, 0, ibv.AccessLocalWrite|ibv.AccessRemoteWrite)
 	send := req(wire.RCSendOnly, base, true, []byte{1, 2, 3, 4}, nil)
 	eq(t, "no receive", l.inject(a, b, send), "RC ACKNOWLEDGE@0 RNR NAK timer=5 (60µs)")
 	eq(t, "no receive again", l.inject(a, b, send), "RC ACKNOWLEDGE@0 RNR NAK timer=5 (60µs)")
@@ -308,7 +309,7 @@ func TestRNRNakSent(t *testing.T) {
 	}
 	l.recv(b, 1, SGE{0, 16, key})
 	eq(t, "receive posted", l.inject(a, b, send), "RC ACKNOWLEDGE@0 ACK credits=31")
-	wantCompletions(t, b.rcq.take(), Completion{WRID: 1, Opcode: WCRecv, ByteLen: 4, QPN: qpnB, SrcQP: qpnA})
+	wantCompletions(t, b.rcq.take(), Completion{WRID: 1, Opcode: ibv.WCRecv, ByteLen: 4, QPN: qpnB, SrcQP: qpnA})
 	if c := b.qp.Counters(); c.RNRNakSent != 3 {
 		t.Errorf("RNRNakSent = %d", c.RNRNakSent)
 	}
@@ -322,7 +323,7 @@ func TestMultiPacketSendHoldsWQE(t *testing.T) {
 	a, b := newPair(t, o)
 	l := newLink(t, a, b)
 	dst := make([]byte, 2048)
-	key := b.mem.register(pd, dst, 0, AccessLocalWrite)
+	key := b.mem.register(pd, dst, 0, ibv.AccessLocalWrite)
 	l.recv(b, 1, SGE{0, 1024, key})
 	l.recv(b, 2, SGE{1024, 1024, key})
 	full := pattern(256, 1)
@@ -332,9 +333,9 @@ func TestMultiPacketSendHoldsWQE(t *testing.T) {
 		t.Fatalf("snapshot %+v", s)
 	}
 	eq(t, "last", l.inject(a, b, req(wire.RCSendLast, base.Add(2), true, full[:5], nil)), "RC ACKNOWLEDGE@2 ACK credits=31")
-	wantCompletions(t, b.rcq.take(), Completion{WRID: 1, Opcode: WCRecv, ByteLen: 517, QPN: qpnB, SrcQP: qpnA})
+	wantCompletions(t, b.rcq.take(), Completion{WRID: 1, Opcode: ibv.WCRecv, ByteLen: 517, QPN: qpnB, SrcQP: qpnA})
 	eq(t, "only", l.inject(a, b, req(wire.RCSendOnly, base.Add(3), true, full[:3], nil)), "RC ACKNOWLEDGE@3 ACK credits=31")
-	wantCompletions(t, b.rcq.take(), Completion{WRID: 2, Opcode: WCRecv, ByteLen: 3, QPN: qpnB, SrcQP: qpnA})
+	wantCompletions(t, b.rcq.take(), Completion{WRID: 2, Opcode: ibv.WCRecv, ByteLen: 3, QPN: qpnB, SrcQP: qpnA})
 	wantBytes(t, "second", dst[1024:1027], full[:3])
 	if s := b.qp.Snapshot(); s.MSN != 2 || s.RQDepth != 0 {
 		t.Fatalf("snapshot %+v", s)
@@ -353,7 +354,7 @@ func TestDuplicateReadAndAtomicReplay(t *testing.T) {
 	l := newLink(t, a, b)
 	mem := pattern(1024, 5)
 	binary.NativeEndian.PutUint64(mem[:8], 100)
-	key := b.mem.register(pd, mem, 0, AccessRemoteRead|AccessRemoteAtomic)
+	key := b.mem.register(pd, mem, 0, ibv.AccessRemoteRead|ibv.AccessRemoteAtomic)
 	read := func(p uint32, va uint64, n uint32) []byte {
 		return req(wire.RCRDMAReadRequest, base.Add(p), true, nil, func(h *wire.Headers) {
 			h.RETH = wire.RETHFields{VA: va, RKey: key, DMALength: n}
@@ -401,7 +402,7 @@ func TestDuplicateReadAndAtomicReplay(t *testing.T) {
 	eq(t, "replay", l.inject(a, b, req(wire.RCCompareSwap, base.Add(5), true, nil, func(h *wire.Headers) {
 		h.AtomicETH = wire.AtomicETHFields{VA: 8, RKey: key}
 	})), "RC ATOMIC_ACKNOWLEDGE@5 ACK credits=31")
-	if b.qp.State() != StateRTS || b.mem.refs != 0 {
+	if b.qp.State() != ibv.QPStateRTS || b.mem.refs != 0 {
 		t.Fatalf("state %v refs %d", b.qp.State(), b.mem.refs)
 	}
 }
@@ -409,14 +410,14 @@ func TestDuplicateReadAndAtomicReplay(t *testing.T) {
 func TestDuplicateReadAfterDeregistration(t *testing.T) {
 	a, b := newPair(t, defaultOpts())
 	l := newLink(t, a, b)
-	key := b.mem.register(pd, make([]byte, 64), 0, AccessRemoteRead)
+	key := b.mem.register(pd, make([]byte, 64), 0, ibv.AccessRemoteRead)
 	read := req(wire.RCRDMAReadRequest, base, true, nil, func(h *wire.Headers) {
 		h.RETH = wire.RETHFields{RKey: key, DMALength: 64}
 	})
 	eq(t, "read", l.inject(a, b, read), "RC RDMA_READ_RESPONSE_ONLY@0 ACK credits=31")
 	b.mem.deregister(key)
 	eq(t, "replay", l.inject(a, b, read), "RC ACKNOWLEDGE@0 NAK remote access error")
-	if b.qp.State() != StateErr {
+	if b.qp.State() != ibv.QPStateErr {
 		t.Fatal("responder not in ERR")
 	}
 }
@@ -433,7 +434,7 @@ func TestAtomicLocksShared(t *testing.T) {
 		o.locks = locks
 		a, b := newPair(t, o)
 		l := newLink(t, a, b)
-		b.mem.regions[0x15A] = &region{pd: pd, buf: word, access: AccessRemoteAtomic}
+		b.mem.regions[0x15A] = &region{pd: pd, buf: word, access: ibv.AccessRemoteAtomic}
 		pkts := make([][]byte, n)
 		for i := range pkts {
 			pkts[i] = req(wire.RCFetchAdd, base.Add(uint32(i)), true, nil, func(h *wire.Headers) {
@@ -472,8 +473,8 @@ func TestReadReplyBursts(t *testing.T) {
 	n := 300*256 - 5
 	src := pattern(n, 6)
 	dst := make([]byte, 4)
-	key := b.mem.register(pd, src, 0, AccessRemoteRead)
-	wkey := b.mem.register(pd, dst, 0, AccessRemoteWrite)
+	key := b.mem.register(pd, src, 0, ibv.AccessRemoteRead)
+	wkey := b.mem.register(pd, dst, 0, ibv.AccessRemoteWrite)
 	read := func(p uint32, va uint64, l uint32) []byte {
 		return req(wire.RCRDMAReadRequest, base.Add(p), true, nil, func(h *wire.Headers) {
 			h.RETH = wire.RETHFields{VA: va, RKey: key, DMALength: l}
@@ -548,7 +549,7 @@ func TestReplyQueueBound(t *testing.T) {
 	o.rdAtomic = 1
 	a, b := newPair(t, o)
 	l := newLink(t, a, b)
-	key := b.mem.register(pd, make([]byte, 300*256), 0, AccessRemoteRead)
+	key := b.mem.register(pd, make([]byte, 300*256), 0, ibv.AccessRemoteRead)
 	read := func(p uint32) []byte {
 		return req(wire.RCRDMAReadRequest, base.Add(p), true, nil, func(h *wire.Headers) {
 			h.RETH = wire.RETHFields{RKey: key, DMALength: 300 * 256}
@@ -574,7 +575,7 @@ func TestLargeReadWithLoss(t *testing.T) {
 	l := newLink(t, a, b)
 	n := 300*256 + 1
 	src := pattern(n, 9)
-	key := b.mem.register(pd, src, 0, AccessRemoteRead)
+	key := b.mem.register(pd, src, 0, ibv.AccessRemoteRead)
 	dst := make([]byte, n)
 	dropped := false
 	l.drop = func(from *endpoint, p *wire.Packet) bool {
@@ -584,9 +585,9 @@ func TestLargeReadWithLoss(t *testing.T) {
 		}
 		return false
 	}
-	l.post(a, SendWQE{WRID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{{0, uint32(n), a.mem.register(pd, dst, 0, AccessLocalWrite)}}, RKey: key})
+	l.post(a, SendWQE{WRID: 1, Opcode: ibv.WRRDMARead, Flags: ibv.SendSignaled, SGL: []SGE{{0, uint32(n), a.mem.register(pd, dst, 0, ibv.AccessLocalWrite)}}, RKey: key})
 	l.run(time.Second)
 	wantBytes(t, "read", dst, src)
-	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: WCRDMARead, ByteLen: uint32(n), QPN: qpnA})
+	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: ibv.WCRDMARead, ByteLen: uint32(n), QPN: qpnA})
 	checkIdle(t, a, b)
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/simnet"
 	"github.com/goroce/goroce/internal/wire"
 )
@@ -117,8 +118,8 @@ type simWR struct {
 	recv     int    // index of the receive it consumes, -1 if none
 	orig     uint64 // expected original value of an atomic
 	sigaled  bool
-	complete int    // completions seen
-	status   Status // of the last completion
+	complete int          // completions seen
+	status   ibv.WCStatus // of the last completion
 }
 
 // workload posts a random mix of WRITE, READ, SEND and atomics from one
@@ -163,11 +164,11 @@ func newWorkloadMax(t testing.TB, seed uint64, from, to *endpoint, count, mtu, m
 	w.readSrc = pattern(count*w.slotSize, byte(seed))
 	w.recvBuf = make([]byte, count*w.slotSize)
 	w.word = make([]byte, 16)
-	w.lkey = from.mem.register(pd, w.local, 0x1_0000_0000, AccessLocalWrite)
-	w.wkey = to.mem.register(pd, w.writeDst, 0x2_0000_0000, AccessRemoteWrite)
-	w.rkey = to.mem.register(pd, w.readSrc, 0x3_0000_0000, AccessRemoteRead)
-	w.recvKey = to.mem.register(pd, w.recvBuf, 0x4_0000_0000, AccessLocalWrite)
-	w.akey = to.mem.register(pd, w.word, 0x5_0000_0000, AccessRemoteAtomic)
+	w.lkey = from.mem.register(pd, w.local, 0x1_0000_0000, ibv.AccessLocalWrite)
+	w.wkey = to.mem.register(pd, w.writeDst, 0x2_0000_0000, ibv.AccessRemoteWrite)
+	w.rkey = to.mem.register(pd, w.readSrc, 0x3_0000_0000, ibv.AccessRemoteRead)
+	w.recvKey = to.mem.register(pd, w.recvBuf, 0x4_0000_0000, ibv.AccessLocalWrite)
+	w.akey = to.mem.register(pd, w.word, 0x5_0000_0000, ibv.AccessRemoteAtomic)
 	var value uint64
 	for i := range count {
 		r := simWR{slot: i, recv: -1, sigaled: true}
@@ -183,19 +184,19 @@ func newWorkloadMax(t testing.TB, seed uint64, from, to *endpoint, count, mtu, m
 		copy(w.local[off:off+r.n], pattern(r.n, byte(i)))
 		switch k := w.rng.IntN(20); {
 		case k < 7:
-			r.w.Opcode = WRRDMAWrite
+			r.w.Opcode = ibv.WRRDMAWrite
 			if k == 0 {
-				r.w.Opcode = WRRDMAWriteWithImm
+				r.w.Opcode = ibv.WRRDMAWriteWithImm
 			}
 			r.w.RemoteAddr, r.w.RKey = 0x2_0000_0000+uint64(off), w.wkey
 		case k < 12:
-			r.w.Opcode = WRRDMARead
+			r.w.Opcode = ibv.WRRDMARead
 			r.w.RemoteAddr, r.w.RKey = 0x3_0000_0000+uint64(off), w.rkey
 			clear(w.local[off : off+r.n])
 		case k < 17:
-			r.w.Opcode = WRSend
+			r.w.Opcode = ibv.WRSend
 			if k == 16 {
-				r.w.Opcode = WRSendWithImm
+				r.w.Opcode = ibv.WRSendWithImm
 			}
 		default:
 			r.n = 8
@@ -203,24 +204,24 @@ func newWorkloadMax(t testing.TB, seed uint64, from, to *endpoint, count, mtu, m
 			r.w.RemoteAddr, r.w.RKey = 0x5_0000_0000+8, w.akey
 			r.orig = value
 			if k == 19 {
-				r.w.Opcode, r.w.CompareAdd, r.w.Swap = WRAtomicCmpAndSwp, value, value*3+uint64(i)
+				r.w.Opcode, r.w.CompareAdd, r.w.Swap = ibv.WRAtomicCmpAndSwp, value, value*3+uint64(i)
 				value = value*3 + uint64(i)
 			} else {
-				r.w.Opcode, r.w.CompareAdd = WRAtomicFetchAdd, uint64(i)+1
+				r.w.Opcode, r.w.CompareAdd = ibv.WRAtomicFetchAndAdd, uint64(i)+1
 				value += uint64(i) + 1
 			}
 		}
-		if r.w.Opcode.isSend() || r.w.Opcode == WRRDMAWriteWithImm {
+		if isSend(r.w.Opcode) || r.w.Opcode == ibv.WRRDMAWriteWithImm {
 			r.recv = len(w.consumers)
 			w.consumers = append(w.consumers, i)
 		}
-		if !r.w.Opcode.isReadOrAtomic() && w.rng.IntN(5) == 0 {
+		if !isReadOrAtomic(r.w.Opcode) && w.rng.IntN(5) == 0 {
 			r.sigaled = false
 		} else {
-			r.w.Flags |= SendSignaled
+			r.w.Flags |= ibv.SendSignaled
 		}
 		if w.rng.IntN(4) == 0 {
-			r.w.Flags |= SendSolicited
+			r.w.Flags |= ibv.SendSolicited
 		}
 		w.wrs = append(w.wrs, r)
 	}
@@ -232,12 +233,12 @@ func newWorkloadMax(t testing.TB, seed uint64, from, to *endpoint, count, mtu, m
 func (w *workload) top(now time.Time) {
 	w.collect()
 	for w.recvs < len(w.consumers) && w.to.qp.Snapshot().RQDepth < 32 && !now.Before(w.recvFrom) &&
-		w.to.qp.State() != StateErr {
+		w.to.qp.State() != ibv.QPStateErr {
 		off := uint64(w.recvs * w.slotSize)
 		must(w.t, w.to.qp.PostRecv(&RecvWQE{WRID: uint64(w.recvs), SGL: []SGE{{0x4_0000_0000 + off, uint32(w.slotSize), w.recvKey}}}))
 		w.recvs++
 	}
-	for w.posted < len(w.wrs) && w.from.qp.Snapshot().SQDepth < w.maxSQ && w.from.qp.State() != StateErr {
+	for w.posted < len(w.wrs) && w.from.qp.Snapshot().SQDepth < w.maxSQ && w.from.qp.State() != ibv.QPStateErr {
 		r := &w.wrs[w.posted]
 		must(w.t, w.from.qp.PostSend(&r.w, now, &w.from.out))
 		w.posted++
@@ -257,19 +258,19 @@ func (w *workload) collect() {
 		if r.complete > 1 {
 			w.t.Fatalf("WR %d completed twice: %+v", c.WRID, c)
 		}
-		if c.Status != StatusSuccess {
+		if c.Status != ibv.WCSuccess {
 			continue // checked by the caller
 		}
 		if !r.sigaled {
 			w.t.Fatalf("unsignaled WR %d completed: %+v", c.WRID, c)
 		}
-		if c.Opcode != r.w.Opcode.wcOpcode() || int(c.ByteLen) != r.n {
+		if c.Opcode != wcOpcode(r.w.Opcode) || int(c.ByteLen) != r.n {
 			w.t.Fatalf("WR %d (%d bytes, op %d): %+v", c.WRID, r.n, r.w.Opcode, c)
 		}
 	}
 	for _, c := range w.to.rcq.c[w.rcqSeen:] {
 		w.rcqSeen++
-		if c.Status != StatusSuccess {
+		if c.Status != ibv.WCSuccess {
 			continue
 		}
 		if int(c.WRID) != w.recvDone {
@@ -277,13 +278,13 @@ func (w *workload) collect() {
 		}
 		r := &w.wrs[w.consumers[w.recvDone]]
 		w.recvDone++
-		want := Completion{WRID: c.WRID, Opcode: WCRecv, ByteLen: uint32(r.n), QPN: w.to.qp.QPN(), SrcQP: w.from.qp.QPN(),
-			Solicited: r.w.Flags&SendSolicited != 0}
-		if r.w.Opcode == WRRDMAWriteWithImm {
-			want.Opcode = WCRecvRDMAWithImm
+		want := Completion{WRID: c.WRID, Opcode: ibv.WCRecv, ByteLen: uint32(r.n), QPN: w.to.qp.QPN(), SrcQP: w.from.qp.QPN(),
+			Solicited: r.w.Flags&ibv.SendSolicited != 0}
+		if r.w.Opcode == ibv.WRRDMAWriteWithImm {
+			want.Opcode = ibv.WCRecvRDMAWithImm
 		}
-		if r.w.Opcode == WRSendWithImm || r.w.Opcode == WRRDMAWriteWithImm {
-			want.Imm, want.Flags = r.w.Imm, WCWithImm
+		if r.w.Opcode == ibv.WRSendWithImm || r.w.Opcode == ibv.WRRDMAWriteWithImm {
+			want.Imm, want.Flags = r.w.Imm, ibv.WCWithImm
 		}
 		if c != want {
 			w.t.Fatalf("receive completion %+v, want %+v", c, want)
@@ -293,7 +294,7 @@ func (w *workload) collect() {
 
 func (w *workload) finished() bool {
 	w.collect()
-	if w.from.qp.State() == StateErr {
+	if w.from.qp.State() == ibv.QPStateErr {
 		return true
 	}
 	return w.posted == len(w.wrs) && w.from.qp.Snapshot().SQDepth == 0 && w.recvDone == len(w.consumers)
@@ -318,13 +319,13 @@ func (w *workload) verifyUpTo() int {
 	failed := -1
 	for i, r := range w.wrs {
 		if failed >= 0 {
-			if i < w.posted && (r.complete != 1 || r.status != StatusWRFlushErr) {
+			if i < w.posted && (r.complete != 1 || r.status != ibv.WCWRFlushErr) {
 				t.Fatalf("WR %d after the failed WR %d: %d completions, %v", i, failed, r.complete, r.status)
 			}
 			continue
 		}
-		if r.complete == 1 && r.status != StatusSuccess {
-			if r.status != StatusRetryExcErr {
+		if r.complete == 1 && r.status != ibv.WCSuccess {
+			if r.status != ibv.WCRetryExcErr {
 				t.Fatalf("WR %d failed with %v", i, r.status)
 			}
 			failed = i
@@ -340,16 +341,16 @@ func (w *workload) verifyUpTo() int {
 		off := r.slot * w.slotSize
 		loc := w.local[off : off+r.n]
 		switch op := r.w.Opcode; {
-		case op.isWrite():
+		case isWrite(op):
 			wantBytes(t, fmt.Sprintf("WRITE %d", i), w.writeDst[off:off+r.n], pattern(r.n, byte(i)))
-		case op == WRRDMARead:
+		case op == ibv.WRRDMARead:
 			wantBytes(t, fmt.Sprintf("READ %d", i), loc, w.readSrc[off:off+r.n])
-		case op.isAtomic():
+		case isAtomic(op):
 			if got := binary.NativeEndian.Uint64(loc); got != r.orig {
 				t.Fatalf("atomic %d returned %d, want %d", i, got, r.orig)
 			}
 		}
-		if op := r.w.Opcode; op.isSend() {
+		if op := r.w.Opcode; isSend(op) {
 			roff := r.recv * w.slotSize
 			wantBytes(t, fmt.Sprintf("SEND %d", i), w.recvBuf[roff:roff+r.n], pattern(r.n, byte(i)))
 		}
@@ -360,9 +361,9 @@ func (w *workload) verifyUpTo() int {
 	var value uint64
 	for _, r := range w.wrs {
 		switch r.w.Opcode {
-		case WRAtomicFetchAdd:
+		case ibv.WRAtomicFetchAndAdd:
 			value += r.w.CompareAdd
-		case WRAtomicCmpAndSwp:
+		case ibv.WRAtomicCmpAndSwp:
 			value = r.w.Swap
 		}
 	}
@@ -434,7 +435,7 @@ func TestSimLossy(t *testing.T) {
 				if !s.run(10 * time.Second) {
 					t.Fatalf("seed %d: not finished after %v: a %+v b %+v", seed, s.clk.Since(start), a.qp.Snapshot(), b.qp.Snapshot())
 				}
-				if sc.lossy && (a.qp.State() == StateErr || b.qp.State() == StateErr) {
+				if sc.lossy && (a.qp.State() == ibv.QPStateErr || b.qp.State() == ibv.QPStateErr) {
 					// Let the surviving side run out of retries too.
 					for s.step() {
 					}
@@ -445,7 +446,7 @@ func TestSimLossy(t *testing.T) {
 					virtual += s.clk.Since(start)
 					continue
 				}
-				if a.qp.State() != StateRTS || b.qp.State() != StateRTS {
+				if a.qp.State() != ibv.QPStateRTS || b.qp.State() != ibv.QPStateRTS {
 					t.Fatalf("seed %d: states %v %v; completions %+v %+v", seed, a.qp.State(), b.qp.State(), a.scq.c, b.scq.c)
 				}
 				for _, w := range s.wls {
@@ -490,7 +491,7 @@ func TestSimLargeMessages(t *testing.T) {
 			newWorkloadMax(t, uint64(seed), a, b, 30, 256, 150*256),
 			newWorkloadMax(t, uint64(seed)+77, b, a, 30, 256, 150*256),
 		}
-		if !s.run(10*time.Second) || a.qp.State() != StateRTS || b.qp.State() != StateRTS {
+		if !s.run(10*time.Second) || a.qp.State() != ibv.QPStateRTS || b.qp.State() != ibv.QPStateRTS {
 			t.Fatalf("seed %d: states %v %v", seed, a.qp.State(), b.qp.State())
 		}
 		for _, w := range s.wls {
@@ -521,7 +522,7 @@ func TestSimPartition(t *testing.T) {
 		s.net.Partition(s.addrs[0], s.addrs[1])
 		start := s.clk.Now()
 		s.run(time.Minute)
-		if a.qp.State() != StateErr {
+		if a.qp.State() != ibv.QPStateErr {
 			t.Fatalf("seed %d: state %v after the partition", seed, a.qp.State())
 		}
 		// 1 + retry_cnt transmissions of the oldest PSN, a timeout each.
@@ -536,10 +537,10 @@ func TestSimPartition(t *testing.T) {
 			}
 			seen[c.WRID] = true
 			switch {
-			case c.Status == StatusSuccess && !failed:
-			case c.Status == StatusRetryExcErr && !failed:
+			case c.Status == ibv.WCSuccess && !failed:
+			case c.Status == ibv.WCRetryExcErr && !failed:
 				failed = true
-			case c.Status == StatusWRFlushErr && failed:
+			case c.Status == ibv.WCWRFlushErr && failed:
 			default:
 				t.Fatalf("seed %d: unexpected completion sequence at %+v", seed, c)
 			}
@@ -559,7 +560,7 @@ func TestSimPartitionHeals(t *testing.T) {
 	s.wls = []*workload{newWorkload(t, 7, a, b, 80, o.mtu)}
 	s.run(30 * time.Microsecond)
 	s.net.PartitionUntil(s.addrs[0], s.addrs[1], s.clk.Now().Add(4*a.qp.timeoutDuration()))
-	if !s.run(time.Minute) || a.qp.State() != StateRTS {
+	if !s.run(time.Minute) || a.qp.State() != ibv.QPStateRTS {
 		t.Fatalf("state %v", a.qp.State())
 	}
 	s.wls[0].verify()
@@ -581,7 +582,7 @@ func TestSimRNRRecovery(t *testing.T) {
 		if !s.run(10 * time.Second) {
 			t.Fatalf("seed %d: not finished", seed)
 		}
-		if a.qp.State() != StateRTS {
+		if a.qp.State() != ibv.QPStateRTS {
 			t.Fatalf("seed %d: state %v, completions %+v", seed, a.qp.State(), a.scq.c)
 		}
 		w.verify()

@@ -1,25 +1,9 @@
 package transport
 
-import "errors"
+import (
+	"errors"
 
-// Access is a set of access rights, with the values of enum ibv_access_flags.
-// It is both what a memory access needs (Memory) and what a QP's responder
-// allows for incoming RDMA operations (QP.SetAccessFlags).
-type Access uint32
-
-// Access rights, with the libibverbs values.
-const (
-	AccessLocalWrite   Access = 1 << 0 // IBV_ACCESS_LOCAL_WRITE
-	AccessRemoteWrite  Access = 1 << 1 // IBV_ACCESS_REMOTE_WRITE
-	AccessRemoteRead   Access = 1 << 2 // IBV_ACCESS_REMOTE_READ
-	AccessRemoteAtomic Access = 1 << 3 // IBV_ACCESS_REMOTE_ATOMIC
-	AccessZeroBased    Access = 1 << 5 // IBV_ACCESS_ZERO_BASED (memory windows)
-
-	// AccessFlushGlobal and AccessFlushPersistent allow a FLUSH of the
-	// corresponding placement type (IBA 1.5 FLUSH; rxe checks them on the
-	// QP's access flags and on the memory region).
-	AccessFlushGlobal     Access = 1 << 8 // IBV_ACCESS_FLUSH_GLOBAL
-	AccessFlushPersistent Access = 1 << 9 // IBV_ACCESS_FLUSH_PERSISTENT
+	"github.com/goroce/goroce/internal/ibv"
 )
 
 // Memory resolves memory keys to bytes. It is the transport's only view of
@@ -36,10 +20,10 @@ type Memory interface {
 	// registration in protection domain pd that grants need and holds the
 	// whole range. A failure makes the responder NAK with a remote access
 	// error.
-	Remote(pd uint32, rkey uint32, va uint64, length uint32, need Access) ([]byte, Ref, error)
+	Remote(pd uint32, rkey uint32, va uint64, length uint32, need ibv.AccessFlags) ([]byte, Ref, error)
 	// Local resolves a scatter/gather element of a local work request. A
 	// failure completes the work request with LOC_PROT_ERR.
-	Local(pd uint32, lkey uint32, addr uint64, length uint32, need Access) ([]byte, Ref, error)
+	Local(pd uint32, lkey uint32, addr uint64, length uint32, need ibv.AccessFlags) ([]byte, Ref, error)
 }
 
 // RemoteChecker is implemented by a Memory that can authorise a remote
@@ -47,7 +31,7 @@ type Memory interface {
 // WRITE with it on the message's first packet, before any packet stores.
 // A Memory without it is asked with Remote and an immediate Release.
 type RemoteChecker interface {
-	CheckRemote(pd uint32, rkey uint32, va uint64, length uint32, need Access) error
+	CheckRemote(pd uint32, rkey uint32, va uint64, length uint32, need ibv.AccessFlags) error
 }
 
 // Ref pins memory returned by Memory until Release.
@@ -105,117 +89,63 @@ type SGE struct {
 	LKey   uint32
 }
 
-// WROpcode is the operation of a send work request, with the values of enum
-// ibv_wr_opcode.
-type WROpcode uint8
-
-// Send work request opcodes supported by the RC transport.
-const (
-	WRRDMAWrite        WROpcode = 0  // IBV_WR_RDMA_WRITE
-	WRRDMAWriteWithImm WROpcode = 1  // IBV_WR_RDMA_WRITE_WITH_IMM
-	WRSend             WROpcode = 2  // IBV_WR_SEND
-	WRSendWithImm      WROpcode = 3  // IBV_WR_SEND_WITH_IMM
-	WRRDMARead         WROpcode = 4  // IBV_WR_RDMA_READ
-	WRAtomicCmpAndSwp  WROpcode = 5  // IBV_WR_ATOMIC_CMP_AND_SWP
-	WRAtomicFetchAdd   WROpcode = 6  // IBV_WR_ATOMIC_FETCH_AND_ADD
-	WRLocalInv         WROpcode = 7  // IBV_WR_LOCAL_INV (a local operation)
-	WRBindMW           WROpcode = 8  // IBV_WR_BIND_MW (a local operation)
-	WRSendWithInv      WROpcode = 9  // IBV_WR_SEND_WITH_INV
-	WRFlush            WROpcode = 14 // IBV_WR_FLUSH
-	WRAtomicWrite      WROpcode = 15 // IBV_WR_ATOMIC_WRITE
-)
-
-var wrOpcodeNames = [...]string{
-	WRRDMAWrite:        "RDMA_WRITE",
-	WRRDMAWriteWithImm: "RDMA_WRITE_WITH_IMM",
-	WRSend:             "SEND",
-	WRSendWithImm:      "SEND_WITH_IMM",
-	WRRDMARead:         "RDMA_READ",
-	WRAtomicCmpAndSwp:  "ATOMIC_CMP_AND_SWP",
-	WRAtomicFetchAdd:   "ATOMIC_FETCH_AND_ADD",
-	WRLocalInv:         "LOCAL_INV",
-	WRBindMW:           "BIND_MW",
-	WRSendWithInv:      "SEND_WITH_INV",
-	WRFlush:            "FLUSH",
-	WRAtomicWrite:      "ATOMIC_WRITE",
-}
-
-// String returns the IBV_WR_ name without its prefix, e.g. "RDMA_READ".
-func (o WROpcode) String() string {
-	if int(o) < len(wrOpcodeNames) && wrOpcodeNames[o] != "" {
-		return wrOpcodeNames[o]
-	}
-	return "WR_OPCODE(" + itoa(uint64(o)) + ")"
-}
-
-func (o WROpcode) valid() bool {
-	return o <= WRSendWithInv || o == WRFlush || o == WRAtomicWrite
+// supportedOpcode reports the send opcodes the transport implements.
+func supportedOpcode(o ibv.WROpcode) bool {
+	return o >= 0 && o <= ibv.WRSendWithInv || o == ibv.WRFlush || o == ibv.WRAtomicWrite
 }
 
 // isLocal reports the local operations (rxe WR_LOCAL_OP_MASK): executed by
 // the requester when it reaches them, without a packet or a PSN, and
 // completed in order behind the work requests posted before them.
-func (o WROpcode) isLocal() bool { return o == WRLocalInv || o == WRBindMW }
+func isLocal(o ibv.WROpcode) bool { return o == ibv.WRLocalInv || o == ibv.WRBindMW }
 
-func (o WROpcode) isSend() bool {
-	return o == WRSend || o == WRSendWithImm || o == WRSendWithInv
+func isSend(o ibv.WROpcode) bool {
+	return o == ibv.WRSend || o == ibv.WRSendWithImm || o == ibv.WRSendWithInv
 }
 
-func (o WROpcode) isWrite() bool { return o == WRRDMAWrite || o == WRRDMAWriteWithImm }
+func isWrite(o ibv.WROpcode) bool { return o == ibv.WRRDMAWrite || o == ibv.WRRDMAWriteWithImm }
 
-func (o WROpcode) isAtomic() bool { return o == WRAtomicCmpAndSwp || o == WRAtomicFetchAdd }
+func isAtomic(o ibv.WROpcode) bool { return o == ibv.WRAtomicCmpAndSwp || o == ibv.WRAtomicFetchAndAdd }
 
 // isReadOrAtomic reports the operations answered with a response of their
 // own rather than an ACK, which count against max_rd_atomic and are not
 // acknowledged by a coalesced ACK: READ, the atomics, and FLUSH and
 // ATOMIC_WRITE, which the responder answers with a zero-length READ
 // response and keeps in its responder resources.
-func (o WROpcode) isReadOrAtomic() bool {
-	return o == WRRDMARead || o.isAtomic() || o == WRFlush || o == WRAtomicWrite
+func isReadOrAtomic(o ibv.WROpcode) bool {
+	return o == ibv.WRRDMARead || isAtomic(o) || o == ibv.WRFlush || o == ibv.WRAtomicWrite
 }
 
 // wcOpcode is the completion opcode of a send work request (rxe
 // wr_to_wc_opcode).
-func (o WROpcode) wcOpcode() WCOpcode {
+func wcOpcode(o ibv.WROpcode) ibv.WCOpcode {
 	switch o {
-	case WRRDMAWrite, WRRDMAWriteWithImm:
-		return WCRDMAWrite
-	case WRRDMARead:
-		return WCRDMARead
-	case WRAtomicCmpAndSwp:
-		return WCCompSwap
-	case WRAtomicFetchAdd:
-		return WCFetchAdd
-	case WRLocalInv:
-		return WCLocalInv
-	case WRBindMW:
-		return WCBindMW
-	case WRFlush:
-		return WCFlush
-	case WRAtomicWrite:
-		return WCAtomicWrite
+	case ibv.WRRDMAWrite, ibv.WRRDMAWriteWithImm:
+		return ibv.WCRDMAWrite
+	case ibv.WRRDMARead:
+		return ibv.WCRDMARead
+	case ibv.WRAtomicCmpAndSwp:
+		return ibv.WCCompSwap
+	case ibv.WRAtomicFetchAndAdd:
+		return ibv.WCFetchAdd
+	case ibv.WRLocalInv:
+		return ibv.WCLocalInv
+	case ibv.WRBindMW:
+		return ibv.WCBindMW
+	case ibv.WRFlush:
+		return ibv.WCFlush
+	case ibv.WRAtomicWrite:
+		return ibv.WCAtomicWrite
 	}
-	return WCSend
+	return ibv.WCSend
 }
-
-// SendFlags are the flags of a send work request (enum ibv_send_flags).
-type SendFlags uint8
-
-// Send flags, with the libibverbs values.
-const (
-	SendFence     SendFlags = 1 << 0 // IBV_SEND_FENCE
-	SendSignaled  SendFlags = 1 << 1 // IBV_SEND_SIGNALED
-	SendSolicited SendFlags = 1 << 2 // IBV_SEND_SOLICITED
-	SendInline    SendFlags = 1 << 3 // IBV_SEND_INLINE
-)
 
 // SendWQE is a send work request. PostSend copies it, its SGL and its
 // inline data into a slot of the send queue, so the caller may reuse all of
 // them as soon as PostSend returns.
 type SendWQE struct {
 	WRID   uint64
-	Opcode WROpcode
-	Flags  SendFlags
+	Opcode ibv.WROpcode
 	// SGL is the local memory to send from (SEND, WRITE) or to receive
 	// into (READ; atomics: one 8-byte element for the original value).
 	SGL []SGE
@@ -225,6 +155,7 @@ type SendWQE struct {
 	// RemoteAddr and RKey name the remote memory of a WRITE, READ or atomic.
 	RemoteAddr uint64
 	RKey       uint32
+	Flags      ibv.SendFlags // beside RKey: the slot copied at post has no padding
 	// CompareAdd is the compare value of a compare-and-swap and the addend
 	// of a fetch-and-add; Swap is the swap value of a compare-and-swap.
 	CompareAdd uint64
@@ -262,121 +193,12 @@ type RecvWQE struct {
 	SGL  []SGE
 }
 
-// Status is the status of a completion, with the values of enum
-// ibv_wc_status.
-type Status uint8
-
-// Completion statuses, with the libibverbs values.
-const (
-	StatusSuccess        Status = 0  // IBV_WC_SUCCESS
-	StatusLocLenErr      Status = 1  // IBV_WC_LOC_LEN_ERR
-	StatusLocQPOpErr     Status = 2  // IBV_WC_LOC_QP_OP_ERR
-	StatusLocEECOpErr    Status = 3  // IBV_WC_LOC_EEC_OP_ERR
-	StatusLocProtErr     Status = 4  // IBV_WC_LOC_PROT_ERR
-	StatusWRFlushErr     Status = 5  // IBV_WC_WR_FLUSH_ERR
-	StatusMWBindErr      Status = 6  // IBV_WC_MW_BIND_ERR
-	StatusBadRespErr     Status = 7  // IBV_WC_BAD_RESP_ERR
-	StatusLocAccessErr   Status = 8  // IBV_WC_LOC_ACCESS_ERR
-	StatusRemInvReqErr   Status = 9  // IBV_WC_REM_INV_REQ_ERR
-	StatusRemAccessErr   Status = 10 // IBV_WC_REM_ACCESS_ERR
-	StatusRemOpErr       Status = 11 // IBV_WC_REM_OP_ERR
-	StatusRetryExcErr    Status = 12 // IBV_WC_RETRY_EXC_ERR
-	StatusRNRRetryExcErr Status = 13 // IBV_WC_RNR_RETRY_EXC_ERR
-	StatusFatalErr       Status = 19 // IBV_WC_FATAL_ERR
-	StatusGeneralErr     Status = 21 // IBV_WC_GENERAL_ERR
-)
-
-var statusNames = [...]string{
-	StatusSuccess:        "SUCCESS",
-	StatusLocLenErr:      "LOC_LEN_ERR",
-	StatusLocQPOpErr:     "LOC_QP_OP_ERR",
-	StatusLocEECOpErr:    "LOC_EEC_OP_ERR",
-	StatusLocProtErr:     "LOC_PROT_ERR",
-	StatusWRFlushErr:     "WR_FLUSH_ERR",
-	StatusMWBindErr:      "MW_BIND_ERR",
-	StatusBadRespErr:     "BAD_RESP_ERR",
-	StatusLocAccessErr:   "LOC_ACCESS_ERR",
-	StatusRemInvReqErr:   "REM_INV_REQ_ERR",
-	StatusRemAccessErr:   "REM_ACCESS_ERR",
-	StatusRemOpErr:       "REM_OP_ERR",
-	StatusRetryExcErr:    "RETRY_EXC_ERR",
-	StatusRNRRetryExcErr: "RNR_RETRY_EXC_ERR",
-	StatusFatalErr:       "FATAL_ERR",
-	StatusGeneralErr:     "GENERAL_ERR",
-}
-
-// String returns the IBV_WC_ name without its prefix, e.g. "WR_FLUSH_ERR".
-func (s Status) String() string {
-	if int(s) < len(statusNames) && statusNames[s] != "" {
-		return statusNames[s]
-	}
-	return "STATUS(" + itoa(uint64(s)) + ")"
-}
-
-// WCOpcode is the operation a completion reports, with the values of enum
-// ibv_wc_opcode.
-type WCOpcode uint8
-
-// Completion opcodes, with the libibverbs values.
-const (
-	WCSend            WCOpcode = 0   // IBV_WC_SEND
-	WCRDMAWrite       WCOpcode = 1   // IBV_WC_RDMA_WRITE
-	WCRDMARead        WCOpcode = 2   // IBV_WC_RDMA_READ
-	WCCompSwap        WCOpcode = 3   // IBV_WC_COMP_SWAP
-	WCFetchAdd        WCOpcode = 4   // IBV_WC_FETCH_ADD
-	WCBindMW          WCOpcode = 5   // IBV_WC_BIND_MW
-	WCLocalInv        WCOpcode = 6   // IBV_WC_LOCAL_INV
-	WCFlush           WCOpcode = 8   // IBV_WC_FLUSH
-	WCAtomicWrite     WCOpcode = 9   // IBV_WC_ATOMIC_WRITE
-	WCRecv            WCOpcode = 128 // IBV_WC_RECV
-	WCRecvRDMAWithImm WCOpcode = 129 // IBV_WC_RECV_RDMA_WITH_IMM
-)
-
-// String returns the IBV_WC_ name without its prefix, e.g. "RECV".
-func (o WCOpcode) String() string {
-	switch o {
-	case WCSend:
-		return "SEND"
-	case WCRDMAWrite:
-		return "RDMA_WRITE"
-	case WCRDMARead:
-		return "RDMA_READ"
-	case WCCompSwap:
-		return "COMP_SWAP"
-	case WCFetchAdd:
-		return "FETCH_ADD"
-	case WCBindMW:
-		return "BIND_MW"
-	case WCLocalInv:
-		return "LOCAL_INV"
-	case WCFlush:
-		return "FLUSH"
-	case WCAtomicWrite:
-		return "ATOMIC_WRITE"
-	case WCRecv:
-		return "RECV"
-	case WCRecvRDMAWithImm:
-		return "RECV_RDMA_WITH_IMM"
-	}
-	return "WC_OPCODE(" + itoa(uint64(o)) + ")"
-}
-
-// WCFlags are the flags of a completion (enum ibv_wc_flags).
-type WCFlags uint8
-
-// Completion flags, with the libibverbs values.
-const (
-	WCGRH     WCFlags = 1 << 0 // IBV_WC_GRH: a GRH precedes the payload (UD)
-	WCWithImm WCFlags = 1 << 1 // IBV_WC_WITH_IMM
-	WCWithInv WCFlags = 1 << 3 // IBV_WC_WITH_INV
-)
-
 // Completion is a work completion. For an unsuccessful completion only WRID,
 // Status and QPN are meaningful, as in libibverbs.
 type Completion struct {
 	WRID   uint64
-	Status Status
-	Opcode WCOpcode
+	Status ibv.WCStatus
+	Opcode ibv.WCOpcode
 	// ByteLen is the number of bytes received (receive completions) or
 	// transferred (send completions).
 	ByteLen         uint32
@@ -384,7 +206,7 @@ type Completion struct {
 	InvalidatedRKey uint32 // valid with WCWithInv
 	QPN             uint32 // the local QP
 	SrcQP           uint32 // the remote QP (receive completions)
-	Flags           WCFlags
+	Flags           ibv.WCFlags
 	// Solicited reports a receive completion for a message whose last
 	// packet had the solicited event bit set.
 	Solicited bool
@@ -426,18 +248,3 @@ var (
 	ErrHasSRQ        = errors.New("transport: the QP receives from a shared receive queue")
 	ErrBadAttr       = errors.New("transport: attribute value out of range")
 )
-
-// itoa formats v without fmt, for String methods.
-func itoa(v uint64) string {
-	var b [20]byte
-	i := len(b)
-	for {
-		i--
-		b[i] = byte('0' + v%10)
-		v /= 10
-		if v == 0 {
-			break
-		}
-	}
-	return string(b[i:])
-}

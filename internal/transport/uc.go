@@ -4,37 +4,17 @@ import (
 	"errors"
 	"time"
 
+	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/psn"
 	"github.com/goroce/goroce/internal/wire"
 )
 
-// QPType is the transport service of a QP.
-type QPType uint8
-
-// Transport services. The zero value is RC, so that a Config written before
-// UC and UD existed keeps its meaning.
-const (
-	TypeRC QPType = iota // reliable connected
-	TypeUC               // unreliable connected
-	TypeUD               // unreliable datagram
-)
-
-var qpTypeNames = [...]string{"RC", "UC", "UD"}
-
-// String returns the IBTA abbreviation: "RC", "UC" or "UD".
-func (t QPType) String() string {
-	if int(t) < len(qpTypeNames) {
-		return qpTypeNames[t]
-	}
-	return "QPTYPE(" + itoa(uint64(t)) + ")"
-}
-
 // wireTransport is the transport of the opcodes the QP accepts.
-func (t QPType) wireTransport() wire.Transport {
+func wireTransport(t ibv.QPType) wire.Transport {
 	switch t {
-	case TypeUC:
+	case ibv.QPTypeUC:
 		return wire.TransportUC
-	case TypeUD:
+	case ibv.QPTypeUD:
 		return wire.TransportUD
 	}
 	return wire.TransportRC
@@ -71,8 +51,8 @@ type unreliable struct {
 // for the operations these transports have, plus the one-packet rule of UD.
 func (qp *QP) postSendUnreliable(w *SendWQE, now time.Time, out *Output) error {
 	switch op := w.Opcode; {
-	case op == WRSend || op == WRSendWithImm:
-	case qp.typ == TypeUC && (op.isWrite() || op == WRBindMW):
+	case op == ibv.WRSend || op == ibv.WRSendWithImm:
+	case qp.typ == ibv.QPTypeUC && (isWrite(op) || op == ibv.WRBindMW):
 	default:
 		return ErrBadOpcodeForType
 	}
@@ -80,16 +60,16 @@ func (qp *QP) postSendUnreliable(w *SendWQE, now time.Time, out *Output) error {
 	if err != nil {
 		return err
 	}
-	if qp.typ == TypeUD && length > qp.mtu {
+	if qp.typ == ibv.QPTypeUD && length > qp.mtu {
 		return ErrMessageTooLong
 	}
 	if err := checkExtendedWQE(w, &length); err != nil {
 		return err
 	}
 	switch qp.state {
-	case StateRTS, StateSQD, StateSQE:
-	case StateErr:
-		qp.complete(qp.scq, w.WRID, StatusWRFlushErr, w.Opcode.wcOpcode(), 0)
+	case ibv.QPStateRTS, ibv.QPStateSQD, ibv.QPStateSQE:
+	case ibv.QPStateErr:
+		qp.complete(qp.scq, w.WRID, ibv.WCWRFlushErr, wcOpcode(w.Opcode), 0)
 		return nil
 	default:
 		return ErrQPState
@@ -108,7 +88,7 @@ func (qp *QP) postSendUnreliable(w *SendWQE, now time.Time, out *Output) error {
 // out: nothing acknowledges them. SQD finishes a started message and starts
 // none.
 func (qp *QP) pumpUnreliable(out *Output) {
-	if qp.state != StateRTS && qp.state != StateSQD {
+	if qp.state != ibv.QPStateRTS && qp.state != ibv.QPStateSQD {
 		return
 	}
 	for budget := unrelBurst; qp.sq.len() > 0; budget-- {
@@ -117,25 +97,25 @@ func (qp *QP) pumpUnreliable(out *Output) {
 			return
 		}
 		s := qp.sq.at(qp.sq.head)
-		if !s.started && s.wqe.Opcode == WRBindMW {
-			if qp.state == StateSQD {
+		if !s.started && s.wqe.Opcode == ibv.WRBindMW {
+			if qp.state == ibv.QPStateSQD {
 				return
 			}
 			// A local operation: everything before it has completed
 			// (UC completes at transmission), so a fence holds.
 			if ops, _ := qp.mem.(LocalOps); ops == nil || !ops.BindMW(qp.pd, &s.wqe.Bind) {
 				qp.counters.LocalErrors++
-				qp.fatal(StatusMWBindErr)
+				qp.fatal(ibv.WCMWBindErr)
 				return
 			}
-			qp.completeHead(StatusSuccess)
+			qp.completeHead(ibv.WCSuccess)
 			continue
 		}
 		if !s.started {
-			if qp.state == StateSQD {
+			if qp.state == ibv.QPStateSQD {
 				return
 			}
-			if st := qp.checkLocal(s); st != StatusSuccess {
+			if st := qp.checkLocal(s); st != ibv.WCSuccess {
 				qp.counters.LocalErrors++
 				qp.fatal(st)
 				return
@@ -146,7 +126,7 @@ func (qp *QP) pumpUnreliable(out *Output) {
 		}
 		if !qp.transmitUnreliable(s, out) {
 			qp.counters.LocalErrors++
-			qp.fatal(StatusLocProtErr)
+			qp.fatal(ibv.WCLocProtErr)
 			return
 		}
 	}
@@ -166,9 +146,9 @@ func (qp *QP) transmitUnreliable(s *sendSlot, out *Output) bool {
 	first := qp.req.off == 0
 	last := payload == rem
 	dest := qp.dest
-	if qp.typ == TypeUD {
+	if qp.typ == ibv.QPTypeUD {
 		h.BTH.Opcode = wire.UDSendOnly
-		if op == WRSendWithImm {
+		if op == ibv.WRSendWithImm {
 			h.BTH.Opcode = wire.UDSendOnlyWithImmediate
 		}
 		h.BTH.DestQP = wire.QPN(s.wqe.RemoteQPN & wire.QPNMask)
@@ -182,14 +162,14 @@ func (qp *QP) transmitUnreliable(s *sendSlot, out *Output) bool {
 		// UC opcodes are RC's plus 0x20 (IBTA table 37).
 		h.BTH.Opcode = requestOpcode(op, first, last) + wire.UCSendFirst - wire.RCSendFirst
 		h.BTH.DestQP = wire.QPN(qp.destQPN)
-		if op.isWrite() && first {
+		if isWrite(op) && first {
 			h.RETH = wire.RETHFields{VA: s.wqe.RemoteAddr, RKey: s.wqe.RKey, DMALength: s.length}
 		}
 	}
 	if last {
 		h.ImmDt.Imm = s.wqe.Imm
-		h.BTH.SolicitedEvent = s.wqe.Flags&SendSolicited != 0 &&
-			(op.isSend() || op == WRRDMAWriteWithImm)
+		h.BTH.SolicitedEvent = s.wqe.Flags&ibv.SendSolicited != 0 &&
+			(isSend(op) || op == ibv.WRRDMAWriteWithImm)
 	}
 	// No AckReq: nothing answers UC or UD (the rxe captures show it clear).
 	if !qp.appendRequest(s, payload, dest, out) {
@@ -203,7 +183,7 @@ func (qp *QP) transmitUnreliable(s *sendSlot, out *Output) bool {
 		return true
 	}
 	qp.req.off = 0
-	qp.completeHead(StatusSuccess)
+	qp.completeHead(ibv.WCSuccess)
 	return true
 }
 
@@ -213,18 +193,18 @@ func (qp *QP) transmitUnreliable(s *sendSlot, out *Output) bool {
 func (qp *QP) handleUnreliable(p *wire.Packet, nh *NetHeader, out *Output) {
 	qp.counters.ReceivedPackets++
 	info := p.Info()
-	if info.Transport != qp.typ.wireTransport() || !info.IsRequest() ||
+	if info.Transport != wireTransport(qp.typ) || !info.IsRequest() ||
 		uint32(p.BTH.DestQP()) != qp.qpn || p.BTH.PKey()&0x7FFF != wire.DefaultPKey&0x7FFF {
 		qp.counters.DroppedPackets++
 		return
 	}
 	switch qp.state {
-	case StateRTR, StateRTS, StateSQD, StateSQE:
+	case ibv.QPStateRTR, ibv.QPStateRTS, ibv.QPStateSQD, ibv.QPStateSQE:
 	default:
 		qp.counters.DroppedPackets++
 		return
 	}
-	if qp.typ == TypeUD {
+	if qp.typ == ibv.QPTypeUD {
 		qp.receiveUD(p, info, nh)
 	} else {
 		qp.receiveUC(p, info)
@@ -277,7 +257,7 @@ func (qp *QP) receiveUC(p *wire.Packet, info wire.OpInfo) {
 		return
 	}
 	// Check op valid.
-	if info.IsWrite() && qp.access&AccessRemoteWrite == 0 {
+	if info.IsWrite() && qp.access&ibv.AccessRemoteWrite == 0 {
 		qp.ucDrop(P)
 		return
 	}
@@ -322,14 +302,14 @@ func (qp *QP) ucSend(p *wire.Packet, info wire.OpInfo, P psn.PSN) {
 	rs.inMsg = msgNone
 	rs.msn = rs.msn.Next()
 	qp.wc = Completion{
-		Status:    StatusSuccess,
-		Opcode:    WCRecv,
+		Status:    ibv.WCSuccess,
+		Opcode:    ibv.WCRecv,
 		ByteLen:   rs.rcvd,
 		SrcQP:     qp.destQPN,
 		Solicited: p.BTH.SolicitedEvent(),
 	}
 	if info.HasImmediate() {
-		qp.wc.Imm, qp.wc.Flags = p.ImmDt.Imm(), WCWithImm
+		qp.wc.Imm, qp.wc.Flags = p.ImmDt.Imm(), ibv.WCWithImm
 	}
 	qp.completeRecv()
 }
@@ -345,7 +325,7 @@ func (qp *QP) ucWrite(p *wire.Packet, info wire.OpInfo, P psn.PSN) {
 	}
 	if info.StartsMessage() {
 		va, rkey, l := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALength()
-		if l > 1<<31 || l > 0 && !qp.checkRemote(rkey, va, l, AccessRemoteWrite) {
+		if l > 1<<31 || l > 0 && !qp.checkRemote(rkey, va, l, ibv.AccessRemoteWrite) {
 			qp.ucDrop(P)
 			return
 		}
@@ -362,7 +342,7 @@ func (qp *QP) ucWrite(p *wire.Packet, info wire.OpInfo, P psn.PSN) {
 		return
 	}
 	if n > 0 {
-		b, ref, err := qp.mem.Remote(qp.pd, rs.rkey, rs.va, n, AccessRemoteWrite)
+		b, ref, err := qp.mem.Remote(qp.pd, rs.rkey, rs.va, n, ibv.AccessRemoteWrite)
 		if err != nil {
 			qp.ucDrop(P) // deregistered since the FIRST packet
 			return
@@ -381,12 +361,12 @@ func (qp *QP) ucWrite(p *wire.Packet, info wire.OpInfo, P psn.PSN) {
 	rs.msn = rs.msn.Next()
 	if imm {
 		qp.wc = Completion{
-			Status:    StatusSuccess,
-			Opcode:    WCRecvRDMAWithImm,
+			Status:    ibv.WCSuccess,
+			Opcode:    ibv.WCRecvRDMAWithImm,
 			ByteLen:   rs.wlen,
 			Imm:       p.ImmDt.Imm(),
 			SrcQP:     qp.destQPN,
-			Flags:     WCWithImm,
+			Flags:     ibv.WCWithImm,
 			Solicited: p.BTH.SolicitedEvent(),
 		}
 		qp.completeRecv()
@@ -425,7 +405,7 @@ func (qp *QP) recvLocalFault() {
 	if qp.cause == CauseNone {
 		qp.cause = CauseRecvCompletion // the completion reports it
 	}
-	qp.wc = Completion{Status: StatusLocProtErr, Opcode: WCRecv}
+	qp.wc = Completion{Status: ibv.WCLocProtErr, Opcode: ibv.WCRecv}
 	qp.completeRecv()
 	qp.enterError()
 }

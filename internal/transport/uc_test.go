@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/psn"
 	"github.com/goroce/goroce/internal/wire"
 )
@@ -13,7 +14,7 @@ import (
 // newUnreliablePair returns two QPs of type typ (UC or UD), a (QPN 0x11)
 // and b (QPN 0x22), in RTS; UC ones are connected to each other, UD ones
 // have Q_Key qkey.
-func newUnreliablePair(t testing.TB, typ QPType, o pairOpts, qkey uint32) (a, b *endpoint) {
+func newUnreliablePair(t testing.TB, typ ibv.QPType, o pairOpts, qkey uint32) (a, b *endpoint) {
 	t.Helper()
 	mk := func(name string, qpn uint32, srq *SRQ) *endpoint {
 		e := &endpoint{mem: newTestMemory(), scq: new(testCQ), rcq: new(testCQ), name: name}
@@ -30,18 +31,18 @@ func newUnreliablePair(t testing.TB, typ QPType, o pairOpts, qkey uint32) (a, b 
 	a, b = mk("a", qpnA, nil), mk("b", qpnB, srq)
 	setup := func(e *endpoint, dest uint32, sq, rq psn.PSN) {
 		qp := e.qp
-		qp.SetState(StateInit)
+		qp.SetState(ibv.QPStateInit)
 		must(t, qp.SetPathMTU(o.mtu))
 		qp.SetQKey(qkey)
 		qp.SetAccessFlags(o.access)
-		if typ == TypeUC {
+		if typ == ibv.QPTypeUC {
 			qp.SetDestQPN(dest)
 			qp.SetRQPSN(rq)
 		}
-		qp.SetState(StateRTR)
+		qp.SetState(ibv.QPStateRTR)
 		qp.SetSQPSN(sq)
 		qp.SetDest(e.name)
-		qp.SetState(StateRTS)
+		qp.SetState(ibv.QPStateRTS)
 	}
 	setup(a, qpnB, o.psnA, o.psnB)
 	setup(b, qpnA, o.psnB, o.psnA)
@@ -54,32 +55,32 @@ func newUnreliablePair(t testing.TB, typ QPType, o pairOpts, qkey uint32) (a, b 
 func TestUCTransfer(t *testing.T) {
 	const mtu = 256
 	ops := []struct {
-		op     WROpcode
-		recvOp WCOpcode
+		op     ibv.WROpcode
+		recvOp ibv.WCOpcode
 	}{
-		{WRRDMAWrite, 0},
-		{WRRDMAWriteWithImm, WCRecvRDMAWithImm},
-		{WRSend, WCRecv},
-		{WRSendWithImm, WCRecv},
+		{ibv.WRRDMAWrite, 0},
+		{ibv.WRRDMAWriteWithImm, ibv.WCRecvRDMAWithImm},
+		{ibv.WRSend, ibv.WCRecv},
+		{ibv.WRSendWithImm, ibv.WCRecv},
 	}
 	for _, tc := range ops {
 		for _, n := range []int{0, 1, mtu - 1, mtu, mtu + 1, 3*mtu + 7} {
 			t.Run(tc.op.String()+"/"+itoa(uint64(n)), func(t *testing.T) {
 				o := defaultOpts()
 				o.mtu = mtu
-				a, b := newUnreliablePair(t, TypeUC, o, 0)
+				a, b := newUnreliablePair(t, ibv.QPTypeUC, o, 0)
 				src := pattern(n, 3)
 				dst := make([]byte, 4096)
-				lkey := a.mem.register(pd, append(src, 0), 0x1000, AccessLocalWrite)
-				rkey := b.mem.register(pd, dst, 0x9000, AccessLocalWrite|AccessRemoteWrite)
+				lkey := a.mem.register(pd, append(src, 0), 0x1000, ibv.AccessLocalWrite)
+				rkey := b.mem.register(pd, dst, 0x9000, ibv.AccessLocalWrite|ibv.AccessRemoteWrite)
 				l := newLink(t, a, b)
 				l.recv(b, 77, SGE{0x9000, 4096, rkey})
-				l.post(a, SendWQE{WRID: 5, Opcode: tc.op, Flags: SendSignaled, SGL: []SGE{{0x1000, uint32(n), lkey}},
+				l.post(a, SendWQE{WRID: 5, Opcode: tc.op, Flags: ibv.SendSignaled, SGL: []SGE{{0x1000, uint32(n), lkey}},
 					RemoteAddr: 0x9000, RKey: rkey, Imm: 0xCAFE})
 				// The request completed when its last packet left, before
 				// anything was delivered.
-				wantCompletions(t, a.scq.take(), Completion{WRID: 5, Opcode: tc.op.wcOpcode(), ByteLen: uint32(n), QPN: qpnA,
-					Flags: map[bool]WCFlags{true: WCWithImm}[tc.op == WRSendWithImm || tc.op == WRRDMAWriteWithImm]})
+				wantCompletions(t, a.scq.take(), Completion{WRID: 5, Opcode: wcOpcode(tc.op), ByteLen: uint32(n), QPN: qpnA,
+					Flags: map[bool]ibv.WCFlags{true: ibv.WCWithImm}[tc.op == ibv.WRSendWithImm || tc.op == ibv.WRRDMAWriteWithImm]})
 				wantPackets := max((n+mtu-1)/mtu, 1)
 				pkts := a.out.Packets()
 				if len(pkts) != wantPackets {
@@ -102,8 +103,8 @@ func TestUCTransfer(t *testing.T) {
 					return
 				}
 				want := Completion{WRID: 77, Opcode: tc.recvOp, ByteLen: uint32(n), QPN: qpnB, SrcQP: qpnA}
-				if tc.op != WRSend {
-					want.Imm, want.Flags = 0xCAFE, WCWithImm
+				if tc.op != ibv.WRSend {
+					want.Imm, want.Flags = 0xCAFE, ibv.WCWithImm
 				}
 				wantCompletions(t, got, want)
 				if s := a.qp.Snapshot(); s.SQDepth != 0 || s.TimerArmed {
@@ -132,15 +133,15 @@ func TestUCLossDropsMessage(t *testing.T) {
 			o := defaultOpts()
 			o.mtu = mtu
 			o.srq = tc.srq
-			a, b := newUnreliablePair(t, TypeUC, o, 0)
+			a, b := newUnreliablePair(t, ibv.QPTypeUC, o, 0)
 			msgs := [][]byte{pattern(3*mtu, 1), pattern(3*mtu, 2), pattern(3*mtu-5, 3)}
 			src := make([]byte, 0, 4096)
 			for _, m := range msgs {
 				src = append(src, m...)
 			}
-			lkey := a.mem.register(pd, src, 0, AccessLocalWrite)
+			lkey := a.mem.register(pd, src, 0, ibv.AccessLocalWrite)
 			dst := make([]byte, 3*1024)
-			rkey := b.mem.register(pd, dst, 0, AccessLocalWrite)
+			rkey := b.mem.register(pd, dst, 0, ibv.AccessLocalWrite)
 			l := newLink(t, a, b)
 			for i := range 3 {
 				w := RecvWQE{WRID: uint64(10 + i), SGL: []SGE{{uint64(i) * 1024, 1024, rkey}}}
@@ -157,20 +158,20 @@ func TestUCLossDropsMessage(t *testing.T) {
 			}
 			off := uint64(0)
 			for i, m := range msgs {
-				l.post(a, SendWQE{WRID: uint64(i), Opcode: WRSend, SGL: []SGE{{off, uint32(len(m)), lkey}}})
+				l.post(a, SendWQE{WRID: uint64(i), Opcode: ibv.WRSend, SGL: []SGE{{off, uint32(len(m)), lkey}}})
 				off += uint64(len(m))
 				l.run(time.Second)
 			}
 			wantCompletions(t, b.rcq.take(),
-				Completion{WRID: 10, Opcode: WCRecv, ByteLen: uint32(len(msgs[0])), QPN: qpnB, SrcQP: qpnA},
-				Completion{WRID: 11, Opcode: WCRecv, ByteLen: uint32(len(msgs[2])), QPN: qpnB, SrcQP: qpnA})
+				Completion{WRID: 10, Opcode: ibv.WCRecv, ByteLen: uint32(len(msgs[0])), QPN: qpnB, SrcQP: qpnA},
+				Completion{WRID: 11, Opcode: ibv.WCRecv, ByteLen: uint32(len(msgs[2])), QPN: qpnB, SrcQP: qpnA})
 			wantBytes(t, "message 1", dst[:len(msgs[0])], msgs[0])
 			wantBytes(t, "message 3", dst[1024:1024+len(msgs[2])], msgs[2])
 			c := b.qp.Counters()
 			if c.DroppedMessages != 1 {
 				t.Errorf("DroppedMessages = %d, want 1", c.DroppedMessages)
 			}
-			if b.out.Len() != 0 || b.qp.State() != StateRTS {
+			if b.out.Len() != 0 || b.qp.State() != ibv.QPStateRTS {
 				t.Errorf("responder answered or failed: state %v", b.qp.State())
 			}
 			left := b.qp.Snapshot().RQDepth
@@ -190,22 +191,22 @@ func TestUCLossDropsMessage(t *testing.T) {
 func TestUCNoReceiveDrops(t *testing.T) {
 	o := defaultOpts()
 	o.mtu = 256
-	a, b := newUnreliablePair(t, TypeUC, o, 0)
+	a, b := newUnreliablePair(t, ibv.QPTypeUC, o, 0)
 	src := pattern(600, 9)
-	lkey := a.mem.register(pd, src, 0, AccessLocalWrite)
+	lkey := a.mem.register(pd, src, 0, ibv.AccessLocalWrite)
 	dst := make([]byte, 1024)
-	rkey := b.mem.register(pd, dst, 0, AccessLocalWrite)
+	rkey := b.mem.register(pd, dst, 0, ibv.AccessLocalWrite)
 	l := newLink(t, a, b)
-	l.post(a, SendWQE{WRID: 1, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{{0, 600, lkey}}})
+	l.post(a, SendWQE{WRID: 1, Opcode: ibv.WRSend, Flags: ibv.SendSignaled, SGL: []SGE{{0, 600, lkey}}})
 	l.run(time.Second)
-	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: WCSend, ByteLen: 600, QPN: qpnA})
+	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: ibv.WCSend, ByteLen: 600, QPN: qpnA})
 	if c := b.qp.Counters(); c.DroppedNoRecv != 1 || c.RNRNakSent != 0 || b.out.Len() != 0 {
 		t.Fatalf("counters %+v", c)
 	}
 	l.recv(b, 2, SGE{0, 1024, rkey})
-	l.post(a, SendWQE{WRID: 3, Opcode: WRSendWithImm, SGL: []SGE{{0, 600, lkey}}, Imm: 4})
+	l.post(a, SendWQE{WRID: 3, Opcode: ibv.WRSendWithImm, SGL: []SGE{{0, 600, lkey}}, Imm: 4})
 	l.run(time.Second)
-	wantCompletions(t, b.rcq.take(), Completion{WRID: 2, Opcode: WCRecv, ByteLen: 600, QPN: qpnB, SrcQP: qpnA, Imm: 4, Flags: WCWithImm})
+	wantCompletions(t, b.rcq.take(), Completion{WRID: 2, Opcode: ibv.WCRecv, ByteLen: 600, QPN: qpnB, SrcQP: qpnA, Imm: 4, Flags: ibv.WCWithImm})
 	wantBytes(t, "data", dst[:600], src)
 }
 
@@ -219,34 +220,34 @@ func TestUCResponderErrorsDrop(t *testing.T) {
 		{"write without REMOTE_WRITE", func(a, b *endpoint, w *SendWQE) { b.qp.SetAccessFlags(0) }},
 		{"bad rkey", func(a, b *endpoint, w *SendWQE) { w.RKey ^= 0x100 }},
 		{"out of bounds", func(a, b *endpoint, w *SendWQE) { w.RemoteAddr = 1024 - 100 }},
-		{"send longer than the buffer", func(a, b *endpoint, w *SendWQE) { w.Opcode = WRSend }},
+		{"send longer than the buffer", func(a, b *endpoint, w *SendWQE) { w.Opcode = ibv.WRSend }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			o := defaultOpts()
 			o.mtu = 256
-			a, b := newUnreliablePair(t, TypeUC, o, 0)
+			a, b := newUnreliablePair(t, ibv.QPTypeUC, o, 0)
 			src := pattern(600, 5)
-			lkey := a.mem.register(pd, src, 0, AccessLocalWrite)
+			lkey := a.mem.register(pd, src, 0, ibv.AccessLocalWrite)
 			dst := make([]byte, 1024)
-			rkey := b.mem.register(pd, dst, 0, AccessLocalWrite|AccessRemoteWrite)
+			rkey := b.mem.register(pd, dst, 0, ibv.AccessLocalWrite|ibv.AccessRemoteWrite)
 			l := newLink(t, a, b)
 			l.recv(b, 1, SGE{0, 300, rkey})
-			w := SendWQE{WRID: 1, Opcode: WRRDMAWriteWithImm, SGL: []SGE{{0, 600, lkey}}, RKey: rkey}
+			w := SendWQE{WRID: 1, Opcode: ibv.WRRDMAWriteWithImm, SGL: []SGE{{0, 600, lkey}}, RKey: rkey}
 			tc.setup(a, b, &w)
 			l.post(a, w)
 			l.run(time.Second)
 			if got := b.rcq.take(); len(got) != 0 {
 				t.Fatalf("completions %+v", got)
 			}
-			if c := b.qp.Counters(); c.DroppedMessages != 1 || b.qp.State() != StateRTS || b.out.Len() != 0 {
+			if c := b.qp.Counters(); c.DroppedMessages != 1 || b.qp.State() != ibv.QPStateRTS || b.out.Len() != 0 {
 				t.Fatalf("state %v, counters %+v", b.qp.State(), c)
 			}
 			// The WQE serves the next message.
-			b.qp.SetAccessFlags(AccessRemoteWrite)
-			l.post(a, SendWQE{WRID: 2, Opcode: WRSend, SGL: []SGE{{0, 200, lkey}}})
+			b.qp.SetAccessFlags(ibv.AccessRemoteWrite)
+			l.post(a, SendWQE{WRID: 2, Opcode: ibv.WRSend, SGL: []SGE{{0, 200, lkey}}})
 			l.run(time.Second)
-			wantCompletions(t, b.rcq.take(), Completion{WRID: 1, Opcode: WCRecv, ByteLen: 200, QPN: qpnB, SrcQP: qpnA})
+			wantCompletions(t, b.rcq.take(), Completion{WRID: 1, Opcode: ibv.WCRecv, ByteLen: 200, QPN: qpnB, SrcQP: qpnA})
 		})
 	}
 }
@@ -257,18 +258,18 @@ func TestUCResponderErrorsDrop(t *testing.T) {
 func TestUCPostChecks(t *testing.T) {
 	o := defaultOpts()
 	o.mtu = 256
-	a, b := newUnreliablePair(t, TypeUC, o, 0)
+	a, b := newUnreliablePair(t, ibv.QPTypeUC, o, 0)
 	now := time.Unix(1, 0)
-	for _, op := range []WROpcode{WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAdd, WRSendWithInv} {
+	for _, op := range []ibv.WROpcode{ibv.WRRDMARead, ibv.WRAtomicCmpAndSwp, ibv.WRAtomicFetchAndAdd, ibv.WRSendWithInv} {
 		w := SendWQE{Opcode: op, SGL: []SGE{{0, 8, 1}}}
 		if err := a.qp.PostSend(&w, now, &a.out); !errors.Is(err, ErrBadOpcodeForType) {
 			t.Errorf("%v: %v", op, err)
 		}
 	}
 	big := make([]byte, 100*256)
-	lkey := a.mem.register(pd, big, 0, AccessLocalWrite)
-	rkey := b.mem.register(pd, make([]byte, len(big)), 0, AccessLocalWrite|AccessRemoteWrite)
-	must(t, a.qp.PostSend(&SendWQE{WRID: 1, Opcode: WRRDMAWrite, SGL: []SGE{{0, uint32(len(big)), lkey}}, RKey: rkey}, now, &a.out))
+	lkey := a.mem.register(pd, big, 0, ibv.AccessLocalWrite)
+	rkey := b.mem.register(pd, make([]byte, len(big)), 0, ibv.AccessLocalWrite|ibv.AccessRemoteWrite)
+	must(t, a.qp.PostSend(&SendWQE{WRID: 1, Opcode: ibv.WRRDMAWrite, SGL: []SGE{{0, uint32(len(big)), lkey}}, RKey: rkey}, now, &a.out))
 	if n := a.out.Len(); n != unrelBurst {
 		t.Fatalf("first burst %d packets, want %d", n, unrelBurst)
 	}
@@ -283,9 +284,9 @@ func TestUCPostChecks(t *testing.T) {
 		t.Fatal("deadline armed after the message was sent")
 	}
 	a.out.Reset()
-	must(t, a.qp.PostSend(&SendWQE{WRID: 2, Opcode: WRSend, SGL: []SGE{{0, 10, lkey ^ 0x100}}}, now, &a.out))
-	wantCompletions(t, a.scq.take(), Completion{WRID: 2, Status: StatusLocProtErr, Opcode: WCSend, QPN: qpnA})
-	if a.qp.State() != StateErr || a.out.Len() != 0 {
+	must(t, a.qp.PostSend(&SendWQE{WRID: 2, Opcode: ibv.WRSend, SGL: []SGE{{0, 10, lkey ^ 0x100}}}, now, &a.out))
+	wantCompletions(t, a.scq.take(), Completion{WRID: 2, Status: ibv.WCLocProtErr, Opcode: ibv.WCSend, QPN: qpnA})
+	if a.qp.State() != ibv.QPStateErr || a.out.Len() != 0 {
 		t.Fatalf("state %v, %d packets", a.qp.State(), a.out.Len())
 	}
 }
@@ -298,15 +299,15 @@ func TestUCStragglersIgnored(t *testing.T) {
 	const mtu = 256
 	o := defaultOpts()
 	o.mtu = mtu
-	a, b := newUnreliablePair(t, TypeUC, o, 0)
+	a, b := newUnreliablePair(t, ibv.QPTypeUC, o, 0)
 	src := pattern(3*mtu*2, 4)
-	lkey := a.mem.register(pd, src, 0, AccessLocalWrite)
+	lkey := a.mem.register(pd, src, 0, ibv.AccessLocalWrite)
 	dst := make([]byte, 2*1024)
-	rkey := b.mem.register(pd, dst, 0, AccessLocalWrite)
+	rkey := b.mem.register(pd, dst, 0, ibv.AccessLocalWrite)
 	now := time.Unix(1, 0)
 	for i := range 2 {
 		must(t, b.qp.PostRecv(&RecvWQE{WRID: uint64(i), SGL: []SGE{{uint64(i) * 1024, 1024, rkey}}}))
-		must(t, a.qp.PostSend(&SendWQE{Opcode: WRSend, SGL: []SGE{{uint64(i * 3 * mtu), 3 * mtu, lkey}}}, now, &a.out))
+		must(t, a.qp.PostSend(&SendWQE{Opcode: ibv.WRSend, SGL: []SGE{{uint64(i * 3 * mtu), 3 * mtu, lkey}}}, now, &a.out))
 	}
 	var raw [][]byte
 	for _, p := range a.out.Packets() {
@@ -320,8 +321,8 @@ func TestUCStragglersIgnored(t *testing.T) {
 		b.qp.HandlePacket(&p, now, &b.out)
 	}
 	wantCompletions(t, b.rcq.take(),
-		Completion{WRID: 0, Opcode: WCRecv, ByteLen: 3 * mtu, QPN: qpnB, SrcQP: qpnA},
-		Completion{WRID: 1, Opcode: WCRecv, ByteLen: 3 * mtu, QPN: qpnB, SrcQP: qpnA})
+		Completion{WRID: 0, Opcode: ibv.WCRecv, ByteLen: 3 * mtu, QPN: qpnB, SrcQP: qpnA},
+		Completion{WRID: 1, Opcode: ibv.WCRecv, ByteLen: 3 * mtu, QPN: qpnB, SrcQP: qpnA})
 	wantBytes(t, "message 2", dst[1024:1024+3*mtu], src[3*mtu:])
 	if c := b.qp.Counters(); c.DuplicateRequest != 2 || c.DroppedMessages != 0 {
 		t.Fatalf("counters %+v", c)
@@ -346,21 +347,21 @@ func TestUCBindMW(t *testing.T) {
 	for _, ok := range []bool{true, false} {
 		mem := &bindMemory{testMemory: newTestMemory(), ok: ok}
 		scq := new(testCQ)
-		qp := NewQP(Config{Type: TypeUC, QPN: qpnA, PD: pd, MaxSendWR: 4, MaxSGE: 1, Memory: mem, SendCQ: scq, RecvCQ: new(testCQ)})
-		qp.SetState(StateInit)
-		qp.SetState(StateRTR)
-		qp.SetState(StateRTS)
+		qp := NewQP(Config{Type: ibv.QPTypeUC, QPN: qpnA, PD: pd, MaxSendWR: 4, MaxSGE: 1, Memory: mem, SendCQ: scq, RecvCQ: new(testCQ)})
+		qp.SetState(ibv.QPStateInit)
+		qp.SetState(ibv.QPStateRTR)
+		qp.SetState(ibv.QPStateRTS)
 		var out Output
 		now := time.Unix(1, 0)
-		if err := qp.PostSend(&SendWQE{Opcode: WRLocalInv, InvalidateRKey: 5}, now, &out); !errors.Is(err, ErrBadOpcodeForType) {
+		if err := qp.PostSend(&SendWQE{Opcode: ibv.WRLocalInv, InvalidateRKey: 5}, now, &out); !errors.Is(err, ErrBadOpcodeForType) {
 			t.Fatalf("LOCAL_INV on UC: %v", err)
 		}
-		must(t, qp.PostSend(&SendWQE{WRID: 1, Opcode: WRSend, Flags: SendSignaled}, now, &out))
-		must(t, qp.PostSend(&SendWQE{WRID: 2, Opcode: WRBindMW, Flags: SendSignaled, Bind: MWBind{MWRKey: 0x200, RKey: 7, Length: 64}}, now, &out))
-		want := []Completion{{WRID: 1, Opcode: WCSend, QPN: qpnA}, {WRID: 2, Opcode: WCBindMW, QPN: qpnA}}
-		state := StateRTS
+		must(t, qp.PostSend(&SendWQE{WRID: 1, Opcode: ibv.WRSend, Flags: ibv.SendSignaled}, now, &out))
+		must(t, qp.PostSend(&SendWQE{WRID: 2, Opcode: ibv.WRBindMW, Flags: ibv.SendSignaled, Bind: MWBind{MWRKey: 0x200, RKey: 7, Length: 64}}, now, &out))
+		want := []Completion{{WRID: 1, Opcode: ibv.WCSend, QPN: qpnA}, {WRID: 2, Opcode: ibv.WCBindMW, QPN: qpnA}}
+		state := ibv.QPStateRTS
 		if !ok {
-			want[1].Status, state = StatusMWBindErr, StateErr
+			want[1].Status, state = ibv.WCMWBindErr, ibv.QPStateErr
 		}
 		wantCompletions(t, scq.take(), want...)
 		if len(mem.binds) != 1 || mem.binds[0].MWRKey != 0x200 || qp.State() != state || out.Len() != 1 {

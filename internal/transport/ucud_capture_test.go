@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/pcap"
 	"github.com/goroce/goroce/internal/wire"
 )
@@ -58,30 +59,30 @@ func TestUDCapture(t *testing.T) {
 
 		// Receive.
 		rx := &endpoint{mem: newTestMemory(), rcq: new(testCQ), scq: new(testCQ)}
-		rx.qp = NewQP(Config{Type: TypeUD, QPN: dst, PD: pd, MaxRecvWR: 1, MaxSGE: 1, Memory: rx.mem, SendCQ: rx.scq, RecvCQ: rx.rcq})
-		rx.qp.SetState(StateInit)
+		rx.qp = NewQP(Config{Type: ibv.QPTypeUD, QPN: dst, PD: pd, MaxRecvWR: 1, MaxSGE: 1, Memory: rx.mem, SendCQ: rx.scq, RecvCQ: rx.rcq})
+		rx.qp.SetState(ibv.QPStateInit)
 		rx.qp.SetQKey(qkey)
-		rx.qp.SetState(StateRTR)
+		rx.qp.SetState(ibv.QPStateRTR)
 		buf := make([]byte, GRHLen+len(p.Payload))
-		key := rx.mem.register(pd, buf, 0, AccessLocalWrite)
+		key := rx.mem.register(pd, buf, 0, ibv.AccessLocalWrite)
 		must(t, rx.qp.PostRecv(&RecvWQE{WRID: uint64(i), SGL: []SGE{{0, uint32(len(buf)), key}}}))
 		nh := NetHeader{Src: fr.Src, Dst: fr.Dst, IPID: ip.ID(), HopLimit: ip.TTL(), TrafficClass: ip.TOS()}
 		rx.qp.HandlePacketFrom(&p, &nh, time.Unix(1, 0), &rx.out)
-		wantCompletions(t, rx.rcq.take(), Completion{WRID: uint64(i), Opcode: WCRecv, ByteLen: uint32(len(buf)), QPN: dst, SrcQP: src, Flags: WCGRH})
+		wantCompletions(t, rx.rcq.take(), Completion{WRID: uint64(i), Opcode: ibv.WCRecv, ByteLen: uint32(len(buf)), QPN: dst, SrcQP: src, Flags: ibv.WCGRH})
 		wantBytes(t, "GRH bytes 20-39 against the captured IPv4 header", buf[20:GRHLen], fr.IPHeader)
 		wantBytes(t, "payload", buf[GRHLen:], p.Payload)
 
 		// Send.
 		tx := &endpoint{mem: newTestMemory(), rcq: new(testCQ), scq: new(testCQ)}
-		tx.qp = NewQP(Config{Type: TypeUD, QPN: src, PD: pd, MaxSendWR: 1, MaxSGE: 1, Memory: tx.mem, SendCQ: tx.scq, RecvCQ: tx.rcq})
-		tx.qp.SetState(StateInit)
+		tx.qp = NewQP(Config{Type: ibv.QPTypeUD, QPN: src, PD: pd, MaxSendWR: 1, MaxSGE: 1, Memory: tx.mem, SendCQ: tx.scq, RecvCQ: tx.rcq})
+		tx.qp.SetState(ibv.QPStateInit)
 		tx.qp.SetQKey(qkey)
-		tx.qp.SetState(StateRTR)
+		tx.qp.SetState(ibv.QPStateRTR)
 		tx.qp.SetSQPSN(p.BTH.PSN())
-		tx.qp.SetState(StateRTS)
+		tx.qp.SetState(ibv.QPStateRTS)
 		payload := append([]byte(nil), p.Payload...)
 		k := tx.mem.register(pd, payload, 0, 0)
-		must(t, tx.qp.PostSend(&SendWQE{Opcode: WRSend, SGL: []SGE{{0, uint32(len(payload)), k}}, RemoteQPN: dst, RemoteQKey: 0x80000000}, time.Unix(1, 0), &tx.out))
+		must(t, tx.qp.PostSend(&SendWQE{Opcode: ibv.WRSend, SGL: []SGE{{0, uint32(len(payload)), k}}, RemoteQPN: dst, RemoteQKey: 0x80000000}, time.Unix(1, 0), &tx.out))
 		wantBytes(t, "sent packet against the captured one", tx.out.Packets()[0].Bytes, fr.UDPPayload[:len(fr.UDPPayload)-wire.ICRCLen])
 	}
 }
@@ -103,18 +104,18 @@ func TestUCCapture(t *testing.T) {
 
 		// Receive: the source QP is not in the packets; any will do.
 		rx := &endpoint{mem: newTestMemory(), rcq: new(testCQ), scq: new(testCQ)}
-		rx.qp = NewQP(Config{Type: TypeUC, QPN: dst, PD: pd, MaxRecvWR: 1, MaxSGE: 1, Memory: rx.mem, SendCQ: rx.scq, RecvCQ: rx.rcq})
-		rx.qp.SetState(StateInit)
+		rx.qp = NewQP(Config{Type: ibv.QPTypeUC, QPN: dst, PD: pd, MaxRecvWR: 1, MaxSGE: 1, Memory: rx.mem, SendCQ: rx.scq, RecvCQ: rx.rcq})
+		rx.qp.SetState(ibv.QPStateInit)
 		must(t, rx.qp.SetPathMTU(1024))
 		rx.qp.SetDestQPN(0x77)
 		rx.qp.SetRQPSN(P)
-		rx.qp.SetState(StateRTR)
+		rx.qp.SetState(ibv.QPStateRTR)
 		buf := make([]byte, len(msg))
-		key := rx.mem.register(pd, buf, 0, AccessLocalWrite)
+		key := rx.mem.register(pd, buf, 0, ibv.AccessLocalWrite)
 		must(t, rx.qp.PostRecv(&RecvWQE{WRID: 1, SGL: []SGE{{0, uint32(len(buf)), key}}}))
 		rx.qp.HandlePacket(&first, time.Unix(1, 0), &rx.out)
 		rx.qp.HandlePacket(&last, time.Unix(1, 0), &rx.out)
-		wantCompletions(t, rx.rcq.take(), Completion{WRID: 1, Opcode: WCRecv, ByteLen: uint32(len(msg)), QPN: dst, SrcQP: 0x77})
+		wantCompletions(t, rx.rcq.take(), Completion{WRID: 1, Opcode: ibv.WCRecv, ByteLen: uint32(len(msg)), QPN: dst, SrcQP: 0x77})
 		wantBytes(t, "message", buf, msg)
 		if rx.out.Len() != 0 {
 			t.Fatal("the UC responder answered")
@@ -122,15 +123,15 @@ func TestUCCapture(t *testing.T) {
 
 		// Send.
 		tx := &endpoint{mem: newTestMemory(), rcq: new(testCQ), scq: new(testCQ)}
-		tx.qp = NewQP(Config{Type: TypeUC, QPN: 0x77, PD: pd, MaxSendWR: 1, MaxSGE: 1, Memory: tx.mem, SendCQ: tx.scq, RecvCQ: tx.rcq})
-		tx.qp.SetState(StateInit)
+		tx.qp = NewQP(Config{Type: ibv.QPTypeUC, QPN: 0x77, PD: pd, MaxSendWR: 1, MaxSGE: 1, Memory: tx.mem, SendCQ: tx.scq, RecvCQ: tx.rcq})
+		tx.qp.SetState(ibv.QPStateInit)
 		must(t, tx.qp.SetPathMTU(1024))
 		tx.qp.SetDestQPN(dst)
-		tx.qp.SetState(StateRTR)
+		tx.qp.SetState(ibv.QPStateRTR)
 		tx.qp.SetSQPSN(P)
-		tx.qp.SetState(StateRTS)
+		tx.qp.SetState(ibv.QPStateRTS)
 		k := tx.mem.register(pd, msg, 0, 0)
-		must(t, tx.qp.PostSend(&SendWQE{Opcode: WRSend, SGL: []SGE{{0, uint32(len(msg)), k}}}, time.Unix(1, 0), &tx.out))
+		must(t, tx.qp.PostSend(&SendWQE{Opcode: ibv.WRSend, SGL: []SGE{{0, uint32(len(msg)), k}}}, time.Unix(1, 0), &tx.out))
 		pkts := tx.out.Packets()
 		if len(pkts) != 2 {
 			t.Fatalf("%d packets", len(pkts))

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -41,16 +42,16 @@ func FuzzHandleUnreliable(f *testing.F) {
 		if len(data) == 0 {
 			return
 		}
-		typ := TypeUC
+		typ := ibv.QPTypeUC
 		if data[0]&1 != 0 {
-			typ = TypeUD
+			typ = ibv.QPTypeUD
 		}
 		o := defaultOpts()
 		o.mtu = 256
 		o.srq = data[0]&2 != 0
 		_, b := newUnreliablePair(t, typ, o, fuzzQKey)
 		mem := make([]byte, 4096)
-		rkey := b.mem.register(pd, mem, 0, AccessLocalWrite|AccessRemoteWrite)
+		rkey := b.mem.register(pd, mem, 0, ibv.AccessLocalWrite|ibv.AccessRemoteWrite)
 		if rkey != 0x15A {
 			t.Fatal("keys changed; update the seeds")
 		}
@@ -86,7 +87,7 @@ func FuzzHandleUnreliable(f *testing.F) {
 				t.Fatalf("bad completions %+v", b.rcq.c)
 			}
 			seen[c.WRID] = true
-			if typ == TypeUD && c.Status == StatusSuccess && (c.ByteLen < GRHLen || c.Flags&WCGRH == 0) {
+			if typ == ibv.QPTypeUD && c.Status == ibv.WCSuccess && (c.ByteLen < GRHLen || c.Flags&ibv.WCGRH == 0) {
 				t.Fatalf("UD completion without its GRH: %+v", c)
 			}
 		}

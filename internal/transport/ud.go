@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -33,7 +34,7 @@ type NetHeader struct {
 // which a UD QP writes into the GRH area of the receive buffer. nh may be
 // nil (the GRH area is then left zero) and is not retained.
 func (qp *QP) HandlePacketFrom(p *wire.Packet, nh *NetHeader, now time.Time, out *Output) {
-	if qp.typ != TypeUD {
+	if qp.typ != ibv.QPTypeUD {
 		qp.HandlePacket(p, now, out)
 		return
 	}
@@ -42,7 +43,7 @@ func (qp *QP) HandlePacketFrom(p *wire.Packet, nh *NetHeader, now time.Time, out
 }
 
 // Type returns the QP's transport service.
-func (qp *QP) Type() QPType { return qp.typ }
+func (qp *QP) Type() ibv.QPType { return qp.typ }
 
 // SetQKey sets the Q_Key of a UD QP (IBV_QP_QKEY): incoming datagrams must
 // carry it, and a send whose Q_Key has the high bit set carries it
@@ -80,7 +81,7 @@ func (qp *QP) receiveUD(p *wire.Packet, info wire.OpInfo, nh *NetHeader) {
 	if uint64(GRHLen)+uint64(n) > uint64(w.length) {
 		// The WQE completes in error and the QP carries on (class E).
 		qp.counters.LocalErrors++
-		qp.wc = Completion{Status: StatusLocLenErr, Opcode: WCRecv}
+		qp.wc = Completion{Status: ibv.WCLocLenErr, Opcode: ibv.WCRecv}
 		qp.completeRecv()
 		return
 	}
@@ -93,16 +94,16 @@ func (qp *QP) receiveUD(p *wire.Packet, info wire.OpInfo, nh *NetHeader) {
 		return
 	}
 	qp.wc = Completion{
-		Status:    StatusSuccess,
-		Opcode:    WCRecv,
+		Status:    ibv.WCSuccess,
+		Opcode:    ibv.WCRecv,
 		ByteLen:   GRHLen + n,
 		SrcQP:     uint32(p.DETH.SrcQP()),
-		Flags:     WCGRH,
+		Flags:     ibv.WCGRH,
 		Solicited: p.BTH.SolicitedEvent(),
 	}
 	if info.HasImmediate() {
 		qp.wc.Imm = p.ImmDt.Imm()
-		qp.wc.Flags |= WCWithImm
+		qp.wc.Flags |= ibv.WCWithImm
 	}
 	qp.completeRecv()
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -45,30 +46,30 @@ var nhV4 = NetHeader{
 // bytes, source QP, flags.
 func TestUDSend(t *testing.T) {
 	const mtu = 1024
-	for _, op := range []WROpcode{WRSend, WRSendWithImm} {
+	for _, op := range []ibv.WROpcode{ibv.WRSend, ibv.WRSendWithImm} {
 		for _, n := range []int{0, 1, mtu} {
 			t.Run(op.String()+"/"+itoa(uint64(n)), func(t *testing.T) {
 				o := defaultOpts()
 				o.mtu = mtu
-				a, b := newUnreliablePair(t, TypeUD, o, 0x11111111)
+				a, b := newUnreliablePair(t, ibv.QPTypeUD, o, 0x11111111)
 				src := pattern(n, 7)
-				lkey := a.mem.register(pd, append(src, 0), 0, AccessLocalWrite)
+				lkey := a.mem.register(pd, append(src, 0), 0, ibv.AccessLocalWrite)
 				dst := make([]byte, 2048)
-				rkey := b.mem.register(pd, dst, 0, AccessLocalWrite)
+				rkey := b.mem.register(pd, dst, 0, ibv.AccessLocalWrite)
 				must(t, b.qp.PostRecv(&RecvWQE{WRID: 9, SGL: []SGE{{0, uint32(GRHLen + n), rkey}}}))
-				must(t, a.qp.PostSend(&SendWQE{WRID: 1, Opcode: op, Flags: SendSignaled | SendSolicited, SGL: []SGE{{0, uint32(n), lkey}},
+				must(t, a.qp.PostSend(&SendWQE{WRID: 1, Opcode: op, Flags: ibv.SendSignaled | ibv.SendSolicited, SGL: []SGE{{0, uint32(n), lkey}},
 					RemoteQPN: qpnB, RemoteQKey: 0x11111111, Dest: "to-b", Imm: 0xABCD}, time.Unix(1, 0), &a.out))
-				wantSend := Completion{WRID: 1, Opcode: WCSend, ByteLen: uint32(n), QPN: qpnA}
-				if op == WRSendWithImm {
-					wantSend.Flags = WCWithImm
+				wantSend := Completion{WRID: 1, Opcode: ibv.WCSend, ByteLen: uint32(n), QPN: qpnA}
+				if op == ibv.WRSendWithImm {
+					wantSend.Flags = ibv.WCWithImm
 				}
 				wantCompletions(t, a.scq.take(), wantSend)
 				if d := udDeliver(t, a, b, &nhV4); len(d) != 1 || d[0] != "to-b" {
 					t.Fatalf("destinations %v", d)
 				}
-				want := Completion{WRID: 9, Opcode: WCRecv, ByteLen: uint32(GRHLen + n), QPN: qpnB, SrcQP: qpnA, Flags: WCGRH, Solicited: true}
-				if op == WRSendWithImm {
-					want.Imm, want.Flags = 0xABCD, WCGRH|WCWithImm
+				want := Completion{WRID: 9, Opcode: ibv.WCRecv, ByteLen: uint32(GRHLen + n), QPN: qpnB, SrcQP: qpnA, Flags: ibv.WCGRH, Solicited: true}
+				if op == ibv.WRSendWithImm {
+					want.Imm, want.Flags = 0xABCD, ibv.WCGRH|ibv.WCWithImm
 				}
 				wantCompletions(t, b.rcq.take(), want)
 				wantBytes(t, "payload", dst[GRHLen:GRHLen+n], src)
@@ -76,7 +77,7 @@ func TestUDSend(t *testing.T) {
 				wantBytes(t, "GRH reserved bytes", g[:20], make([]byte, 20))
 				ip := wire.IPv4(g[20:40])
 				udp := 8 + wire.BTHLen + wire.DETHLen + n + int(wire.PadCount(n)) + wire.ICRCLen
-				if op == WRSendWithImm {
+				if op == ibv.WRSendWithImm {
 					udp += wire.ImmDtLen
 				}
 				if ip.Version() != 4 || ip.HeaderLen() != 20 || ip.TOS() != 0x10 || ip.TotalLength() != uint16(20+udp) ||
@@ -92,12 +93,12 @@ func TestUDSend(t *testing.T) {
 // TestUDGRHIPv6: over IPv6 the GRH area holds the whole IPv6 header.
 func TestUDGRHIPv6(t *testing.T) {
 	o := defaultOpts()
-	a, b := newUnreliablePair(t, TypeUD, o, 7)
-	lkey := a.mem.register(pd, make([]byte, 64), 0, AccessLocalWrite)
+	a, b := newUnreliablePair(t, ibv.QPTypeUD, o, 7)
+	lkey := a.mem.register(pd, make([]byte, 64), 0, ibv.AccessLocalWrite)
 	dst := make([]byte, 128)
-	rkey := b.mem.register(pd, dst, 0, AccessLocalWrite)
+	rkey := b.mem.register(pd, dst, 0, ibv.AccessLocalWrite)
 	must(t, b.qp.PostRecv(&RecvWQE{WRID: 1, SGL: []SGE{{0, 128, rkey}}}))
-	must(t, a.qp.PostSend(&SendWQE{Opcode: WRSend, SGL: []SGE{{0, 10, lkey}}, RemoteQPN: qpnB, RemoteQKey: 7}, time.Unix(1, 0), &a.out))
+	must(t, a.qp.PostSend(&SendWQE{Opcode: ibv.WRSend, SGL: []SGE{{0, 10, lkey}}, RemoteQPN: qpnB, RemoteQKey: 7}, time.Unix(1, 0), &a.out))
 	nh := NetHeader{Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("fd00::2"), HopLimit: 9, TrafficClass: 0xA4, FlowLabel: 0x12345}
 	udDeliver(t, a, b, &nh)
 	g := dst[:GRHLen]
@@ -132,13 +133,13 @@ func TestUDQKey(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			a, b := newUnreliablePair(t, TypeUD, defaultOpts(), 0)
+			a, b := newUnreliablePair(t, ibv.QPTypeUD, defaultOpts(), 0)
 			a.qp.SetQKey(tc.sendQP)
 			b.qp.SetQKey(tc.recvQP)
-			lkey := a.mem.register(pd, make([]byte, 64), 0, AccessLocalWrite)
-			rkey := b.mem.register(pd, make([]byte, 128), 0, AccessLocalWrite)
+			lkey := a.mem.register(pd, make([]byte, 64), 0, ibv.AccessLocalWrite)
+			rkey := b.mem.register(pd, make([]byte, 128), 0, ibv.AccessLocalWrite)
 			must(t, b.qp.PostRecv(&RecvWQE{WRID: 1, SGL: []SGE{{0, 128, rkey}}}))
-			must(t, a.qp.PostSend(&SendWQE{Opcode: WRSend, SGL: []SGE{{0, 16, lkey}}, RemoteQPN: qpnB, RemoteQKey: tc.wr}, time.Unix(1, 0), &a.out))
+			must(t, a.qp.PostSend(&SendWQE{Opcode: ibv.WRSend, SGL: []SGE{{0, 16, lkey}}, RemoteQPN: qpnB, RemoteQKey: tc.wr}, time.Unix(1, 0), &a.out))
 			var p wire.Packet
 			must(t, p.Parse(frame(nil, a.out.Packets()[0].Bytes, addrA, addrB), 0))
 			if k := p.DETH.QKey(); k != tc.wantSent {
@@ -162,20 +163,20 @@ func TestUDQKey(t *testing.T) {
 func TestUDLimits(t *testing.T) {
 	o := defaultOpts()
 	o.mtu = 512
-	a, b := newUnreliablePair(t, TypeUD, o, 5)
+	a, b := newUnreliablePair(t, ibv.QPTypeUD, o, 5)
 	now := time.Unix(1, 0)
-	lkey := a.mem.register(pd, make([]byte, 1024), 0, AccessLocalWrite)
-	rkey := b.mem.register(pd, make([]byte, 4096), 0, AccessLocalWrite)
+	lkey := a.mem.register(pd, make([]byte, 1024), 0, ibv.AccessLocalWrite)
+	rkey := b.mem.register(pd, make([]byte, 4096), 0, ibv.AccessLocalWrite)
 	send := func(n uint32) error {
-		return a.qp.PostSend(&SendWQE{Opcode: WRSend, SGL: []SGE{{0, n, lkey}}, RemoteQPN: qpnB, RemoteQKey: 5}, now, &a.out)
+		return a.qp.PostSend(&SendWQE{Opcode: ibv.WRSend, SGL: []SGE{{0, n, lkey}}, RemoteQPN: qpnB, RemoteQKey: 5}, now, &a.out)
 	}
 	if err := send(513); !errors.Is(err, ErrMessageTooLong) {
 		t.Fatalf("MTU+1: %v", err)
 	}
-	if err := a.qp.PostSend(&SendWQE{Opcode: WRSend, Flags: SendInline, Inline: make([]byte, 513)}, now, &a.out); !errors.Is(err, ErrMessageTooLong) && !errors.Is(err, ErrInlineTooLong) {
+	if err := a.qp.PostSend(&SendWQE{Opcode: ibv.WRSend, Flags: ibv.SendInline, Inline: make([]byte, 513)}, now, &a.out); !errors.Is(err, ErrMessageTooLong) && !errors.Is(err, ErrInlineTooLong) {
 		t.Fatalf("inline MTU+1: %v", err)
 	}
-	for _, op := range []WROpcode{WRRDMAWrite, WRRDMAWriteWithImm, WRRDMARead, WRAtomicFetchAdd, WRSendWithInv} {
+	for _, op := range []ibv.WROpcode{ibv.WRRDMAWrite, ibv.WRRDMAWriteWithImm, ibv.WRRDMARead, ibv.WRAtomicFetchAndAdd, ibv.WRSendWithInv} {
 		if err := a.qp.PostSend(&SendWQE{Opcode: op, SGL: []SGE{{0, 8, lkey}}}, now, &a.out); !errors.Is(err, ErrBadOpcodeForType) {
 			t.Errorf("%v: %v", op, err)
 		}
@@ -193,9 +194,9 @@ func TestUDLimits(t *testing.T) {
 	must(t, send(512))
 	udDeliver(t, a, b, &nhV4)
 	wantCompletions(t, b.rcq.take(),
-		Completion{WRID: 1, Status: StatusLocLenErr, Opcode: WCRecv, QPN: qpnB},
-		Completion{WRID: 2, Opcode: WCRecv, ByteLen: GRHLen + 512, QPN: qpnB, SrcQP: qpnA, Flags: WCGRH})
-	if b.qp.State() != StateRTS {
+		Completion{WRID: 1, Status: ibv.WCLocLenErr, Opcode: ibv.WCRecv, QPN: qpnB},
+		Completion{WRID: 2, Opcode: ibv.WCRecv, ByteLen: GRHLen + 512, QPN: qpnB, SrcQP: qpnA, Flags: ibv.WCGRH})
+	if b.qp.State() != ibv.QPStateRTS {
 		t.Fatalf("state %v", b.qp.State())
 	}
 }
@@ -204,20 +205,20 @@ func TestUDLimits(t *testing.T) {
 // tagged with its work request's destination.
 func TestUDTwoDestinations(t *testing.T) {
 	o := defaultOpts()
-	a, b := newUnreliablePair(t, TypeUD, o, 3)
+	a, b := newUnreliablePair(t, ibv.QPTypeUD, o, 3)
 	c := &endpoint{mem: newTestMemory(), scq: new(testCQ), rcq: new(testCQ), name: "c"}
-	c.qp = NewQP(Config{Type: TypeUD, QPN: 0x33, PD: pd, MaxSendWR: 4, MaxRecvWR: 4, MaxSGE: 1, Memory: c.mem, SendCQ: c.scq, RecvCQ: c.rcq})
-	c.qp.SetState(StateInit)
+	c.qp = NewQP(Config{Type: ibv.QPTypeUD, QPN: 0x33, PD: pd, MaxSendWR: 4, MaxRecvWR: 4, MaxSGE: 1, Memory: c.mem, SendCQ: c.scq, RecvCQ: c.rcq})
+	c.qp.SetState(ibv.QPStateInit)
 	c.qp.SetQKey(3)
-	c.qp.SetState(StateRTR)
-	lkey := a.mem.register(pd, pattern(64, 1), 0, AccessLocalWrite)
+	c.qp.SetState(ibv.QPStateRTR)
+	lkey := a.mem.register(pd, pattern(64, 1), 0, ibv.AccessLocalWrite)
 	for _, e := range []*endpoint{b, c} {
-		k := e.mem.register(pd, make([]byte, 128), 0, AccessLocalWrite)
+		k := e.mem.register(pd, make([]byte, 128), 0, ibv.AccessLocalWrite)
 		must(t, e.qp.PostRecv(&RecvWQE{WRID: 1, SGL: []SGE{{0, 128, k}}}))
 	}
 	now := time.Unix(1, 0)
-	must(t, a.qp.PostSend(&SendWQE{WRID: 1, Opcode: WRSend, SGL: []SGE{{0, 8, lkey}}, RemoteQPN: qpnB, RemoteQKey: 3, Dest: "b"}, now, &a.out))
-	must(t, a.qp.PostSend(&SendWQE{WRID: 2, Opcode: WRSend, SGL: []SGE{{0, 9, lkey}}, RemoteQPN: 0x33, RemoteQKey: 3, Dest: "c"}, now, &a.out))
+	must(t, a.qp.PostSend(&SendWQE{WRID: 1, Opcode: ibv.WRSend, SGL: []SGE{{0, 8, lkey}}, RemoteQPN: qpnB, RemoteQKey: 3, Dest: "b"}, now, &a.out))
+	must(t, a.qp.PostSend(&SendWQE{WRID: 2, Opcode: ibv.WRSend, SGL: []SGE{{0, 9, lkey}}, RemoteQPN: 0x33, RemoteQKey: 3, Dest: "c"}, now, &a.out))
 	pkts := a.out.Packets()
 	if len(pkts) != 2 || pkts[0].Dest != "b" || pkts[1].Dest != "c" {
 		t.Fatalf("packets %+v", pkts)
@@ -236,12 +237,12 @@ func TestUDTwoDestinations(t *testing.T) {
 
 // TestUDAllocs: the UD data path allocates nothing in a steady state.
 func TestUDAllocs(t *testing.T) {
-	a, b := newUnreliablePair(t, TypeUD, defaultOpts(), 1)
-	lkey := a.mem.register(pd, make([]byte, 1024), 0, AccessLocalWrite)
-	rkey := b.mem.register(pd, make([]byte, 2048), 0, AccessLocalWrite)
+	a, b := newUnreliablePair(t, ibv.QPTypeUD, defaultOpts(), 1)
+	lkey := a.mem.register(pd, make([]byte, 1024), 0, ibv.AccessLocalWrite)
+	rkey := b.mem.register(pd, make([]byte, 2048), 0, ibv.AccessLocalWrite)
 	now := time.Unix(1, 0)
 	var dest any = "dest"
-	send := SendWQE{Opcode: WRSendWithImm, SGL: []SGE{{0, 1024, lkey}}, RemoteQPN: qpnB, RemoteQKey: 1, Dest: dest}
+	send := SendWQE{Opcode: ibv.WRSendWithImm, SGL: []SGE{{0, 1024, lkey}}, RemoteQPN: qpnB, RemoteQKey: 1, Dest: dest}
 	recv := RecvWQE{SGL: []SGE{{0, 2048, rkey}}}
 	var p wire.Packet
 	buf := make([]byte, 0, 2048)
@@ -267,17 +268,17 @@ func TestUDAllocs(t *testing.T) {
 // TestUDBadReceiveBuffer: a receive WQE whose lkey names nothing completes
 // with LOC_PROT_ERR and moves the QP to ERR, flushing the rest.
 func TestUDBadReceiveBuffer(t *testing.T) {
-	a, b := newUnreliablePair(t, TypeUD, defaultOpts(), 2)
-	lkey := a.mem.register(pd, make([]byte, 64), 0, AccessLocalWrite)
-	rkey := b.mem.register(pd, make([]byte, 256), 0, AccessLocalWrite)
+	a, b := newUnreliablePair(t, ibv.QPTypeUD, defaultOpts(), 2)
+	lkey := a.mem.register(pd, make([]byte, 64), 0, ibv.AccessLocalWrite)
+	rkey := b.mem.register(pd, make([]byte, 256), 0, ibv.AccessLocalWrite)
 	must(t, b.qp.PostRecv(&RecvWQE{WRID: 1, SGL: []SGE{{0, 128, rkey ^ 0x100}}}))
 	must(t, b.qp.PostRecv(&RecvWQE{WRID: 2, SGL: []SGE{{0, 128, rkey}}}))
-	must(t, a.qp.PostSend(&SendWQE{Opcode: WRSend, SGL: []SGE{{0, 8, lkey}}, RemoteQPN: qpnB, RemoteQKey: 2}, time.Unix(1, 0), &a.out))
+	must(t, a.qp.PostSend(&SendWQE{Opcode: ibv.WRSend, SGL: []SGE{{0, 8, lkey}}, RemoteQPN: qpnB, RemoteQKey: 2}, time.Unix(1, 0), &a.out))
 	udDeliver(t, a, b, &nhV4)
 	wantCompletions(t, b.rcq.take(),
-		Completion{WRID: 1, Status: StatusLocProtErr, Opcode: WCRecv, QPN: qpnB},
-		Completion{WRID: 2, Status: StatusWRFlushErr, Opcode: WCRecv, QPN: qpnB})
-	if b.qp.State() != StateErr || b.qp.ErrorCause() != CauseRecvCompletion || b.mem.refs != 0 {
+		Completion{WRID: 1, Status: ibv.WCLocProtErr, Opcode: ibv.WCRecv, QPN: qpnB},
+		Completion{WRID: 2, Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv, QPN: qpnB})
+	if b.qp.State() != ibv.QPStateErr || b.qp.ErrorCause() != CauseRecvCompletion || b.mem.refs != 0 {
 		t.Fatalf("state %v, cause %v, refs %d", b.qp.State(), b.qp.ErrorCause(), b.mem.refs)
 	}
 }

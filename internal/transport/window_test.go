@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/psn"
 	"github.com/goroce/goroce/internal/wire"
 )
@@ -128,7 +129,7 @@ func TestWindowSetMaxRestarts(t *testing.T) {
 		t.Fatalf("after SetMaxUnackedPSNs(512): window %d", qp.req.win)
 	}
 	qp.shrinkWindow()
-	qp.SetState(StateReset)
+	qp.SetState(ibv.QPStateReset)
 	if qp.req.win != 512 {
 		t.Fatalf("after RESET: window %d", qp.req.win)
 	}
@@ -156,8 +157,8 @@ func TestWindowAdapts(t *testing.T) {
 	n := packets * 256
 	src := pattern(n, 7)
 	dst := make([]byte, n)
-	rkey := b.mem.register(pd, dst, 0, AccessRemoteWrite)
-	l.post(a, SendWQE{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{{0, uint32(n), a.mem.register(pd, src, 0, 0)}}, RKey: rkey})
+	rkey := b.mem.register(pd, dst, 0, ibv.AccessRemoteWrite)
+	l.post(a, SendWQE{WRID: 1, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled, SGL: []SGE{{0, uint32(n), a.mem.register(pd, src, 0, 0)}}, RKey: rkey})
 	if got := a.out.Len(); got != DefaultMaxUnackedPSNs {
 		t.Fatalf("first burst of %d packets", got)
 	}
@@ -195,7 +196,7 @@ func TestWindowAdapts(t *testing.T) {
 	}
 	l.run(time.Second)
 	wantBytes(t, "target", dst, src)
-	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: WCRDMAWrite, ByteLen: uint32(n), QPN: qpnA})
+	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: ibv.WCRDMAWrite, ByteLen: uint32(n), QPN: qpnA})
 	if a.qp.req.win != DefaultMaxUnackedPSNs {
 		t.Errorf("window %d after the transfer, want %d again", a.qp.req.win, DefaultMaxUnackedPSNs)
 	}
@@ -211,8 +212,8 @@ func TestWindowAllocs(t *testing.T) {
 	l := newLoop(t, 1024)
 	n := 64 << 10
 	lkey := l.a.mem.register(pd, make([]byte, n), 0, 0)
-	rkey := l.b.mem.register(pd, make([]byte, n), 0, AccessRemoteWrite)
-	w := SendWQE{Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{{0, uint32(n), lkey}}, RKey: rkey}
+	rkey := l.b.mem.register(pd, make([]byte, n), 0, ibv.AccessRemoteWrite)
+	w := SendWQE{Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled, SGL: []SGE{{0, uint32(n), lkey}}, RKey: rkey}
 	iter := func() {
 		if err := l.a.qp.PostSend(&w, l.now, &l.a.out); err != nil {
 			t.Fatal(err)

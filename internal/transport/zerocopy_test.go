@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -21,12 +22,12 @@ func TestZeroCopyRequests(t *testing.T) {
 	l := newLink(t, a, b)
 	const mtu = 1024
 	src := pattern(4*mtu+600, 3)
-	srcKey := a.mem.register(pd, src, 0x10000, AccessLocalWrite)
+	srcKey := a.mem.register(pd, src, 0x10000, ibv.AccessLocalWrite)
 	dst := make([]byte, len(src))
-	dstKey := b.mem.register(pd, dst, 0x90000, AccessLocalWrite|AccessRemoteWrite)
+	dstKey := b.mem.register(pd, dst, 0x90000, ibv.AccessLocalWrite|ibv.AccessRemoteWrite)
 
 	// One element: every packet zero-copy, aliasing src.
-	l.post(a, SendWQE{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled,
+	l.post(a, SendWQE{WRID: 1, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled,
 		SGL: []SGE{{Addr: 0x10000, Length: 3*mtu + 7, LKey: srcKey}}, RemoteAddr: 0x90000, RKey: dstKey})
 	pkts := a.out.Packets()
 	if len(pkts) != 4 {
@@ -51,7 +52,7 @@ func TestZeroCopyRequests(t *testing.T) {
 
 	// Two elements: the packet that spans them is copied.
 	clear(dst)
-	l.post(a, SendWQE{WRID: 2, Opcode: WRRDMAWrite, Flags: SendSignaled,
+	l.post(a, SendWQE{WRID: 2, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled,
 		SGL:        []SGE{{Addr: 0x10000, Length: mtu + 100, LKey: srcKey}, {Addr: 0x10000 + mtu + 100, Length: 2 * mtu, LKey: srcKey}},
 		RemoteAddr: 0x90000, RKey: dstKey})
 	pkts = a.out.Packets()
@@ -63,7 +64,7 @@ func TestZeroCopyRequests(t *testing.T) {
 	wantBytes(t, "written across elements", dst[:3*mtu+100], src[:3*mtu+100])
 
 	// Inline: copied.
-	l.post(a, SendWQE{WRID: 3, Opcode: WRRDMAWrite, Flags: SendSignaled | SendInline,
+	l.post(a, SendWQE{WRID: 3, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled | ibv.SendInline,
 		Inline: src[:100], RemoteAddr: 0x90000, RKey: dstKey})
 	if p := a.out.Packets(); len(p) != 1 || p[0].Payload != nil {
 		t.Fatal("inline write: payload not copied")
@@ -73,7 +74,7 @@ func TestZeroCopyRequests(t *testing.T) {
 	// A SEND whose first transmission is lost: the go-back-N resend
 	// (with its repeated head packet) is zero-copy too.
 	rbuf := make([]byte, 4*mtu)
-	rKey := b.mem.register(pd, rbuf, 0xA0000, AccessLocalWrite)
+	rKey := b.mem.register(pd, rbuf, 0xA0000, ibv.AccessLocalWrite)
 	l.recv(b, 9, SGE{Addr: 0xA0000, Length: uint32(len(rbuf)), LKey: rKey})
 	lost := 0
 	l.drop = func(from *endpoint, p *wire.Packet) bool {
@@ -83,7 +84,7 @@ func TestZeroCopyRequests(t *testing.T) {
 		}
 		return false
 	}
-	l.post(a, SendWQE{WRID: 4, Opcode: WRSend, Flags: SendSignaled,
+	l.post(a, SendWQE{WRID: 4, Opcode: ibv.WRSend, Flags: ibv.SendSignaled,
 		SGL: []SGE{{Addr: 0x10000 + 5, Length: 2*mtu + 1, LKey: srcKey}}})
 	l.run(time.Minute)
 	wantBytes(t, "sent after a retransmission", rbuf[:2*mtu+1], src[5:5+2*mtu+1])
@@ -108,10 +109,10 @@ func TestZeroCopyReadResponses(t *testing.T) {
 		l := newLink(t, a, b)
 		const mtu = 1024
 		src := pattern(3*mtu+7, 9)
-		srcKey := b.mem.register(pd, src, 0x50000, AccessRemoteRead)
+		srcKey := b.mem.register(pd, src, 0x50000, ibv.AccessRemoteRead)
 		dst := make([]byte, len(src))
-		dstKey := a.mem.register(pd, dst, 0x60000, AccessLocalWrite)
-		l.post(a, SendWQE{WRID: 1, Opcode: WRRDMARead, Flags: SendSignaled,
+		dstKey := a.mem.register(pd, dst, 0x60000, ibv.AccessLocalWrite)
+		l.post(a, SendWQE{WRID: 1, Opcode: ibv.WRRDMARead, Flags: ibv.SendSignaled,
 			SGL: []SGE{{Addr: 0x60000, Length: uint32(len(dst)), LKey: dstKey}}, RemoteAddr: 0x50000, RKey: srcKey})
 		// Deliver the READ request to b by hand, to look at b's replies.
 		p := l.parse(a, a.out.Packets()[0].Bytes)
@@ -135,7 +136,7 @@ func TestZeroCopyReadResponses(t *testing.T) {
 		if b.mem.refs != 0 || a.mem.refs != 0 {
 			t.Errorf("holdable %v: pins left: %d, %d", holdable, a.mem.refs, b.mem.refs)
 		}
-		if got := a.scq.take(); len(got) != 1 || got[0].Status != StatusSuccess {
+		if got := a.scq.take(); len(got) != 1 || got[0].Status != ibv.WCSuccess {
 			t.Errorf("holdable %v: completions %+v", holdable, got)
 		}
 	}

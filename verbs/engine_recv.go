@@ -1,0 +1,151 @@
+package verbs
+
+import (
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/goroce/goroce/internal/netio"
+	"github.com/goroce/goroce/internal/transport"
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// The receive path of the software NIC. Inbound flow:
+//
+//  1. The receive goroutine (netio.Conn.Serve), or an application spinning
+//     on CQ.Poll with DeviceConfig.BusyPoll, reads a batch with recvmmsg
+//     and GRO, splits it, checks each ICRC, parses the packet and calls
+//     HandlePacket: no channel hop, no allocation per packet.
+//  2. HandlePacket looks the destination QP up without a lock and, under
+//     its xmu, checks the source against its peer and runs its responder
+//     or completer inline, with a clock read once per rxNowEvery packets
+//     (rxNow).
+//  3. What that produced (ACKs, READ responses, requests the window now
+//     allows) stays in the QP's Output until the end of the batch
+//     (transmitAfterBatch).
+//  4. A UD QP's datagram comes from any address and is answered at once
+//     (handleDatagram).
+//  5. EndBatch, after each batch and every 64 packets of a long one, sends
+//     each pending QP's packets and then the batch's replies from the
+//     device's port (engine_send.go, steps 4 and 5).
+
+// HandlePacket is the receive path (netio.Handler, step 2): the packet has
+// parsed and its ICRC matched.
+func (e *engine) HandlePacket(p *wire.Packet, from netip.AddrPort, info netio.RecvInfo) {
+	qp := e.dev.lookupQP(uint32(p.BTH.DestQP()))
+	if qp == nil {
+		e.unknownQP.Add(1)
+		return
+	}
+	if qp.qpType == QPTypeUD {
+		e.handleDatagram(qp, p, from, info)
+		return
+	}
+	qp.xmu.Lock()
+	defer qp.xmu.Unlock()
+	switch {
+	case qp.tq == nil || qp.closed.Load():
+		e.unknownQP.Add(1)
+		return
+	case !qp.peer.IsValid() || from.Addr().Unmap() != qp.peer.Addr():
+		// An RC QP talks to one peer: the address its AV names.
+		e.wrongSource.Add(1)
+		return
+	}
+	raceSync()
+	qp.tq.HandlePacket(p, e.rxNow(), qp.outputLocked())
+	raceSync()
+	e.transmitAfterBatch(qp)
+}
+
+// rxNowEvery is how many packets of a batch share one reading of the clock.
+const rxNowEvery = 16
+
+// rxNow returns the time for the transport's handling of a received
+// packet. Reading the clock costs more than a 64 KiB run's per-packet
+// transport work; the packets of a batch arrived together, so one reading
+// serves rxNowEvery of them (stale by microseconds, against timers of
+// milliseconds). Receive goroutine only.
+func (e *engine) rxNow() time.Time {
+	if e.nowUses == 0 {
+		e.now = time.Now()
+	}
+	e.nowUses = (e.nowUses + 1) % rxNowEvery
+	return e.now
+}
+
+// transmitAfterBatch leaves qp's output for EndBatch (step 3), so that
+// what a batch causes (the ACKs of a GRO run, the requests a run of ACKs
+// lets out) leaves in one send; a PostSend or timer in between sends it
+// with its own. The caller holds qp.xmu and is the receive goroutine.
+func (e *engine) transmitAfterBatch(qp *QP) {
+	if n := len(e.pending); n > 0 && e.pending[n-1] == qp {
+		return
+	}
+	for _, q := range e.pending {
+		if q == qp {
+			return
+		}
+	}
+	e.pending = append(e.pending, qp)
+}
+
+// handleDatagram is the receive path of a UD QP (step 4): the transport
+// writes the IP header the datagram came with into the GRH area of the
+// receive buffer. QP1 (GSI) is not a goroce QP: CM MADs count as packets
+// for an unknown QP.
+func (e *engine) handleDatagram(qp *QP, p *wire.Packet, from netip.AddrPort, info netio.RecvInfo) {
+	nh := transport.NetHeader{
+		Src:  from.Addr().Unmap(),
+		Dst:  info.Local.Addr().Unmap(),
+		IPID: info.IPID,
+		// The socket reports neither the TTL nor the traffic class:
+		// Linux's default TTL stands in for it, as in the capture tap.
+		HopLimit: datagramHopLimit,
+	}
+	if !nh.Dst.IsValid() {
+		nh.Dst = e.dev.addr
+	}
+	qp.xmu.Lock()
+	defer qp.xmu.Unlock()
+	if qp.closed.Load() {
+		e.unknownQP.Add(1)
+		return
+	}
+	raceSync()
+	qp.tq.HandlePacketFrom(p, &nh, time.Now(), qp.outputLocked())
+	raceSync()
+	qp.transmitLocked()
+}
+
+// datagramHopLimit is the TTL or hop limit written into the GRH of a UD
+// receive: Linux's default, which goroce and rxe peers send with unless an
+// AH says otherwise.
+const datagramHopLimit = 64
+
+// EndBatch sends what the packets of a receive batch caused
+// (netio.BatchEnder, step 5): each pending QP's own packets first, from
+// its port, then the replies of all of them, from the device's.
+func (e *engine) EndBatch() {
+	if h := endBatchHook.Load(); h != nil {
+		(*h)(e.dev)
+	}
+	for i, qp := range e.pending {
+		qp.xmu.Lock()
+		if !qp.closed.Load() {
+			qp.transmitRepliesToLocked(e.replies)
+		}
+		qp.xmu.Unlock()
+		e.pending[i] = nil
+	}
+	e.pending = e.pending[:0]
+	e.nowUses = 0
+	if e.replies != nil {
+		e.replies.flush()
+	}
+}
+
+// endBatchHook, when set (by tests only), runs at the start of every
+// EndBatch: it lets a test hold a receive batch's replies back and check
+// what happens to them meanwhile.
+var endBatchHook atomic.Pointer[func(*Device)]
