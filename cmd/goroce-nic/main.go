@@ -1,0 +1,98 @@
+// Command goroce-nic is the software NIC daemon behind libgoroce.so: it opens
+// goroce devices (goroce0, goroce1, ... one per bound address) and serves the
+// libibverbs calls of the programs that goroce-exec starts, on a Unix socket.
+//
+//	goroce-nic [--bind ADDR[,ADDR...]] [--socket NAME] [--idle-exit DURATION] [-v]
+//
+// The default bind list is $GOROCE_BIND, else 127.0.0.1,127.0.0.2; the
+// default socket is $GOROCE_NIC_SOCKET, else the abstract name
+// "@goroce-nic.<uid>". Only processes of the same user (or root) may connect.
+// goroce-exec starts it when it is not running; run it by hand to see its log.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/goroce/goroce/internal/nic"
+)
+
+func main() {
+	bind := flag.String("bind", defaultBind(), "comma-separated addresses to open devices on, in order")
+	socket := flag.String("socket", nic.DefaultSocket(), "Unix socket: @name (abstract) or a path")
+	port := flag.Uint("port", 4791, "UDP port of the devices")
+	idle := flag.Duration("idle-exit", 0, "exit after this long without clients (0: never)")
+	verbose := flag.Bool("v", false, "log devices, refused clients and broken queue pairs")
+	flag.Parse()
+	addrs, err := ParseBind(*bind)
+	if err != nil {
+		log.Fatal(err)
+	}
+	cfg := nic.Config{Socket: *socket, Bind: addrs, UDPPort: uint16(*port)}
+	if *verbose {
+		cfg.Logf = nic.StdLogf
+	}
+	srv, err := nic.Listen(cfg)
+	if err != nil {
+		log.Fatalf("goroce-nic: %v", err)
+	}
+	if *verbose {
+		log.Printf("goroce-nic: listening on %s", srv.Addr())
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-sig
+		srv.Close()
+	}()
+	if *idle > 0 {
+		go exitWhenIdle(srv, *idle)
+	}
+	if err := srv.Serve(); err != nil {
+		log.Fatalf("goroce-nic: %v", err)
+	}
+	srv.Close()
+}
+
+func defaultBind() string {
+	if b := os.Getenv("GOROCE_BIND"); b != "" {
+		return b
+	}
+	return "127.0.0.1,127.0.0.2"
+}
+
+// ParseBind parses a comma-separated address list.
+func ParseBind(s string) ([]netip.Addr, error) {
+	var out []netip.Addr
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		a, err := netip.ParseAddr(f)
+		if err != nil {
+			return nil, fmt.Errorf("bind list: %v", err)
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+func exitWhenIdle(srv *nic.Server, idle time.Duration) {
+	since := time.Now()
+	for range time.Tick(idle / 10) {
+		if srv.Sessions() > 0 {
+			since = time.Now()
+		} else if time.Since(since) >= idle {
+			srv.Close()
+			return
+		}
+	}
+}
