@@ -12,26 +12,22 @@ package main
 
 import (
 	"flag"
-	"fmt"
 	"log"
-	"net/netip"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
-	"time"
 
 	"github.com/goroce/goroce/internal/nic"
 )
 
 func main() {
-	bind := flag.String("bind", defaultBind(), "comma-separated addresses to open devices on, in order")
+	bind := flag.String("bind", nic.DefaultBind(), "comma-separated addresses to open devices on, in order")
 	socket := flag.String("socket", nic.DefaultSocket(), "Unix socket: @name (abstract) or a path")
 	port := flag.Uint("port", 4791, "UDP port of the devices")
 	idle := flag.Duration("idle-exit", 0, "exit after this long without clients (0: never)")
 	verbose := flag.Bool("v", false, "log devices, refused clients and broken queue pairs")
 	flag.Parse()
-	addrs, err := ParseBind(*bind)
+	addrs, err := nic.ParseBind(*bind)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -53,7 +49,7 @@ func main() {
 		srv.Close()
 	}()
 	if *idle > 0 {
-		go exitWhenIdle(srv, *idle)
+		go nic.ExitWhenIdle(srv, *idle)
 	}
 	if err := srv.Serve(); err != nil {
 		log.Fatalf("goroce-nic: %v", err)
@@ -61,38 +57,3 @@ func main() {
 	srv.Close()
 }
 
-func defaultBind() string {
-	if b := os.Getenv("GOROCE_BIND"); b != "" {
-		return b
-	}
-	return "127.0.0.1,127.0.0.2"
-}
-
-// ParseBind parses a comma-separated address list.
-func ParseBind(s string) ([]netip.Addr, error) {
-	var out []netip.Addr
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
-			continue
-		}
-		a, err := netip.ParseAddr(f)
-		if err != nil {
-			return nil, fmt.Errorf("bind list: %v", err)
-		}
-		out = append(out, a)
-	}
-	return out, nil
-}
-
-func exitWhenIdle(srv *nic.Server, idle time.Duration) {
-	since := time.Now()
-	for range time.Tick(idle / 10) {
-		if srv.Sessions() > 0 {
-			since = time.Now()
-		} else if time.Since(since) >= idle {
-			srv.Close()
-			return
-		}
-	}
-}

@@ -19,7 +19,7 @@ func (s *session) createAH(body []byte, _ []int) (reply, error) {
 	if pd == nil {
 		return reply{}, errInval
 	}
-	ah, err := pd.pd.CreateAH(fromAHAttr(&req.Attr))
+	ah, err := pd.pd.CreateAH(s.srv.fromAHAttr(&req.Attr))
 	if err != nil {
 		return reply{}, err
 	}
@@ -45,11 +45,15 @@ func (s *session) destroyAH(body []byte, _ []int) (reply, error) {
 	return reply{}, o.ah.Destroy()
 }
 
-func fromAHAttr(a *nicproto.AHAttr) verbs.AddressVector {
+// fromAHAttr converts an address vector. libibverbs has no UDP port in it:
+// peers are at 4791, or at the daemon's own port when it was given another
+// (goroce peers only, such as the devices of one daemon in tests).
+func (srv *Server) fromAHAttr(a *nicproto.AHAttr) verbs.AddressVector {
 	return verbs.AddressVector{
 		DGID: a.DGID, FlowLabel: a.FlowLabel, SGIDIndex: int(a.SGIDIndex), HopLimit: uint8(a.HopLimit),
 		TrafficClass: uint8(a.TrafficClass), SL: uint8(a.SL), StaticRate: uint8(a.StaticRate),
 		IsGlobal: a.IsGlobal != 0, PortNum: int(a.PortNum), DLID: uint16(a.DLID), SrcPathBits: uint8(a.SrcPathBits),
+		UDPPort: srv.cfg.UDPPort,
 	}
 }
 
@@ -65,14 +69,14 @@ func toAHAttr(v *verbs.AddressVector) nicproto.AHAttr {
 	return a
 }
 
-func fromQPAttr(a *nicproto.QPAttr) verbs.QPAttr {
+func (srv *Server) fromQPAttr(a *nicproto.QPAttr) verbs.QPAttr {
 	return verbs.QPAttr{
 		QPState: verbs.QPState(a.QPState), CurQPState: verbs.QPState(a.CurQPState), PathMTU: verbs.MTU(a.PathMTU),
 		PathMigState: verbs.MigState(a.PathMigState), QKey: a.QKey, RQPSN: a.RQPSN, SQPSN: a.SQPSN,
 		DestQPNum: a.DestQPNum, QPAccessFlags: verbs.AccessFlags(a.QPAccessFlags),
 		Cap: verbs.QPCap{MaxSendWR: int(a.Cap.MaxSendWR), MaxRecvWR: int(a.Cap.MaxRecvWR),
 			MaxSendSGE: int(a.Cap.MaxSendSGE), MaxRecvSGE: int(a.Cap.MaxRecvSGE), MaxInlineData: int(a.Cap.MaxInlineData)},
-		AHAttr: fromAHAttr(&a.AHAttr), PKeyIndex: int(a.PKeyIndex), EnSQDAsyncNotify: a.EnSQDAsyncNotify != 0,
+		AHAttr: srv.fromAHAttr(&a.AHAttr), PKeyIndex: int(a.PKeyIndex), EnSQDAsyncNotify: a.EnSQDAsyncNotify != 0,
 		MaxRdAtomic: int(a.MaxRdAtomic), MaxDestRdAtomic: int(a.MaxDestRdAtomic), MinRNRTimer: uint8(a.MinRNRTimer),
 		PortNum: int(a.PortNum), Timeout: uint8(a.Timeout), RetryCnt: uint8(a.RetryCnt), RNRRetry: uint8(a.RNRRetry),
 		RateLimit: a.RateLimit,

@@ -183,7 +183,7 @@ func (s *session) modifyQP(body []byte, _ []int) (reply, error) {
 	if q == nil {
 		return reply{}, errInval
 	}
-	attr := fromQPAttr(&req.Attr)
+	attr := s.srv.fromQPAttr(&req.Attr)
 	mask := verbs.QPAttrMask(req.Mask)
 	q.mu.Lock()
 	defer q.mu.Unlock()

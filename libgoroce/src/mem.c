@@ -32,11 +32,13 @@
 #include "shim.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <dirent.h>
 #include <unistd.h>
@@ -208,6 +210,66 @@ static void *map_anon(size_t len, int huge)
 		    MAP_PRIVATE | MAP_ANONYMOUS | (huge ? MAP_HUGETLB : 0), -1, 0);
 }
 
+/*
+ * copy_swap copies len bytes from the live range dst into tmp and then moves
+ * tmp over dst. Between the two the calling thread must not write dst: it may
+ * be the page its own stack is on. On x86-64 the copy and the mremap are one
+ * assembly block that touches no stack; elsewhere a stack page registered by
+ * its own thread can lose a write (documented). Signals are blocked meanwhile,
+ * so that no handler frame lands on the stack in between.
+ */
+static int copy_swap(void *tmp, void *dst, size_t len)
+{
+	sigset_t all, old;
+	long ret;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+#if defined(__x86_64__)
+	{
+		register void *r9 __asm__("r9") = tmp;
+		register long r10 __asm__("r10") = MREMAP_MAYMOVE | MREMAP_FIXED;
+		register void *r8 __asm__("r8") = dst;
+		void *d = tmp;
+		const void *src = dst;
+		size_t n = len;
+
+		ret = SYS_mremap;
+		__asm__ volatile("rep movsb\n\t"
+				 "mov %%r9, %%rdi\n\t"
+				 "mov %%rdx, %%rsi\n\t"
+				 "syscall"
+				 : "+a"(ret), "+D"(d), "+S"(src), "+c"(n)
+				 : "d"(len), "r"(r9), "r"(r10), "r"(r8)
+				 : "r11", "memory");
+	}
+#else
+	memcpy(tmp, dst, len);
+	ret = (long)mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
+	if (ret == (long)MAP_FAILED)
+		ret = -errno;
+#endif
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (ret < 0 && ret > -4096) {
+		errno = (int)-ret;
+		return -1;
+	}
+	return 0;
+}
+
+/* all_rw reports whether [a, b) is readable and writable throughout. */
+static int all_rw(uintptr_t a, uintptr_t b, struct vma *v, int n)
+{
+	while (a < b) {
+		struct vma *m = vma_at(v, n, a);
+
+		if (!m || m->prot != (PROT_READ | PROT_WRITE))
+			return 0;
+		a = m->end;
+	}
+	return 1;
+}
+
 /* restore turns a converted segment back into private anonymous memory
  * with its current content and the protections the pages have now. */
 static void restore(struct gr_seg *g, struct vma *v, int n)
@@ -216,12 +278,19 @@ static void restore(struct gr_seg *g, struct vma *v, int n)
 	void *src, *tmp;
 	uintptr_t a;
 
-	src = mmap(NULL, len, PROT_READ, MAP_SHARED, g->fd, (off_t)g->off);
-	if (src == MAP_FAILED)
-		return;
 	tmp = map_anon(len, g->huge);
-	if (tmp == MAP_FAILED) {
-		munmap(src, len);
+	if (tmp == MAP_FAILED)
+		return;
+	if (all_rw(g->start, g->end, v, n)) {
+		if (copy_swap(tmp, (void *)g->start, len) < 0)
+			munmap(tmp, len);
+		return;
+	}
+	/* Pages the process may not read or write: nobody writes them
+	 * meanwhile, so copy from a view of the memfd. */
+	src = mmap(NULL, len, PROT_READ, MAP_SHARED, g->fd, (off_t)g->off);
+	if (src == MAP_FAILED) {
+		munmap(tmp, len);
 		return;
 	}
 	memcpy(tmp, src, len);
@@ -261,22 +330,30 @@ static struct gr_seg *convert(uintptr_t a, uintptr_t b, struct vma *v, int n, in
 	tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, g->fd, 0);
 	if (tmp == MAP_FAILED)
 		goto fail;
-	memcpy(tmp, (void *)a, len);
-	/* Give the new pages the old protections, then swap them in. */
-	for (p = a; p < b;) {
-		struct vma *m = vma_at(v, n, p);
-		uintptr_t e = m->end < b ? m->end : b;
-
-		if (m->prot != (PROT_READ | PROT_WRITE) &&
-		    mprotect((char *)tmp + (p - a), e - p, m->prot) < 0) {
+	if (all_rw(a, b, v, n)) {
+		if (copy_swap(tmp, (void *)a, len) < 0) {
 			munmap(tmp, len);
 			goto fail;
 		}
-		p = e;
-	}
-	if (mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)a) == MAP_FAILED) {
-		munmap(tmp, len);
-		goto fail;
+	} else {
+		/* Give the new pages the old protections, then swap them in
+		 * (read-only pages: nobody writes them meanwhile). */
+		memcpy(tmp, (void *)a, len);
+		for (p = a; p < b;) {
+			struct vma *m = vma_at(v, n, p);
+			uintptr_t e = m->end < b ? m->end : b;
+
+			if (m->prot != (PROT_READ | PROT_WRITE) &&
+			    mprotect((char *)tmp + (p - a), e - p, m->prot) < 0) {
+				munmap(tmp, len);
+				goto fail;
+			}
+			p = e;
+		}
+		if (mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)a) == MAP_FAILED) {
+			munmap(tmp, len);
+			goto fail;
+		}
 	}
 	g->start = a;
 	g->end = b;
