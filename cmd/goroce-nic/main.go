@@ -56,4 +56,3 @@ func main() {
 	}
 	srv.Close()
 }
-
