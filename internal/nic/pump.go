@@ -20,7 +20,7 @@ func (q *qpObj) pump() {
 		}
 		q.mu.Unlock()
 		q.sleep(true)
-		if q.sq.pending() > 0 || (q.rq != nil && q.rq.pending() > 0) {
+		if q.sq.hasWork() || (q.rq != nil && q.rq.hasWork()) {
 			q.sleep(false)
 			continue
 		}
@@ -43,7 +43,10 @@ func (q *qpObj) sleep(on bool) {
 // holds q.mu.
 func (q *qpObj) drainSend() {
 	for {
-		n := q.sq.pending()
+		n, broken := q.sq.pending()
+		if broken {
+			q.fail("send ring index out of range")
+		}
 		if n == 0 {
 			return
 		}
@@ -78,7 +81,7 @@ func (q *qpObj) sendWR(pos uint64, wr *verbs.SendWR) bool {
 	if int(w.NumSGE) > q.sq.maxSGE || w.InlineLen > uint32(q.qp.Cap().MaxInlineData) {
 		return false
 	}
-	q.sq.wrid[pos%q.sq.entries] = w.WRID
+	q.sq.wrid[pos%q.sq.entries].Store(w.WRID)
 	sgl := wr.SGList[:0]
 	*wr = verbs.SendWR{
 		WRID:           wridSend | pos,
@@ -114,7 +117,10 @@ func (q *qpObj) sendWR(pos uint64, wr *verbs.SendWR) bool {
 
 // drainRecv hands the published receive slots to verbs. The caller holds q.mu.
 func (q *qpObj) drainRecv() {
-	n := q.rq.pending()
+	n, broken := q.rq.pending()
+	if broken {
+		q.fail("receive ring index out of range")
+	}
 	start := q.rq.drained.Load()
 	for i := range n {
 		pos := start + i
@@ -125,7 +131,7 @@ func (q *qpObj) drainRecv() {
 			q.fail("malformed receive slot")
 			continue
 		}
-		q.rq.wrid[pos%q.rq.entries] = w.WRID
+		q.rq.wrid[pos%q.rq.entries].Store(w.WRID)
 		q.rwr.WRID = wridRecv | pos
 		q.rwr.SGList = q.rwr.SGList[:0]
 		for _, e := range q.rq.sges(slot, nicproto.RWQESize)[:w.NumSGE] {

@@ -28,7 +28,7 @@ type srqObj struct {
 	smu      sync.Mutex
 	free     []uint32
 	inUse    []bool
-	wrid     []uint64
+	wrid     []atomic.Uint64
 	starving bool // the pump waits for a slot
 	done     uint64
 
@@ -66,7 +66,7 @@ func (s *session) createSRQ(body []byte, _ []int) (reply, error) {
 		return reply{}, err
 	}
 	o := &srqObj{sess: s, srq: srq, r: r, w: newWQ(r, 0, entries, stride, maxSGE),
-		free: make([]uint32, entries), inUse: make([]bool, entries), wrid: make([]uint64, entries),
+		free: make([]uint32, entries), inUse: make([]bool, entries), wrid: make([]atomic.Uint64, entries),
 		db: db, dbFD: dbFD, pumpDone: make(chan struct{})}
 	for i := range o.free {
 		o.free[i] = uint32(entries - 1 - i)
@@ -163,7 +163,7 @@ func (o *srqObj) pump() {
 		o.drain()
 		o.mu.Unlock()
 		o.w.sleep(true)
-		if o.w.pending() > 0 && !o.isStarving() {
+		if o.w.hasWork() && !o.isStarving() {
 			o.w.sleep(false)
 			continue
 		}
@@ -184,7 +184,7 @@ func (o *srqObj) isStarving() bool {
 // drain hands published slots to verbs while the daemon has slots to track
 // them. The caller holds o.mu.
 func (o *srqObj) drain() {
-	n := o.w.pending()
+	n, _ := o.w.pending() // a claim past the ring is skipped: the SRQ's own loss
 	start := o.w.drained.Load()
 	for i := range n {
 		pos := start + i
@@ -203,7 +203,7 @@ func (o *srqObj) drain() {
 		o.w.publishDrained(pos + 1)
 		ok := int(w.NumSGE) <= o.w.maxSGE
 		if ok {
-			o.wrid[slot] = w.WRID
+			o.wrid[slot].Store(w.WRID)
 			o.rwr.WRID = wridSRQ | uint64(slot)
 			o.rwr.SGList = o.rwr.SGList[:0]
 			for _, e := range o.w.sges(src, nicproto.RWQESize)[:w.NumSGE] {
@@ -243,5 +243,5 @@ func (o *srqObj) complete(pos uint64) (uint64, bool) {
 		var one = [8]byte{1}
 		unix.Write(o.dbFD, one[:])
 	}
-	return o.wrid[pos], true
+	return o.wrid[pos].Load(), true
 }

@@ -30,7 +30,10 @@ type wq struct {
 	maxSGE  int
 
 	drained atomic.Uint64 // slots handed to verbs (written by the pump)
-	wrid    []uint64      // application wr_id by position, for send and receive queues
+	// wrid holds the application's wr_id by position (send and receive
+	// queues). Atomic: the pump reuses an entry once the client saw its
+	// completion, an order only the client (another process) establishes.
+	wrid []atomic.Uint64
 
 	cmu  sync.Mutex // done and resets
 	done uint64
@@ -43,16 +46,27 @@ func newWQ(r *ring, off, entries, stride, maxSGE int) *wq {
 		entries: uint64(entries),
 		stride:  uintptr(stride),
 		maxSGE:  maxSGE,
-		wrid:    make([]uint64, entries),
+		wrid:    make([]atomic.Uint64, entries),
 	}
 }
 
 // pending returns how many slots the client has published past the drained
-// ones, at most one ring's worth (a client that claims more only overwrites
-// its own requests).
-func (w *wq) pending() uint64 {
-	n := atomic.LoadUint64(&w.hdr.Prod) - w.drained.Load()
-	return min(n, w.entries)
+// ones. A client never runs more than a ring ahead (it keeps prod - done
+// below the queue's capacity); one that claims to has its whole claim
+// skipped, and broken reports it, so that the caller fails the queue.
+func (w *wq) pending() (n uint64, broken bool) {
+	prod := atomic.LoadUint64(&w.hdr.Prod)
+	n = prod - w.drained.Load()
+	if n > w.entries {
+		w.publishDrained(prod)
+		return 0, true
+	}
+	return n, false
+}
+
+// hasWork reports whether the client published slots not yet drained.
+func (w *wq) hasWork() bool {
+	return atomic.LoadUint64(&w.hdr.Prod) != w.drained.Load()
 }
 
 func (w *wq) slot(pos uint64) unsafe.Pointer {
@@ -82,7 +96,7 @@ func (w *wq) complete(pos uint64) (uint64, bool) {
 	}
 	w.done = pos + 1
 	atomic.StoreUint64(&w.hdr.Done, w.done)
-	return w.wrid[pos%w.entries], true
+	return w.wrid[pos%w.entries].Load(), true
 }
 
 // reset discards everything posted: the verbs QP has dropped what it held,
