@@ -28,7 +28,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -45,6 +44,8 @@ func main() {
 	lib := fs.String("lib", os.Getenv("GOROCE_LIB"), "libgoroce.so to preload (default: built from the embedded sources)")
 	idle := fs.Duration("idle-exit", 10*time.Minute, "a daemon started here exits after this long without clients (0: never)")
 	daemon := fs.Bool("daemon", false, "run as the daemon (what goroce-exec starts; see goroce-nic)")
+	port := fs.Uint("port", 4791, "UDP port of a daemon started here (another than 4791 reaches goroce peers only)")
+	spin := fs.Duration("poll", 0, "a daemon started here polls each queue pair this long before sleeping")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: goroce-exec [flags] CMD [ARGS...]\n")
 		fs.PrintDefaults()
@@ -54,15 +55,16 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	dcfg := nic.Config{Socket: *socket, Bind: addrs, UDPPort: uint16(*port), PollSpin: *spin, Logf: nic.StdLogf}
 	if *daemon {
-		runDaemon(*socket, *bind, *idle)
+		runDaemon(dcfg, *idle)
 		return
 	}
 	if fs.NArg() == 0 {
 		fs.Usage()
 		os.Exit(2)
 	}
-	if err := ensureDaemon(*socket, *bind, *idle); err != nil {
+	if err := ensureDaemon(dcfg, *bind, *idle); err != nil {
 		log.Fatal(err)
 	}
 	cl, err := nic.Dial(*socket)
@@ -105,7 +107,8 @@ func run(lib, socket string, args []string) {
 }
 
 // ensureDaemon starts a detached daemon unless one answers on socket.
-func ensureDaemon(socket, bind string, idle time.Duration) error {
+func ensureDaemon(cfg nic.Config, bind string, idle time.Duration) error {
+	socket := cfg.Socket
 	if cl, err := nic.Dial(socket); err == nil {
 		cl.Close()
 		return nil
@@ -120,7 +123,8 @@ func ensureDaemon(socket, bind string, idle time.Duration) error {
 		return err
 	}
 	defer lf.Close()
-	cmd := exec.Command(self, "--daemon", "--bind", bind, "--socket", socket, "--idle-exit", idle.String())
+	cmd := exec.Command(self, "--daemon", "--bind", bind, "--socket", socket, "--idle-exit", idle.String(),
+		"--port", fmt.Sprint(cfg.UDPPort), "--poll", cfg.PollSpin.String())
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -158,16 +162,12 @@ func daemonLog() string {
 	return filepath.Join(dir, fmt.Sprintf("goroce-nic-%d.log", os.Getuid()))
 }
 
-func runDaemon(socket, bind string, idle time.Duration) {
-	addrs, err := nic.ParseBind(bind)
+func runDaemon(cfg nic.Config, idle time.Duration) {
+	srv, err := nic.Listen(cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv, err := nic.Listen(nic.Config{Socket: socket, Bind: addrs, Logf: nic.StdLogf})
-	if err != nil {
-		log.Fatal(err)
-	}
-	log.Printf("daemon pid %d on %s, devices on %s", os.Getpid(), socket, strings.ReplaceAll(bind, ",", ", "))
+	log.Printf("daemon pid %d listening on %s", os.Getpid(), cfg.Socket)
 	if idle > 0 {
 		go nic.ExitWhenIdle(srv, idle)
 	}

@@ -25,13 +25,14 @@ func main() {
 	socket := flag.String("socket", nic.DefaultSocket(), "Unix socket: @name (abstract) or a path")
 	port := flag.Uint("port", 4791, "UDP port of the devices")
 	idle := flag.Duration("idle-exit", 0, "exit after this long without clients (0: never)")
+	spin := flag.Duration("poll", 0, "each queue pair's pump polls this long before sleeping (needs a spare core)")
 	verbose := flag.Bool("v", false, "log devices, refused clients and broken queue pairs")
 	flag.Parse()
 	addrs, err := nic.ParseBind(*bind)
 	if err != nil {
 		log.Fatal(err)
 	}
-	cfg := nic.Config{Socket: *socket, Bind: addrs, UDPPort: uint16(*port)}
+	cfg := nic.Config{Socket: *socket, Bind: addrs, UDPPort: uint16(*port), PollSpin: *spin}
 	if *verbose {
 		cfg.Logf = nic.StdLogf
 	}

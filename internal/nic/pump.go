@@ -1,6 +1,9 @@
 package nic
 
 import (
+	"runtime"
+	"time"
+
 	"github.com/goroce/goroce/internal/nicproto"
 	"github.com/goroce/goroce/verbs"
 )
@@ -19,8 +22,11 @@ func (q *qpObj) pump() {
 			q.drainRecv()
 		}
 		q.mu.Unlock()
+		if q.spin() {
+			continue
+		}
 		q.sleep(true)
-		if q.sq.hasWork() || (q.rq != nil && q.rq.hasWork()) {
+		if q.hasWork() {
 			q.sleep(false)
 			continue
 		}
@@ -28,6 +34,32 @@ func (q *qpObj) pump() {
 		q.sleep(false)
 		if err != nil {
 			return
+		}
+	}
+}
+
+func (q *qpObj) hasWork() bool {
+	return q.sq.hasWork() || (q.rq != nil && q.rq.hasWork())
+}
+
+// spin polls the rings for Config.PollSpin before the pump sleeps, trading
+// a processor for the wake-up of a sleeping pump (a doorbell write and an
+// idle thread's wake-up) on every post: for machines with a core to spare.
+func (q *qpObj) spin() bool {
+	d := q.sess.srv.cfg.PollSpin
+	if d <= 0 {
+		return false
+	}
+	deadline := time.Now().Add(d)
+	for i := 0; ; i++ {
+		if q.hasWork() {
+			return true
+		}
+		if i%64 == 63 {
+			if time.Now().After(deadline) {
+				return false
+			}
+			runtime.Gosched()
 		}
 	}
 }

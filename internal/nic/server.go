@@ -29,6 +29,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/goroce/goroce/internal/nicproto"
 	"github.com/goroce/goroce/verbs"
@@ -44,6 +45,10 @@ type Config struct {
 	Bind []netip.Addr
 	// UDPPort is the devices' UDP port; 0 means 4791.
 	UDPPort uint16
+	// PollSpin makes each QP's pump poll its rings this long before it
+	// sleeps on its doorbell: lower latency for a processor per active QP.
+	// 0 (the default) sleeps at once, which suits machines with few cores.
+	PollSpin time.Duration
 	// Logf, if not nil, receives diagnostics.
 	Logf func(format string, args ...any)
 }

@@ -10,6 +10,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -195,6 +196,28 @@ GR_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 	return 0;
 }
 
+/*
+ * A program that spins on ibv_poll_cq holds a CPU the daemon may need to
+ * produce the very completion it waits for (a NIC has its own silicon; goroce
+ * shares the machine's cores). After GR_SPIN_POLLS empty polls in a row, each
+ * empty poll yields the CPU: free when nothing else is runnable, and the
+ * daemon's threads run at once when they are. GOROCE_POLL_YIELD=0 turns it off.
+ */
+#define GR_SPIN_POLLS 64
+
+static int poll_yield = -1;
+
+static void empty_poll(struct gr_cq *cq)
+{
+	if (unlikely(poll_yield < 0)) {
+		const char *e = getenv("GOROCE_POLL_YIELD");
+
+		poll_yield = !(e && strcmp(e, "0") == 0);
+	}
+	if (poll_yield && ++cq->empty_polls > GR_SPIN_POLLS)
+		sched_yield();
+}
+
 int gr_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc)
 {
 	struct gr_cq *cq = (struct gr_cq *)ibcq;
@@ -213,9 +236,12 @@ int gr_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc)
 	}
 	if (n) {
 		cq->cons = cons;
+		cq->empty_polls = 0;
 		__atomic_store_n(&cq->hdr->cons, cons, __ATOMIC_RELEASE);
 	}
 	pthread_spin_unlock(&cq->lock);
+	if (!n)
+		empty_poll(cq);
 	return n;
 }
 

@@ -124,6 +124,7 @@ GR_EXPORT int ibv_get_device_index(struct ibv_device *device)
 	return (int)container_of(device, struct gr_device, dev)->info.index;
 }
 
+static uint32_t netdev_of(const uint8_t *g);
 static int query_port_ex(struct ibv_context *c, uint8_t port, struct ibv_port_attr *attr,
 			 size_t len);
 static int query_device_ex(struct ibv_context *c, const struct ibv_query_device_ex_input *in,
@@ -136,6 +137,7 @@ GR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	struct gr_context *ctx;
 	struct ibv_context *c;
 	int fd, err, afd = -1;
+	uint32_t i;
 
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx) {
@@ -159,6 +161,8 @@ GR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 		return NULL;
 	}
 	ctx->sock = fd;
+	for (i = 0; i < ctx->dev.gid_count && i < GR_MAX_GIDS; i++)
+		ctx->ifindex[i] = netdev_of(ctx->dev.gids[i]);
 	pthread_mutex_init(&ctx->call_mu, NULL);
 	pthread_mutex_init(&ctx->obj_mu, NULL);
 	ctx->vctx.sz = sizeof(struct verbs_context);
@@ -331,6 +335,32 @@ GR_EXPORT int ibv_query_port(struct ibv_context *c, uint8_t port,
 			     offsetof(struct ibv_port_attr, port_cap_flags2));
 }
 
+/* netdev_of returns the index of the interface holding a GID's address (as
+ * the kernel reports the netdev of a RoCE GID), or 0. */
+static uint32_t netdev_of(const uint8_t *g)
+{
+	struct ifaddrs *ifa, *i;
+	uint32_t idx = 0;
+
+	if (getifaddrs(&ifa) != 0)
+		return 0;
+	for (i = ifa; i; i = i->ifa_next) {
+		if (!i->ifa_addr)
+			continue;
+		if (i->ifa_addr->sa_family == AF_INET &&
+		    memcmp(g, "\0\0\0\0\0\0\0\0\0\0\xff\xff", 12) == 0 &&
+		    memcmp(&((struct sockaddr_in *)i->ifa_addr)->sin_addr, g + 12, 4) == 0)
+			break;
+		if (i->ifa_addr->sa_family == AF_INET6 &&
+		    memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, g, 16) == 0)
+			break;
+	}
+	if (i)
+		idx = if_nametoindex(i->ifa_name);
+	freeifaddrs(ifa);
+	return idx;
+}
+
 static int gid_entry(struct gr_context *ctx, uint32_t port, uint32_t index,
 		     struct ibv_gid_entry *e)
 {
@@ -343,31 +373,7 @@ static int gid_entry(struct gr_context *ctx, uint32_t port, uint32_t index,
 	e->gid_index = index;
 	e->port_num = port;
 	e->gid_type = ctx->dev.gid_types[index];
-	e->ndev_ifindex = 0;
-	if (ctx->dev.gid_types[index] == IBV_GID_TYPE_ROCE_V2) {
-		/* The interface holding the address, as the kernel reports
-		 * the netdev of a RoCE GID. */
-		struct ifaddrs *ifa, *i;
-
-		if (getifaddrs(&ifa) == 0) {
-			for (i = ifa; i; i = i->ifa_next) {
-				const uint8_t *g = ctx->dev.gids[index];
-
-				if (!i->ifa_addr)
-					continue;
-				if (i->ifa_addr->sa_family == AF_INET &&
-				    memcmp(g, "\0\0\0\0\0\0\0\0\0\0\xff\xff", 12) == 0 &&
-				    memcmp(&((struct sockaddr_in *)i->ifa_addr)->sin_addr, g + 12, 4) == 0)
-					break;
-				if (i->ifa_addr->sa_family == AF_INET6 &&
-				    memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, g, 16) == 0)
-					break;
-			}
-			if (i)
-				e->ndev_ifindex = if_nametoindex(i->ifa_name);
-			freeifaddrs(ifa);
-		}
-	}
+	e->ndev_ifindex = ctx->ifindex[index];
 	return 0;
 }
 

@@ -51,6 +51,7 @@ struct gr_context {
 	pthread_mutex_t call_mu; /* one request at a time on sock */
 	int stale;		 /* inherited across fork: unusable */
 	struct gr_open_resp dev;
+	uint32_t ifindex[GR_MAX_GIDS]; /* the netdev of each GID */
 	pthread_mutex_t obj_mu;
 	struct gr_obj *objs;
 	struct gr_context *next; /* all contexts, for fork */
@@ -117,6 +118,7 @@ struct gr_cq {
 	struct gr_cqe *cqes;
 	uint64_t mask;
 	uint64_t cons;
+	uint32_t empty_polls; /* consecutive empty polls, see cq.c */
 	uint32_t comp_events_reported;
 	uint32_t async_events_reported;
 };
