@@ -722,6 +722,48 @@ static int cmd_errors(const char *dev)
 			break;
 	CHECK(posted >= 64 && posted < 10000); /* a full queue stops it */
 	EXPECT_ERR(ibv_post_recv(e.qp, &rwr, &rbad), ENOMEM);
+	/* A resized CQ keeps working: a SEND to itself. */
+	CHECK(ibv_resize_cq(e.cq, 1000) == 0 && e.cq->cqe >= 1000);
+	wr.wr_id = 77;
+	wr.opcode = IBV_WR_SEND;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	post_send(&e, &wr);
+	{
+		struct ibv_wc wc[2];
+		int got = 0, n;
+
+		while (got < 2) {
+			CHECK((n = ibv_poll_cq(e.cq, 2 - got, wc + got)) >= 0);
+			got += n;
+		}
+		CHECK(wc[0].status == IBV_WC_SUCCESS && wc[1].status == IBV_WC_SUCCESS);
+	}
+	/* A WRITE with a bad rkey: the requester's completion says so, and
+	 * the responder (the same QP) raises an async event on async_fd. */
+	{
+		struct pollfd p = {.fd = c->async_fd, .events = POLLIN};
+		struct ibv_async_event ev;
+		struct ibv_wc wc;
+
+		wr.wr_id = 78;
+		wr.opcode = IBV_WR_RDMA_WRITE;
+		wr.wr.rdma.remote_addr = (uintptr_t)e.buf;
+		wr.wr.rdma.rkey = e.mr->rkey ^ 0x80;
+		post_send(&e, &wr);
+		/* The QP, its own responder, goes to ERR: the receives posted
+		 * above flush, and the WRITE fails (or flushes, if the ERR
+		 * state overtook the NAK). */
+		do {
+			while (ibv_poll_cq(e.cq, 1, &wc) == 0)
+				;
+			CHECK(wc.status != IBV_WC_SUCCESS);
+		} while (wc.wr_id != 78);
+		CHECK(wc.status == IBV_WC_REM_ACCESS_ERR || wc.status == IBV_WC_WR_FLUSH_ERR);
+		CHECK(poll(&p, 1, 10000) == 1);
+		CHECK(ibv_get_async_event(c, &ev) == 0);
+		CHECK(ev.event_type == IBV_EVENT_QP_ACCESS_ERR && ev.element.qp == e.qp);
+		ibv_ack_async_event(&ev);
+	}
 	/* Destroying a CQ in use fails; so does a PD with objects. */
 	EXPECT_ERR(ibv_destroy_cq(e.cq), EBUSY);
 	EXPECT_ERR(ibv_dealloc_pd(pd), EBUSY);
