@@ -15,30 +15,47 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/goroce/goroce/internal/nic"
 )
 
 func main() {
+	if err := run(); err != nil {
+		log.Printf("goroce-nic: %v", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
 	bind := flag.String("bind", nic.DefaultBind(), "comma-separated addresses to open devices on, in order")
 	socket := flag.String("socket", nic.DefaultSocket(), "Unix socket: @name (abstract) or a path")
 	port := flag.Uint("port", 4791, "UDP port of the devices")
 	idle := flag.Duration("idle-exit", 0, "exit after this long without clients (0: never)")
 	spin := flag.Duration("poll", 0, "each queue pair's pump polls this long before sleeping (needs a spare core)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the daemon to this file until it exits")
 	verbose := flag.Bool("v", false, "log devices, refused clients and broken queue pairs")
 	flag.Parse()
 	addrs, err := nic.ParseBind(*bind)
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	cfg := nic.Config{Socket: *socket, Bind: addrs, UDPPort: uint16(*port), PollSpin: *spin}
 	if *verbose {
 		cfg.Logf = nic.StdLogf
 	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 	srv, err := nic.Listen(cfg)
 	if err != nil {
-		log.Fatalf("goroce-nic: %v", err)
+		return err
 	}
 	if *verbose {
 		log.Printf("goroce-nic: listening on %s", srv.Addr())
@@ -52,8 +69,7 @@ func main() {
 	if *idle > 0 {
 		go nic.ExitWhenIdle(srv, *idle)
 	}
-	if err := srv.Serve(); err != nil {
-		log.Fatalf("goroce-nic: %v", err)
-	}
+	err = srv.Serve()
 	srv.Close()
+	return err
 }
