@@ -57,16 +57,6 @@ struct gr_seg {
 	struct gr_seg *next; /* live segments, sorted, disjoint */
 };
 
-struct vma {
-	uintptr_t start, end;
-	int prot;
-	int shared;
-	int huge;
-	uint64_t off;
-	dev_t dev;
-	ino_t ino;
-};
-
 static pthread_mutex_t mem_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct gr_seg *segs;
 
@@ -79,101 +69,14 @@ static uintptr_t page_size(void)
 	return ps;
 }
 
-/* read_maps parses /proc/self/maps; returns the number of entries or -1. */
-static int read_maps(struct vma **out)
-{
-	size_t cap = 1 << 16, len = 0;
-	char *buf = malloc(cap), *line, *save = NULL;
-	struct vma *v = NULL;
-	int fd, n = 0, vcap = 0;
-	ssize_t r;
-
-	if (!buf)
-		return -1;
-	fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		free(buf);
-		return -1;
-	}
-	for (;;) {
-		if (len + 4096 > cap) {
-			char *nb = realloc(buf, cap * 2);
-
-			if (!nb)
-				goto fail;
-			buf = nb;
-			cap *= 2;
-		}
-		r = read(fd, buf + len, cap - len - 1);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			goto fail;
-		if (r == 0)
-			break;
-		len += (size_t)r;
-	}
-	close(fd);
-	fd = -1;
-	buf[len] = 0;
-	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-		unsigned long s, e, ino;
-		unsigned int maj, min;
-		unsigned long long off;
-		char perms[8];
-		int pathpos = 0;
-
-		if (sscanf(line, "%lx-%lx %7s %llx %x:%x %lu %n", &s, &e, perms, &off, &maj, &min,
-			   &ino, &pathpos) < 7)
-			continue;
-		if (n == vcap) {
-			struct vma *nv = realloc(v, sizeof(*v) * (size_t)(vcap ? vcap * 2 : 256));
-
-			if (!nv)
-				goto fail;
-			v = nv;
-			vcap = vcap ? vcap * 2 : 256;
-		}
-		v[n].start = s;
-		v[n].end = e;
-		v[n].prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) |
-			    (perms[2] == 'x' ? PROT_EXEC : 0);
-		v[n].shared = perms[3] == 's';
-		v[n].off = off;
-		v[n].dev = makedev(maj, min);
-		v[n].ino = ino;
-		v[n].huge = pathpos && strstr(line + pathpos, "anon_hugepage") != NULL;
-		n++;
-	}
-	free(buf);
-	*out = v;
-	return n;
-fail:
-	if (fd >= 0)
-		close(fd);
-	free(buf);
-	free(v);
-	return -1;
-}
-
-static struct vma *vma_at(struct vma *v, int n, uintptr_t a)
-{
-	int i;
-
-	for (i = 0; i < n; i++)
-		if (v[i].start <= a && a < v[i].end)
-			return &v[i];
-	return NULL;
-}
-
 /* seg_intact reports whether the range is still mapped from the segment's
  * file at the segment's offsets. */
-static int seg_intact(const struct gr_seg *g, struct vma *v, int n)
+static int seg_intact(const struct gr_seg *g, struct gr_vma *v, int n)
 {
 	uintptr_t a = g->start;
 
 	while (a < g->end) {
-		struct vma *m = vma_at(v, n, a);
+		struct gr_vma *m = gr_vma_at(v, n, a);
 
 		if (!m || !m->shared || m->dev != g->dev || m->ino != g->ino ||
 		    m->off + (a - m->start) != g->off + (a - g->start))
@@ -258,10 +161,10 @@ static int copy_swap(void *tmp, void *dst, size_t len)
 }
 
 /* all_rw reports whether [a, b) is readable and writable throughout. */
-static int all_rw(uintptr_t a, uintptr_t b, struct vma *v, int n)
+static int all_rw(uintptr_t a, uintptr_t b, struct gr_vma *v, int n)
 {
 	while (a < b) {
-		struct vma *m = vma_at(v, n, a);
+		struct gr_vma *m = gr_vma_at(v, n, a);
 
 		if (!m || m->prot != (PROT_READ | PROT_WRITE))
 			return 0;
@@ -272,7 +175,7 @@ static int all_rw(uintptr_t a, uintptr_t b, struct vma *v, int n)
 
 /* restore turns a converted segment back into private anonymous memory
  * with its current content and the protections the pages have now. */
-static void restore(struct gr_seg *g, struct vma *v, int n)
+static void restore(struct gr_seg *g, struct gr_vma *v, int n)
 {
 	size_t len = g->end - g->start;
 	void *src, *tmp;
@@ -296,7 +199,7 @@ static void restore(struct gr_seg *g, struct vma *v, int n)
 	memcpy(tmp, src, len);
 	munmap(src, len);
 	for (a = g->start; a < g->end;) {
-		struct vma *m = vma_at(v, n, a);
+		struct gr_vma *m = gr_vma_at(v, n, a);
 		uintptr_t e = m->end < g->end ? m->end : g->end;
 
 		if (m->prot != (PROT_READ | PROT_WRITE))
@@ -309,7 +212,7 @@ static void restore(struct gr_seg *g, struct vma *v, int n)
 
 /* convert copies the private range [a, b) (spanning the given maps
  * entries) into a sealed memfd mapped over it. */
-static struct gr_seg *convert(uintptr_t a, uintptr_t b, struct vma *v, int n, int huge)
+static struct gr_seg *convert(uintptr_t a, uintptr_t b, struct gr_vma *v, int n, int huge)
 {
 	size_t len = b - a;
 	struct gr_seg *g = calloc(1, sizeof(*g));
@@ -340,7 +243,7 @@ static struct gr_seg *convert(uintptr_t a, uintptr_t b, struct vma *v, int n, in
 		 * (read-only pages: nobody writes them meanwhile). */
 		memcpy(tmp, (void *)a, len);
 		for (p = a; p < b;) {
-			struct vma *m = vma_at(v, n, p);
+			struct gr_vma *m = gr_vma_at(v, n, p);
 			uintptr_t e = m->end < b ? m->end : b;
 
 			if (m->prot != (PROT_READ | PROT_WRITE) &&
@@ -374,7 +277,7 @@ fail:
 
 /* adopt finds a descriptor of the shared mapping m among the process's own,
  * sealed against shrinking, and takes a duplicate. */
-static struct gr_seg *adopt(uintptr_t a, uintptr_t b, const struct vma *m, int writable)
+static struct gr_seg *adopt(uintptr_t a, uintptr_t b, const struct gr_vma *m, int writable)
 {
 	DIR *d = opendir("/proc/self/fd");
 	struct dirent *e;
@@ -420,7 +323,7 @@ static struct gr_seg *adopt(uintptr_t a, uintptr_t b, const struct vma *m, int w
 	return g;
 }
 
-static void seg_put(struct gr_seg *g, struct vma *v, int n)
+static void seg_put(struct gr_seg *g, struct gr_vma *v, int n)
 {
 	if (--g->refs > 0)
 		return;
@@ -434,7 +337,7 @@ static void seg_put(struct gr_seg *g, struct vma *v, int n)
 }
 
 /* mark_stale retires live segments in [s, e) that the process remapped. */
-static void mark_stale(uintptr_t s, uintptr_t e, struct vma *v, int n)
+static void mark_stale(uintptr_t s, uintptr_t e, struct gr_vma *v, int n)
 {
 	struct gr_seg *g = segs, *next;
 
@@ -471,10 +374,10 @@ static int add_piece(struct gr_share *sh, struct gr_seg *g, uintptr_t a, uintptr
 }
 
 /* check_gap validates the unshared range [a, b) before anything changes. */
-static int check_gap(uintptr_t a, uintptr_t b, struct vma *v, int n, int writable)
+static int check_gap(uintptr_t a, uintptr_t b, struct gr_vma *v, int n, int writable)
 {
 	while (a < b) {
-		struct vma *m = vma_at(v, n, a);
+		struct gr_vma *m = gr_vma_at(v, n, a);
 
 		if (!m || !(m->prot & PROT_READ) || (writable && !(m->prot & PROT_WRITE)))
 			return EFAULT;
@@ -485,11 +388,11 @@ static int check_gap(uintptr_t a, uintptr_t b, struct vma *v, int n, int writabl
 
 /* share_gap shares [a, b), which no live segment covers: maximal runs of
  * private entries are converted together, shared entries adopted. */
-static int share_gap(struct gr_share *sh, uintptr_t a, uintptr_t b, struct vma *v, int n,
+static int share_gap(struct gr_share *sh, uintptr_t a, uintptr_t b, struct gr_vma *v, int n,
 		     int writable)
 {
 	while (a < b) {
-		struct vma *m = vma_at(v, n, a);
+		struct gr_vma *m = gr_vma_at(v, n, a);
 		uintptr_t e = m->end < b ? m->end : b;
 		struct gr_seg *g;
 		int err;
@@ -498,9 +401,9 @@ static int share_gap(struct gr_share *sh, uintptr_t a, uintptr_t b, struct vma *
 			g = adopt(a, e, m, writable);
 		} else {
 			/* Extend over the following private entries. */
-			struct vma *k = m;
+			struct gr_vma *k = m;
 
-			while (e < b && (k = vma_at(v, n, e)) && !k->shared && k->huge == m->huge)
+			while (e < b && (k = gr_vma_at(v, n, e)) && !k->shared && k->huge == m->huge)
 				e = k->end < b ? k->end : b;
 			g = convert(a, e, v, n, m->huge);
 		}
@@ -523,7 +426,7 @@ int gr_mem_share(void *addr, size_t len, int writable, struct gr_share *sh)
 	uintptr_t ps = page_size();
 	uintptr_t s = (uintptr_t)addr & ~(ps - 1);
 	uintptr_t e = ((uintptr_t)addr + len + ps - 1) & ~(ps - 1);
-	struct vma *v = NULL;
+	struct gr_vma *v = NULL;
 	struct gr_seg *g;
 	uintptr_t cur;
 	int n, err = 0;
@@ -540,7 +443,7 @@ int gr_mem_share(void *addr, size_t len, int writable, struct gr_share *sh)
 	}
 	sh->view_start = s;
 	pthread_mutex_lock(&mem_mu);
-	n = read_maps(&v);
+	n = gr_read_maps(&v);
 	if (n < 0) {
 		err = EFAULT;
 		goto out;
@@ -583,12 +486,12 @@ out:
 
 void gr_mem_unshare(struct gr_share *sh)
 {
-	struct vma *v = NULL;
+	struct gr_vma *v = NULL;
 	int i, n;
 
 	if (sh->nsegs) {
 		pthread_mutex_lock(&mem_mu);
-		n = read_maps(&v);
+		n = gr_read_maps(&v);
 		for (i = 0; i < sh->nsegs; i++)
 			seg_put(sh->segs[i], n < 0 ? NULL : v, n);
 		pthread_mutex_unlock(&mem_mu);
@@ -616,11 +519,11 @@ void gr_mem_postfork_parent(void)
 void gr_mem_forked(void)
 {
 	struct gr_seg *g, *next;
-	struct vma *v = NULL;
+	struct gr_vma *v = NULL;
 	int n;
 
 	pthread_mutex_init(&mem_mu, NULL);
-	n = read_maps(&v);
+	n = gr_read_maps(&v);
 	for (g = segs; g; g = next) {
 		next = g->next;
 		if (g->converted && n >= 0 && seg_intact(g, v, n))

@@ -72,8 +72,25 @@ void gr_obj_add(struct gr_context *ctx, struct gr_obj *o, uint32_t handle, uint3
 void gr_obj_del(struct gr_context *ctx, struct gr_obj *o);
 void *gr_obj_find(struct gr_context *ctx, uint32_t handle, uint32_t kind);
 
-/* device.c: contexts for the fork handler. */
+/* device.c: contexts for the fork handler. query.c: queries. */
 void gr_contexts_forked(void);
+uint32_t gr_netdev_of(const uint8_t *gid);
+int gr_query_port_ex(struct ibv_context *c, uint8_t port, struct ibv_port_attr *attr, size_t len);
+int gr_query_device_ex(struct ibv_context *c, const struct ibv_query_device_ex_input *in,
+		       struct ibv_device_attr_ex *attr, size_t len);
+
+/* maps.c: one entry of /proc/self/maps. */
+struct gr_vma {
+	uintptr_t start, end;
+	int prot;
+	int shared;
+	int huge; /* anonymous hugetlb */
+	uint64_t off;
+	dev_t dev;
+	ino_t ino;
+};
+int gr_read_maps(struct gr_vma **out);
+struct gr_vma *gr_vma_at(struct gr_vma *v, int n, uintptr_t a);
 
 /* mem.c: application memory shared with the daemon in place. */
 struct gr_seg;
@@ -176,5 +193,10 @@ int gr_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 /* Shared helpers. */
 void *gr_map_ring(int fd, size_t size);
 void gr_ring_doorbell(struct gr_wq_hdr *hdr, int db);
+void gr_wq_init(struct gr_wq *q, char *ring, uint64_t off, uint32_t entries, uint32_t stride,
+		uint32_t max_sge, uint32_t cap);
+int gr_ring_fits(uint64_t size, uint64_t off, uint32_t entries, uint32_t stride);
+void gr_to_ah_attr(const struct ibv_ah_attr *a, struct gr_ah_attr *o);
+void gr_from_ah_attr(const struct gr_ah_attr *a, struct ibv_ah_attr *o);
 
 #endif
