@@ -36,7 +36,10 @@ pass() { echo "PASS $1"; }
 fail() {
 	echo "FAIL $1"
 	fails=$((fails + 1))
-	[ -n "${2:-}" ] && sed 's/^/    /' "$2" | tail -20
+	[ -n "${2:-}" ] && tail -15 "$2" | sed 's/^/    /'
+	# The server's side of a pair.
+	[ -n "${2:-}" ] && [ -f "${2%.out}.srv" ] && echo "    -- server:" && tail -8 "${2%.out}.srv" | sed 's/^/    /'
+	return 0
 }
 
 go build -o "$work/goroce-exec" ./cmd/goroce-exec || { echo "FAIL go build"; exit 1; }
@@ -85,7 +88,7 @@ pair() {
 	local c=$?
 	wait "$spid"
 	local s=$?
-	cat "$work/$name.srv" >>"$work/$name.out"
+	echo "(client exit $c, server exit $s)" >>"$work/$name.out"
 	[ $c = 0 ] && [ $s = 0 ]
 }
 
@@ -124,15 +127,28 @@ if pair ibv_rc_pingpong_events $tp ibv_rc_pingpong -d goroce0 -g 1 -p $tp -e -- 
 	ibv_rc_pingpong -d goroce1 -g 1 -p $tp -e 127.0.0.1; then pass "ibv_rc_pingpong -e"
 else fail "ibv_rc_pingpong -e" "$work/ibv_rc_pingpong_events.out"; fi
 
-# perftest, RC, GID index 1.
+# perftest, RC, GID index 1. perftest calibrates its clock against
+# gettimeofday and gives up ("Correlation coefficient r^2 < 0.9") when the
+# machine is too loaded to sample it evenly: that run, and only that kind of
+# failure, is repeated once, and said so.
 perf() {
 	local label="$*"
 	tp=$((tp + 1))
 	local name="perf$tp"
 	local tool=$1
 	shift
-	if pair "$name" $tp "$tool" -d goroce0 -x 1 -p $tp "$@" -- "$tool" -d goroce1 -x 1 -p $tp "$@" 127.0.0.1 &&
-		grep -q "^ *[0-9]" "$work/$name.out" && ! grep -qi "error\|failed\|unable" "$work/$name.out"; then
+	local ok=0 try
+	for try in 1 2; do
+		if pair "$name" $tp "$tool" -d goroce0 -x 1 -p $tp "$@" -- "$tool" -d goroce1 -x 1 -p $tp "$@" 127.0.0.1 &&
+			grep -q "^ *[0-9]" "$work/$name.out" && ! grep -qi "error\|failed\|unable" "$work/$name.out"; then
+			ok=1
+			break
+		fi
+		grep -q "Correlation coefficient" "$work/$name.out" "$work/$name.srv" || break
+		echo "     (perftest could not calibrate its clock on this loaded machine: once more)"
+		tp=$((tp + 1))
+	done
+	if [ $ok = 1 ]; then
 		pass "$label"
 		grep -A1 "#bytes" "$work/$name.out" | tail -1 | sed 's/^/    /'
 	else fail "$label" "$work/$name.out"; fi
