@@ -2,6 +2,7 @@ package nic
 
 import (
 	"context"
+	"encoding/binary"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -30,7 +31,7 @@ func (c *chanObj) close() { unix.Close(c.w) }
 // older ones either.
 func (c *chanObj) post(cqHandle uint32) {
 	var b [8]byte
-	*(*uint64)(unsafe.Pointer(&b[0])) = uint64(cqHandle)
+	binary.LittleEndian.PutUint64(b[:], uint64(cqHandle))
 	unix.Write(c.w, b[:])
 }
 
@@ -288,13 +289,16 @@ func (c *cqObj) space() uint64 {
 // completion of a QP destroyed since, or from before a reset, is dropped, as
 // providers clean those from their CQs. The caller holds c.mu.
 func (c *cqObj) push(wc *verbs.WorkCompletion) {
+	// The session's lock is held until the QP's ring is written: dropQP
+	// unmaps the ring only after it removed the QP under the write lock.
 	c.sess.mu.RLock()
 	q := c.sess.qpByNum[wc.QPNum]
-	c.sess.mu.RUnlock()
-	if q == nil {
-		return
+	var wrid uint64
+	ok := q != nil
+	if ok {
+		wrid, ok = q.complete(wc.WRID)
 	}
-	wrid, ok := q.complete(wc.WRID)
+	c.sess.mu.RUnlock()
 	if !ok {
 		return
 	}
