@@ -1,0 +1,536 @@
+/*
+ * mem.c: registered memory, shared with goroce-nic in place.
+ *
+ * The daemon must read and write the application's registered buffers at
+ * the addresses the application uses, with no copy per operation. At
+ * ibv_reg_mr the pages covering the buffer are moved, without moving, into
+ * shared memory:
+ *
+ *  - a private mapping (heap, anonymous mmap, .data/.bss, stack, private
+ *    hugetlb) is copied into a sealed memfd that is then mapped MAP_FIXED |
+ *    MAP_SHARED over the same addresses with the same protections ("convert");
+ *  - a shared mapping is passed as is, if the process holds a file
+ *    descriptor of it that is sealed against shrinking ("adopt"): a file
+ *    that could shrink would make the daemon fault.
+ *
+ * The memfd goes to the daemon, which maps it and registers a verbs region
+ * over those bytes. Pages are tracked in segments with reference counts
+ * (several regions may share a buffer, or overlap); when the last region
+ * over a converted segment is deregistered the pages become a private
+ * anonymous mapping again, with their content.
+ *
+ * Semantic differences from pinned pages, documented in README:
+ *  - a thread writing the pages while ibv_reg_mr converts them can lose that
+ *    write (the copy is taken before the new mapping replaces the old);
+ *  - converted pages are shared memory: after free() of a registered buffer
+ *    (undefined behaviour anyway) madvise(MADV_DONTNEED) no longer zeroes
+ *    them, and mlock, MAP_GROWSDOWN and madvise state of the old mapping is
+ *    not carried over;
+ *  - after fork the child gets private copies of all converted pages (as
+ *    FOLL_PIN gives on hardware) in the atfork child handler.
+ */
+#include "shim.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <dirent.h>
+#include <unistd.h>
+
+struct gr_seg {
+	uintptr_t start, end;
+	int fd;
+	uint64_t off; /* of start within fd */
+	int refs;
+	int converted;
+	int writable; /* the descriptor allows writing */
+	int huge;
+	int dead; /* the process remapped the range: never restore it */
+	dev_t dev;
+	ino_t ino;
+	struct gr_seg *next; /* live segments, sorted, disjoint */
+};
+
+static pthread_mutex_t mem_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct gr_seg *segs;
+
+static uintptr_t page_size(void)
+{
+	static uintptr_t ps;
+
+	if (!ps)
+		ps = (uintptr_t)sysconf(_SC_PAGESIZE);
+	return ps;
+}
+
+/* seg_intact reports whether the range is still mapped from the segment's
+ * file at the segment's offsets. */
+static int seg_intact(const struct gr_seg *g, struct gr_vma *v, int n)
+{
+	uintptr_t a = g->start;
+
+	while (a < g->end) {
+		struct gr_vma *m = gr_vma_at(v, n, a);
+
+		if (!m || !m->shared || m->dev != g->dev || m->ino != g->ino ||
+		    m->off + (a - m->start) != g->off + (a - g->start))
+			return 0;
+		a = m->end;
+	}
+	return 1;
+}
+
+static void seg_unlink(struct gr_seg *g)
+{
+	struct gr_seg **p;
+
+	for (p = &segs; *p; p = &(*p)->next)
+		if (*p == g) {
+			*p = g->next;
+			return;
+		}
+}
+
+static void seg_insert(struct gr_seg *g)
+{
+	struct gr_seg **p = &segs;
+
+	while (*p && (*p)->start < g->start)
+		p = &(*p)->next;
+	g->next = *p;
+	*p = g;
+}
+
+static void *map_anon(size_t len, int huge)
+{
+	return mmap(NULL, len, PROT_READ | PROT_WRITE,
+		    MAP_PRIVATE | MAP_ANONYMOUS | (huge ? MAP_HUGETLB : 0), -1, 0);
+}
+
+/*
+ * copy_swap copies len bytes from the live range dst into tmp and then moves
+ * tmp over dst. Between the two the calling thread must not write dst: it may
+ * be the page its own stack is on. On x86-64 the copy and the mremap are one
+ * assembly block that touches no stack; elsewhere a stack page registered by
+ * its own thread can lose a write (documented). Signals are blocked meanwhile,
+ * so that no handler frame lands on the stack in between.
+ */
+static int copy_swap(void *tmp, void *dst, size_t len)
+{
+	sigset_t all, old;
+	long ret;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+#if defined(__x86_64__)
+	{
+		register void *r9 __asm__("r9") = tmp;
+		register long r10 __asm__("r10") = MREMAP_MAYMOVE | MREMAP_FIXED;
+		register void *r8 __asm__("r8") = dst;
+		void *d = tmp;
+		const void *src = dst;
+		size_t n = len;
+
+		ret = SYS_mremap;
+		__asm__ volatile("rep movsb\n\t"
+				 "mov %%r9, %%rdi\n\t"
+				 "mov %%rdx, %%rsi\n\t"
+				 "syscall"
+				 : "+a"(ret), "+D"(d), "+S"(src), "+c"(n)
+				 : "d"(len), "r"(r9), "r"(r10), "r"(r8)
+				 : "r11", "memory");
+	}
+#else
+	memcpy(tmp, dst, len);
+	ret = (long)mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
+	if (ret == (long)MAP_FAILED)
+		ret = -errno;
+#endif
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (ret < 0 && ret > -4096) {
+		errno = (int)-ret;
+		return -1;
+	}
+	return 0;
+}
+
+/* all_rw reports whether [a, b) is readable and writable throughout. */
+static int all_rw(uintptr_t a, uintptr_t b, struct gr_vma *v, int n)
+{
+	while (a < b) {
+		struct gr_vma *m = gr_vma_at(v, n, a);
+
+		if (!m || m->prot != (PROT_READ | PROT_WRITE))
+			return 0;
+		a = m->end;
+	}
+	return 1;
+}
+
+/* restore turns a converted segment back into private anonymous memory
+ * with its current content and the protections the pages have now. */
+static void restore(struct gr_seg *g, struct gr_vma *v, int n)
+{
+	size_t len = g->end - g->start;
+	void *src, *tmp;
+	uintptr_t a;
+
+	tmp = map_anon(len, g->huge);
+	if (tmp == MAP_FAILED)
+		return;
+	if (all_rw(g->start, g->end, v, n)) {
+		if (copy_swap(tmp, (void *)g->start, len) < 0)
+			munmap(tmp, len);
+		return;
+	}
+	/* Pages the process may not read or write: nobody writes them
+	 * meanwhile, so copy from a view of the memfd. */
+	src = mmap(NULL, len, PROT_READ, MAP_SHARED, g->fd, (off_t)g->off);
+	if (src == MAP_FAILED) {
+		munmap(tmp, len);
+		return;
+	}
+	memcpy(tmp, src, len);
+	munmap(src, len);
+	for (a = g->start; a < g->end;) {
+		struct gr_vma *m = gr_vma_at(v, n, a);
+		uintptr_t e = m->end < g->end ? m->end : g->end;
+
+		if (m->prot != (PROT_READ | PROT_WRITE))
+			mprotect((char *)tmp + (a - g->start), e - a, m->prot);
+		a = e;
+	}
+	if (mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)g->start) == MAP_FAILED)
+		munmap(tmp, len);
+}
+
+/* convert copies the private range [a, b) (spanning the given maps
+ * entries) into a sealed memfd mapped over it. */
+static struct gr_seg *convert(uintptr_t a, uintptr_t b, struct gr_vma *v, int n, int huge)
+{
+	size_t len = b - a;
+	struct gr_seg *g = calloc(1, sizeof(*g));
+	struct stat st;
+	uintptr_t p;
+	void *tmp;
+
+	if (!g)
+		return NULL;
+	g->fd = memfd_create("goroce-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING |
+						      (huge ? MFD_HUGETLB : 0));
+	if (g->fd < 0)
+		goto fail;
+	if (ftruncate(g->fd, (off_t)len) < 0 ||
+	    fcntl(g->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
+	    fstat(g->fd, &st) < 0)
+		goto fail;
+	tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, g->fd, 0);
+	if (tmp == MAP_FAILED)
+		goto fail;
+	if (all_rw(a, b, v, n)) {
+		if (copy_swap(tmp, (void *)a, len) < 0) {
+			munmap(tmp, len);
+			goto fail;
+		}
+	} else {
+		/* Give the new pages the old protections, then swap them in
+		 * (read-only pages: nobody writes them meanwhile). */
+		memcpy(tmp, (void *)a, len);
+		for (p = a; p < b;) {
+			struct gr_vma *m = gr_vma_at(v, n, p);
+			uintptr_t e = m->end < b ? m->end : b;
+
+			if (m->prot != (PROT_READ | PROT_WRITE) &&
+			    mprotect((char *)tmp + (p - a), e - p, m->prot) < 0) {
+				munmap(tmp, len);
+				goto fail;
+			}
+			p = e;
+		}
+		if (mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)a) == MAP_FAILED) {
+			munmap(tmp, len);
+			goto fail;
+		}
+	}
+	g->start = a;
+	g->end = b;
+	g->converted = 1;
+	g->writable = 1;
+	g->huge = huge;
+	g->dev = st.st_dev;
+	g->ino = st.st_ino;
+	return g;
+fail:
+	gr_debug("cannot share %#lx-%#lx with the daemon: %s", (unsigned long)a,
+		 (unsigned long)b, strerror(errno));
+	if (g->fd >= 0)
+		close(g->fd);
+	free(g);
+	return NULL;
+}
+
+/* adopt finds a descriptor of the shared mapping m among the process's own,
+ * sealed against shrinking, and takes a duplicate. */
+static struct gr_seg *adopt(uintptr_t a, uintptr_t b, const struct gr_vma *m, int writable)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	struct gr_seg *g;
+	int fd = -1;
+
+	if (!d)
+		return NULL;
+	while ((e = readdir(d))) {
+		struct stat st;
+		int f = atoi(e->d_name), seals, fl;
+
+		if (f == dirfd(d) || fstat(f, &st) < 0 || st.st_dev != m->dev || st.st_ino != m->ino)
+			continue;
+		seals = fcntl(f, F_GET_SEALS);
+		fl = fcntl(f, F_GETFL);
+		if (seals < 0 || !(seals & F_SEAL_SHRINK) || fl < 0 ||
+		    (writable && (fl & O_ACCMODE) != O_RDWR))
+			continue;
+		fd = fcntl(f, F_DUPFD_CLOEXEC, 0);
+		writable = (fl & O_ACCMODE) == O_RDWR;
+		break;
+	}
+	closedir(d);
+	if (fd < 0) {
+		gr_debug("shared mapping %#lx-%#lx: no sealed memfd of it in this process",
+			 (unsigned long)a, (unsigned long)b);
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	g = calloc(1, sizeof(*g));
+	if (!g) {
+		close(fd);
+		return NULL;
+	}
+	g->fd = fd;
+	g->writable = writable;
+	g->start = a;
+	g->end = b;
+	g->off = m->off + (a - m->start);
+	g->dev = m->dev;
+	g->ino = m->ino;
+	return g;
+}
+
+static void seg_put(struct gr_seg *g, struct gr_vma *v, int n)
+{
+	if (--g->refs > 0)
+		return;
+	if (!g->dead) {
+		seg_unlink(g);
+		if (g->converted && v && seg_intact(g, v, n))
+			restore(g, v, n);
+	}
+	close(g->fd);
+	free(g);
+}
+
+/* mark_stale retires live segments in [s, e) that the process remapped. */
+static void mark_stale(uintptr_t s, uintptr_t e, struct gr_vma *v, int n)
+{
+	struct gr_seg *g = segs, *next;
+
+	for (; g; g = next) {
+		next = g->next;
+		if (g->end <= s || g->start >= e || seg_intact(g, v, n))
+			continue;
+		seg_unlink(g);
+		g->dead = 1;
+		if (g->refs == 0) {
+			close(g->fd);
+			free(g);
+		}
+	}
+}
+
+static int add_piece(struct gr_share *sh, struct gr_seg *g, uintptr_t a, uintptr_t b)
+{
+	struct gr_piece *pc;
+
+	if (sh->nsegs == GR_MAX_FDS)
+		return E2BIG;
+	pc = &sh->pieces[sh->nsegs];
+	pc->fd_index = (uint32_t)sh->nsegs;
+	pc->writable = (uint32_t)g->writable;
+	pc->offset = g->off + (a - g->start);
+	pc->length = b - a;
+	sh->segs[sh->nsegs] = g;
+	sh->fds[sh->nsegs] = g->fd;
+	sh->nsegs++;
+	sh->nfds = sh->nsegs;
+	g->refs++;
+	return 0;
+}
+
+/* check_gap validates the unshared range [a, b) before anything changes. */
+static int check_gap(uintptr_t a, uintptr_t b, struct gr_vma *v, int n, int writable)
+{
+	while (a < b) {
+		struct gr_vma *m = gr_vma_at(v, n, a);
+
+		if (!m || !(m->prot & PROT_READ) || (writable && !(m->prot & PROT_WRITE)))
+			return EFAULT;
+		a = m->end;
+	}
+	return 0;
+}
+
+/* share_gap shares [a, b), which no live segment covers: maximal runs of
+ * private entries are converted together, shared entries adopted. */
+static int share_gap(struct gr_share *sh, uintptr_t a, uintptr_t b, struct gr_vma *v, int n,
+		     int writable)
+{
+	while (a < b) {
+		struct gr_vma *m = gr_vma_at(v, n, a);
+		uintptr_t e = m->end < b ? m->end : b;
+		struct gr_seg *g;
+		int err;
+
+		if (m->shared) {
+			g = adopt(a, e, m, writable);
+		} else {
+			/* Extend over the following private entries. */
+			struct gr_vma *k = m;
+
+			while (e < b && (k = gr_vma_at(v, n, e)) && !k->shared && k->huge == m->huge)
+				e = k->end < b ? k->end : b;
+			g = convert(a, e, v, n, m->huge);
+		}
+		if (!g)
+			return errno ? errno : ENOMEM;
+		seg_insert(g);
+		err = add_piece(sh, g, a, e);
+		if (err) {
+			g->refs++;
+			seg_put(g, v, n);
+			return err;
+		}
+		a = e;
+	}
+	return 0;
+}
+
+int gr_mem_share(void *addr, size_t len, int writable, struct gr_share *sh)
+{
+	uintptr_t ps = page_size();
+	uintptr_t s = (uintptr_t)addr & ~(ps - 1);
+	uintptr_t e = ((uintptr_t)addr + len + ps - 1) & ~(ps - 1);
+	struct gr_vma *v = NULL;
+	struct gr_seg *g;
+	uintptr_t cur;
+	int n, err = 0;
+
+	memset(sh, 0, sizeof(*sh));
+	if (!len || e < s)
+		return EINVAL;
+	sh->segs = calloc(GR_MAX_FDS, sizeof(*sh->segs));
+	sh->pieces = calloc(GR_MAX_FDS, sizeof(*sh->pieces));
+	sh->fds = calloc(GR_MAX_FDS, sizeof(*sh->fds));
+	if (!sh->segs || !sh->pieces || !sh->fds) {
+		gr_mem_unshare(sh);
+		return ENOMEM;
+	}
+	sh->view_start = s;
+	pthread_mutex_lock(&mem_mu);
+	n = gr_read_maps(&v);
+	if (n < 0) {
+		err = EFAULT;
+		goto out;
+	}
+	mark_stale(s, e, v, n);
+	/* First check the whole range, then change it. */
+	for (cur = s; cur < e;) {
+		for (g = segs; g && g->end <= cur; g = g->next)
+			;
+		if (g && g->start <= cur) {
+			cur = g->end;
+			continue;
+		}
+		err = check_gap(cur, g && g->start < e ? g->start : e, v, n, writable);
+		if (err)
+			goto out;
+		cur = g && g->start < e ? g->start : e;
+	}
+	for (cur = s; cur < e && !err;) {
+		uintptr_t end;
+
+		for (g = segs; g && g->end <= cur; g = g->next)
+			;
+		if (g && g->start <= cur) {
+			end = g->end < e ? g->end : e;
+			err = add_piece(sh, g, cur, end);
+		} else {
+			end = g && g->start < e ? g->start : e;
+			err = share_gap(sh, cur, end, v, n, writable);
+		}
+		cur = end;
+	}
+out:
+	pthread_mutex_unlock(&mem_mu);
+	free(v);
+	if (err)
+		gr_mem_unshare(sh);
+	return err;
+}
+
+void gr_mem_unshare(struct gr_share *sh)
+{
+	struct gr_vma *v = NULL;
+	int i, n;
+
+	if (sh->nsegs) {
+		pthread_mutex_lock(&mem_mu);
+		n = gr_read_maps(&v);
+		for (i = 0; i < sh->nsegs; i++)
+			seg_put(sh->segs[i], n < 0 ? NULL : v, n);
+		pthread_mutex_unlock(&mem_mu);
+		free(v);
+	}
+	free(sh->segs);
+	free(sh->pieces);
+	free(sh->fds);
+	memset(sh, 0, sizeof(*sh));
+}
+
+void gr_mem_prefork(void)
+{
+	pthread_mutex_lock(&mem_mu);
+}
+
+void gr_mem_postfork_parent(void)
+{
+	pthread_mutex_unlock(&mem_mu);
+}
+
+/* In the child of fork: converted pages still shared with the parent (and
+ * the daemon) become private copies, and the segments are forgotten (the
+ * child's regions are the parent's, unusable here). */
+void gr_mem_forked(void)
+{
+	struct gr_seg *g, *next;
+	struct gr_vma *v = NULL;
+	int n;
+
+	pthread_mutex_init(&mem_mu, NULL);
+	n = gr_read_maps(&v);
+	for (g = segs; g; g = next) {
+		next = g->next;
+		if (g->converted && n >= 0 && seg_intact(g, v, n))
+			restore(g, v, n);
+		close(g->fd);
+		g->dead = 1; /* regions of the parent may still point here */
+	}
+	segs = NULL;
+	free(v);
+}

@@ -1,0 +1,236 @@
+/*
+ * mr.c: protection domains and memory regions.
+ */
+#include "shim.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* verbs.h wraps these in macros; here are the exported functions. */
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+
+GR_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *c)
+{
+	struct gr_pd *pd = calloc(1, sizeof(*pd));
+	struct gr_handle resp;
+	int err;
+
+	if (!pd) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	err = gr_call(to_ctx(c), GR_OP_ALLOC_PD, NULL, 0, NULL, 0, NULL, 0, &resp, sizeof(resp),
+		      NULL, 0);
+	if (err) {
+		free(pd);
+		errno = err;
+		return NULL;
+	}
+	pd->pd.context = c;
+	pd->pd.handle = resp.handle;
+	return &pd->pd;
+}
+
+GR_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
+{
+	struct gr_handle req = {.handle = pd->handle};
+	struct gr_context *ctx = to_ctx(pd->context);
+	int err = 0;
+
+	if (!ctx->stale)
+		err = gr_call(ctx, GR_OP_DEALLOC_PD, &req, sizeof(req), NULL, 0, NULL, 0, NULL, 0,
+			      NULL, 0);
+	if (!err)
+		free(container_of(pd, struct gr_pd, pd));
+	return err;
+}
+
+#define GR_ACCESS_WRITE                                                                    \
+	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)
+
+/* share_and_send shares [addr, addr+length) and sends op with its pieces. */
+static int share_and_send(struct gr_context *ctx, uint32_t op, struct gr_reg_mr_req *req,
+			  struct gr_share *sh, void *addr, size_t length, unsigned int access,
+			  struct gr_reg_mr_resp *resp)
+{
+	int err;
+
+	err = gr_mem_share(addr, length, (access & GR_ACCESS_WRITE) != 0, sh);
+	if (err)
+		return err == E2BIG ? ENOMEM : err;
+	req->addr = (uintptr_t)addr;
+	req->length = length;
+	req->view_start = sh->view_start;
+	req->npieces = (uint32_t)sh->nsegs;
+	err = gr_call(ctx, op, req, sizeof(*req), sh->pieces,
+		      sizeof(struct gr_piece) * (size_t)sh->nsegs, sh->fds, sh->nfds, resp,
+		      sizeof(*resp), NULL, 0);
+	if (err)
+		gr_mem_unshare(sh);
+	return err;
+}
+
+GR_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length,
+					  uint64_t iova, unsigned int access)
+{
+	struct gr_context *ctx = to_ctx(pd->context);
+	struct gr_reg_mr_req req;
+	struct gr_reg_mr_resp resp;
+	struct gr_mr *mr;
+	int err;
+
+	if (!length || !addr) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (access & IBV_ACCESS_ON_DEMAND) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	mr = calloc(1, sizeof(*mr));
+	if (!mr) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	memset(&req, 0, sizeof(req));
+	req.pd = pd->handle;
+	req.access = access;
+	req.iova = iova;
+	err = share_and_send(ctx, GR_OP_REG_MR, &req, &mr->share, addr, length, access, &resp);
+	if (err) {
+		free(mr);
+		errno = err;
+		return NULL;
+	}
+	mr->mr.context = pd->context;
+	mr->mr.pd = pd;
+	mr->mr.addr = addr;
+	mr->mr.length = length;
+	mr->mr.handle = resp.handle;
+	mr->mr.lkey = resp.lkey;
+	mr->mr.rkey = resp.rkey;
+	mr->access = access;
+	return &mr->mr;
+}
+
+GR_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length,
+					 uint64_t iova, int access)
+{
+	return ibv_reg_mr_iova2(pd, addr, length, iova, (unsigned int)access);
+}
+
+GR_EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	return ibv_reg_mr_iova2(pd, addr, length, (uintptr_t)addr, (unsigned int)access);
+}
+
+GR_EXPORT int ibv_dereg_mr(struct ibv_mr *ibmr)
+{
+	struct gr_mr *mr = container_of(ibmr, struct gr_mr, mr);
+	struct gr_context *ctx = to_ctx(ibmr->context);
+	struct gr_handle req = {.handle = ibmr->handle};
+	int err;
+
+	if (ctx->stale) {
+		/* A child of fork: the region is the parent's. */
+		free(mr);
+		return 0;
+	}
+	err = gr_call(ctx, GR_OP_DEREG_MR, &req, sizeof(req), NULL, 0, NULL, 0, NULL, 0, NULL, 0);
+	if (err)
+		return err;
+	gr_mem_unshare(&mr->share);
+	free(mr);
+	return 0;
+}
+
+GR_EXPORT int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr,
+			   size_t length, int access)
+{
+	struct gr_mr *mr = container_of(ibmr, struct gr_mr, mr);
+	struct gr_context *ctx = to_ctx(ibmr->context);
+	struct gr_reg_mr_req req;
+	struct gr_reg_mr_resp resp;
+	struct gr_share sh;
+	int err;
+
+	if (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) {
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!length || !addr)) {
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	if (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS)) {
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	memset(&req, 0, sizeof(req));
+	req.handle = ibmr->handle;
+	req.flags = (uint32_t)flags;
+	req.access = (uint32_t)access;
+	if (flags & IBV_REREG_MR_CHANGE_PD)
+		req.pd = pd->handle;
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		unsigned int acc = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? (unsigned)access : mr->access;
+
+		req.iova = (uintptr_t)addr;
+		err = share_and_send(ctx, GR_OP_REREG_MR, &req, &sh, addr, length, acc, &resp);
+		if (!err) {
+			gr_mem_unshare(&mr->share);
+			mr->share = sh;
+		}
+	} else {
+		err = gr_call(ctx, GR_OP_REREG_MR, &req, sizeof(req), NULL, 0, NULL, 0, &resp,
+			      sizeof(resp), NULL, 0);
+	}
+	if (err) {
+		errno = err;
+		return IBV_REREG_MR_ERR_CMD;
+	}
+	if (flags & IBV_REREG_MR_CHANGE_PD)
+		ibmr->pd = pd;
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		ibmr->addr = addr;
+		ibmr->length = length;
+	}
+	if (flags & IBV_REREG_MR_CHANGE_ACCESS)
+		mr->access = (unsigned int)access;
+	ibmr->lkey = resp.lkey;
+	ibmr->rkey = resp.rkey;
+	return 0;
+}
+
+GR_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length,
+					   uint64_t iova, int fd, int access)
+{
+	(void)pd, (void)offset, (void)length, (void)iova, (void)fd, (void)access;
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+/* Fork: registered pages behave as pinned pages do since Linux 5.12
+ * (FOLL_PIN): the child gets a copy, so no ibv_fork_init is needed. */
+GR_EXPORT int ibv_fork_init(void)
+{
+	return 0;
+}
+
+GR_EXPORT enum ibv_fork_status ibv_is_fork_initialized(void)
+{
+	return IBV_FORK_UNNEEDED;
+}
+
+GR_EXPORT int ibv_dontfork_range(void *base, size_t size)
+{
+	(void)base, (void)size;
+	return 0;
+}
+
+GR_EXPORT int ibv_dofork_range(void *base, size_t size)
+{
+	(void)base, (void)size;
+	return 0;
+}
