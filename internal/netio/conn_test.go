@@ -172,16 +172,14 @@ func TestExchange(t *testing.T) {
 				if err := s.Send(b.LocalAddr(), pkt); err != nil {
 					t.Fatalf("%v: %v", p.op, err)
 				}
-				txBytes += uint64(len(pkt) + icrcLen)
+				txBytes += uint64(len(pkt) + wire.ICRCLen)
 				r := got.next(t)
-				if !bytes.Equal(r.raw[:len(r.raw)-icrcLen], sent) {
+				if !bytes.Equal(r.raw[:len(r.raw)-wire.ICRCLen], sent) {
 					t.Errorf("%v: received %x, sent %x", p.op, r.raw, sent)
 				}
 				// The ICRC on the wire is the one for the real headers with
 				// id 0: check it with the reference.
-				var buf [maxIPUDPHeaderLen]byte
-				ip, udp := ipUDPHeaders(&buf, r.from, b.LocalAddr(), 0, len(r.raw))
-				if want := refICRC(ip, udp, sent); binary.LittleEndian.Uint32(r.raw[len(sent):]) != want {
+				if want := refTransportICRC(r.from, b.LocalAddr(), 0, sent); binary.LittleEndian.Uint32(r.raw[len(sent):]) != want {
 					t.Errorf("%v: ICRC %x, reference %08x", p.op, r.raw[len(sent):], want)
 				}
 				if wantFrom := netip.AddrPortFrom(a.LocalAddr().Addr(), s.Port()); r.from != wantFrom {
@@ -232,7 +230,7 @@ func TestSendBatch(t *testing.T) {
 		if psn := uint32(p.BTH.PSN()); psn != uint32(i) {
 			t.Fatalf("packet %d has PSN %d: reordered or lost", i, psn)
 		}
-		if !bytes.Equal(r.raw[:len(r.raw)-icrcLen], msgs[i].Packet) {
+		if !bytes.Equal(r.raw[:len(r.raw)-wire.ICRCLen], msgs[i].Packet) {
 			t.Fatalf("packet %d differs", i)
 		}
 	}
@@ -318,13 +316,11 @@ func TestBadICRCDropped(t *testing.T) {
 	from := netip.AddrPortFrom(addrA, uint16(uc.LocalAddr().(*net.UDPAddr).Port))
 
 	pkt := buildTestPacket(t, wire.RCSendOnly, 9, 64, 1)
-	crc := sendICRC(from, b.LocalAddr(), pkt) ^ 0x00010000
+	crc := refTransportICRC(from, b.LocalAddr(), 0, pkt) ^ 0x00010000
 	// The test means something only if no IPv4 id explains this ICRC:
 	// check all of them with the reference.
-	var buf [maxIPUDPHeaderLen]byte
 	for id := range 1 << 16 {
-		ip, udp := ipUDPHeaders(&buf, from, b.LocalAddr(), uint16(id), len(pkt)+icrcLen)
-		if refICRC(ip, udp, pkt) == crc {
+		if refTransportICRC(from, b.LocalAddr(), uint16(id), pkt) == crc {
 			t.Fatalf("corrupted ICRC is valid for id %#04x; pick another corruption", id)
 		}
 	}
@@ -354,9 +350,7 @@ func TestStrictICRC(t *testing.T) {
 	// An ICRC for id 0x4242, as rxe would send: valid, but refused in
 	// strict mode. Then one for id 0 from the same socket as a marker.
 	pkt := buildTestPacket(t, wire.RCSendOnly, 9, 64, 1)
-	var buf [maxIPUDPHeaderLen]byte
-	ip, udp := ipUDPHeaders(&buf, from, b.LocalAddr(), 0x4242, len(pkt)+icrcLen)
-	rxe := binary.LittleEndian.AppendUint32(bytes.Clone(pkt), refICRC(ip, udp, pkt))
+	rxe := binary.LittleEndian.AppendUint32(bytes.Clone(pkt), refTransportICRC(from, b.LocalAddr(), 0x4242, pkt))
 	if _, err := uc.WriteToUDPAddrPort(rxe, b.LocalAddr()); err != nil {
 		t.Fatal(err)
 	}
@@ -379,7 +373,7 @@ func TestMalformedDropped(t *testing.T) {
 	datagrams := [][]byte{
 		{},
 		{0x04, 0x00, 0xFF},
-		make([]byte, wire.BTHLen+icrcLen-1),
+		make([]byte, wire.BTHLen+wire.ICRCLen-1),
 		append(unknownOpcode, 0, 0, 0, 0),
 		append(badTVer, 0, 0, 0, 0),
 		append(tooBig, 0, 0, 0, 0),
@@ -627,9 +621,7 @@ func TestRoundTripNoAlloc(t *testing.T) {
 
 	uc := rawUDP(t, addrA)
 	from := netip.AddrPortFrom(addrA, uint16(uc.LocalAddr().(*net.UDPAddr).Port))
-	var buf [maxIPUDPHeaderLen]byte
-	ip, udp := ipUDPHeaders(&buf, from, dst, 0x5151, len(pkt)+icrcLen)
-	rxe := binary.LittleEndian.AppendUint32(bytes.Clone(pkt), refICRC(ip, udp, pkt))
+	rxe := binary.LittleEndian.AppendUint32(bytes.Clone(pkt), refTransportICRC(from, dst, 0x5151, pkt))
 	if n := testing.AllocsPerRun(200, func() {
 		if _, err := uc.WriteToUDPAddrPort(rxe, dst); err != nil {
 			t.Fatal(err)

@@ -71,7 +71,7 @@ func TestOffloadExchange(t *testing.T) {
 				var prevID uint16
 				for i := range msgs {
 					r := got.next(t)
-					n := len(r.raw) - icrcLen
+					n := len(r.raw) - wire.ICRCLen
 					if !bytes.Equal(r.raw[:n], want[i]) {
 						t.Fatalf("packet %d: received %d bytes, not the %d sent", i, n, len(want[i]))
 					}
@@ -191,7 +191,7 @@ func TestGSOGrouping(t *testing.T) {
 				for id := range k {
 					m := msgs[i]
 					n := len(m.Packet)
-					got := binary.LittleEndian.Uint32(m.Packet[n : n+icrcLen])
+					got := binary.LittleEndian.Uint32(m.Packet[n : n+wire.ICRCLen])
 					if want := refTransportICRC(s.src, m.Dst, uint16(id), m.Packet); got != want {
 						t.Errorf("packet %d: ICRC %08x, want %08x for id %d", i, got, want, id)
 					}
@@ -267,52 +267,13 @@ func TestOffloadRoundTripNoAlloc(t *testing.T) {
 	}
 }
 
-// TestCheckICRCNext checks the receive check's outcomes against the
-// identification a packet was sent with and the one predicted for it.
-func TestCheckICRCNext(t *testing.T) {
-	src4, dst4 := netip.MustParseAddrPort("10.0.0.1:49152"), netip.MustParseAddrPort("10.0.0.2:4791")
-	src6, dst6 := netip.MustParseAddrPort("[fd00::1]:49152"), netip.MustParseAddrPort("[fd00::2]:4791")
-	transport := buildTestPacket(t, wire.RCRDMAWriteMiddle, 1, 1024, 9)
-	for _, tc := range []struct {
-		name     string
-		src, dst netip.AddrPort
-		sentID   uint16
-		next     uint16
-		weak     bool
-		want     icrcResult
-		wantID   uint16
-	}{
-		{"id 0", src4, dst4, 0, 7, false, icrcOK, 0},
-		{"predicted", src4, dst4, 7, 7, false, icrcPredicted, 7},
-		{"predicted, weak", src4, dst4, 7, 7, true, icrcPredicted, 7},
-		{"not predicted, strict", src4, dst4, 8, 7, false, icrcBad, 0},
-		{"not predicted, weak", src4, dst4, 8, 7, true, icrcRecovered, 8},
-		{"no prediction, strict", src4, dst4, 8, 0, false, icrcBad, 0},
-		{"IPv6", src6, dst6, 0, 7, false, icrcOK, 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			pkt := binary.LittleEndian.AppendUint32(bytes.Clone(transport), refTransportICRC(tc.src, tc.dst, tc.sentID, transport))
-			var ids idRecoverer
-			res, id := checkICRCNext(&ids, tc.weak, tc.src, tc.dst, pkt, tc.next)
-			if res != tc.want || id != tc.wantID {
-				t.Errorf("checkICRCNext = %v, %d; want %v, %d", res, id, tc.want, tc.wantID)
-			}
-			// A damaged packet fails whatever was predicted.
-			pkt[20] ^= 0x10
-			if res, _ := checkICRCNext(&ids, false, tc.src, tc.dst, pkt, tc.next); res != icrcBad {
-				t.Errorf("damaged packet: %v", res)
-			}
-		})
-	}
-}
-
 // splitPacket returns pkt (a buildTestPacket with an n-byte payload) as a
 // Message with a separate Payload: Packet holds the headers, with spare
 // capacity for the pad and the ICRC, and the payload is a copy elsewhere.
 func splitPacket(dst netip.AddrPort, pkt []byte, n int) Message {
 	pad := int(wire.BTH(pkt).PadCount())
 	h := len(pkt) - n - pad
-	head := make([]byte, h, h+pad+icrcLen)
+	head := make([]byte, h, h+pad+wire.ICRCLen)
 	copy(head, pkt)
 	return Message{Dst: dst, Packet: head, Payload: bytes.Clone(pkt[h : h+n])}
 }
@@ -342,7 +303,7 @@ func TestSendBatchPayload(t *testing.T) {
 				psn := uint32(round*len(sizes) + i)
 				pkt := buildTestPacket(t, wire.RCSendOnly, 0x25, n, psn) // any size, padded
 				whole = append(whole, pkt)
-				txBytes += uint64(len(pkt) + icrcLen)
+				txBytes += uint64(len(pkt) + wire.ICRCLen)
 				if n > 0 && (i+round)%4 != 3 { // some whole, some split
 					msgs = append(msgs, splitPacket(b.LocalAddr(), pkt, n))
 				} else {
@@ -355,12 +316,12 @@ func TestSendBatchPayload(t *testing.T) {
 		}
 		for i := range msgs {
 			r := got.next(t)
-			if !bytes.Equal(r.raw[:len(r.raw)-icrcLen], whole[i]) {
+			if !bytes.Equal(r.raw[:len(r.raw)-wire.ICRCLen], whole[i]) {
 				d := 0
-				for d < min(len(r.raw)-icrcLen, len(whole[i])) && r.raw[d] == whole[i][d] {
+				for d < min(len(r.raw)-wire.ICRCLen, len(whole[i])) && r.raw[d] == whole[i][d] {
 					d++
 				}
-				t.Fatalf("NoGSO %v: packet %d (%d bytes, want %d) differs from the whole packet at byte %d", noGSO, i, len(r.raw)-icrcLen, len(whole[i]), d)
+				t.Fatalf("NoGSO %v: packet %d (%d bytes, want %d) differs from the whole packet at byte %d", noGSO, i, len(r.raw)-wire.ICRCLen, len(whole[i]), d)
 			}
 		}
 		if err := a.SetCapture(nil); err != nil {
@@ -412,7 +373,7 @@ func checkCapturedPackets(t *testing.T, file []byte, want [][]byte) {
 		if !wire.CheckICRC(f.IPHeader, f.UDPHeader, f.UDPPayload) {
 			t.Errorf("capture %d: ICRC invalid", i)
 		}
-		if !bytes.Equal(f.UDPPayload[:len(f.UDPPayload)-icrcLen], want[i]) {
+		if !bytes.Equal(f.UDPPayload[:len(f.UDPPayload)-wire.ICRCLen], want[i]) {
 			t.Errorf("capture %d: packet differs", i)
 		}
 	}

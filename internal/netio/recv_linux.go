@@ -58,20 +58,15 @@ type RecvInfo struct {
 
 // receiver holds everything the receive loop needs, allocated once: the
 // recvmmsg headers, one buffer per datagram, their control-message space, a
-// Packet to parse into, the identification recovery cache and the
-// identification prediction (see checkICRC).
+// Packet to parse into and the ICRC checker, with its identification
+// recovery cache and prediction.
 type receiver struct {
 	batch *mmsgBatch
 	bufs  []byte // len(batch.hdrs) buffers of size bytes
 	oob   []byte // len(batch.hdrs) control areas of oobSize bytes
 	size  int
 	pkt   wire.Packet
-	ids   idRecoverer
-
-	// prevFrom and prevID are the source and IPv4 identification of the
-	// last packet accepted, from which the next one's is predicted.
-	prevFrom netip.AddrPort
-	prevID   uint16
+	icrc  wire.ICRCChecker
 
 	// serve holds the running Serve's state for serveFn and pollFn, the
 	// bound method values r.read and r.pollRead made once, so that a
@@ -98,16 +93,6 @@ func newReceiver(batchSize, size int) *receiver {
 		r.batch.hdrs[i].Hdr.Control = &r.oob[i*oobSize]
 	}
 	return r
-}
-
-// nextID returns the IPv4 identification predicted for the next packet
-// from from: the one after the previous packet's, when it came from the
-// same address and port; 0 otherwise (0 is always checked first).
-func (r *receiver) nextID(from netip.AddrPort) uint16 {
-	if from == r.prevFrom {
-		return r.prevID + 1
-	}
-	return 0
 }
 
 // reset prepares the headers for the next recvmmsg: the kernel overwrites
@@ -500,19 +485,18 @@ func (c *Conn) accept(rx *receiver, h Handler, data []byte, from, local netip.Ad
 		return
 	}
 	info := RecvInfo{Local: local}
-	res, id := checkICRCNext(&rx.ids, !c.cfg.StrictICRC, from, local, data, rx.nextID(from))
+	res, id := rx.icrc.Check(from, local, data, c.cfg.StrictICRC)
 	switch res {
-	case icrcBad:
+	case wire.ICRCBad:
 		tl.icrcErrors++
 		return
-	case icrcPredicted:
+	case wire.ICRCIDPredicted:
 		tl.predicted++
 		info.IPID = id
-	case icrcRecovered:
+	case wire.ICRCIDRecovered:
 		tl.recovered++
 		info.IPID, info.IDRecovered = id, true
 	}
-	rx.prevFrom, rx.prevID = from, id
 	if tap := c.tap.Load(); tap != nil {
 		tap.record(&c.counters, from, local, info.IPID, data, false)
 	}

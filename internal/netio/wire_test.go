@@ -75,14 +75,14 @@ func TestOwnPacketsOnTheWire(t *testing.T) {
 // and TTL).
 func sendCrafted(t testing.TB, fd int, src, dst netip.AddrPort, f wire.IPv4Fields, transport []byte) {
 	t.Helper()
-	f.TotalLength = uint16(wire.IPv4MinHeaderLen + wire.UDPHeaderLen + len(transport) + icrcLen)
+	f.TotalLength = uint16(wire.IPv4MinHeaderLen + wire.UDPHeaderLen + len(transport) + wire.ICRCLen)
 	f.Protocol = wire.IPProtocolUDP
 	f.Src, f.Dst = src.Addr().As4(), dst.Addr().As4()
 	pkt := f.Append(nil)
 	u := wire.UDPFields{SrcPort: src.Port(), DstPort: dst.Port(), Length: f.TotalLength - wire.IPv4MinHeaderLen}
 	pkt = u.Append(pkt)
 	pkt = append(pkt, transport...)
-	crc := refICRC(pkt[:wire.IPv4MinHeaderLen], pkt[wire.IPv4MinHeaderLen:wire.IPv4MinHeaderLen+wire.UDPHeaderLen], transport)
+	crc := wire.ICRC(pkt[:wire.IPv4MinHeaderLen], pkt[wire.IPv4MinHeaderLen:wire.IPv4MinHeaderLen+wire.UDPHeaderLen], transport)
 	pkt = binary.LittleEndian.AppendUint32(pkt, crc)
 	if err := unix.Sendto(fd, pkt, 0, &unix.SockaddrInet4{Addr: dst.Addr().As4()}); err != nil {
 		t.Fatal(err)
@@ -289,7 +289,7 @@ func TestIPv6ZeroUDPChecksum(t *testing.T) {
 
 	from := netip.AddrPortFrom(addr6, 0xC0DE)
 	transport := buildTestPacket(t, wire.RCSendOnly, 0x28, 40, 1)
-	u := wire.UDPFields{SrcPort: from.Port(), DstPort: b.LocalAddr().Port(), Length: uint16(wire.UDPHeaderLen + len(transport) + icrcLen)}
+	u := wire.UDPFields{SrcPort: from.Port(), DstPort: b.LocalAddr().Port(), Length: uint16(wire.UDPHeaderLen + len(transport) + wire.ICRCLen)}
 	dgram := u.Append(nil) // checksum 0: none
 	dgram = append(dgram, transport...)
 	dgram = binary.LittleEndian.AppendUint32(dgram, refTransportICRC(from, b.LocalAddr(), 0, transport))
