@@ -60,10 +60,12 @@ func refICRCAddrs(src, dst netip.AddrPort, id uint16, transport []byte) uint32 {
 	return refICRC(ip, udp, transport)
 }
 
-// checkICRC is checkICRCNext without a prediction: ids nil accepts only
-// identification 0 (strict), otherwise any identification is recovered.
-func checkICRC(ids *idRecoverer, src, local netip.AddrPort, b []byte) (ICRCResult, uint16) {
-	return checkICRCNext(ids, ids != nil, src, local, b, 0)
+// checkFirst runs k.Check on b as the first packet from src, without a
+// prediction: strict accepts only identification 0, otherwise any
+// identification is recovered.
+func checkFirst(k *ICRCChecker, src, local netip.AddrPort, b []byte, strict bool) (ICRCResult, uint16) {
+	k.prevFrom = netip.AddrPort{}
+	return k.Check(src, local, b, strict)
 }
 
 // refValid reports whether the packet's ICRC is valid for its real headers.
@@ -78,7 +80,7 @@ func (p *socketPacket) refValid() bool {
 // identification it really carried.
 func TestCapturesICRCFromSocket(t *testing.T) {
 	pkts := loadSocketPackets(t)
-	var ids idRecoverer
+	var ids, strictK ICRCChecker
 	var ok, recovered, bad int
 	for _, p := range pkts {
 		var pkt Packet
@@ -86,8 +88,8 @@ func TestCapturesICRCFromSocket(t *testing.T) {
 			t.Errorf("%s: parse: %v", p.name, err)
 			continue
 		}
-		res, id := checkICRC(&ids, p.src, p.dst, p.payload)
-		strict, _ := checkICRC(nil, p.src, p.dst, p.payload)
+		res, id := checkFirst(&ids, p.src, p.dst, p.payload, false)
+		strict, _ := checkFirst(&strictK, p.src, p.dst, p.payload, true)
 		switch {
 		case !p.refValid():
 			// host_crafted_probe.pcap frames 4-6 carry a corrupted ICRC
@@ -150,20 +152,20 @@ func TestSingleBitFlips(t *testing.T) {
 	if testing.Short() {
 		pkts = pkts[:len(pkts)/8]
 	}
-	var ids idRecoverer
+	var ids, strictK ICRCChecker
 	flips, falseAccepts := 0, 0
 	check := func(p socketPacket, src, dst netip.AddrPort, where string) {
 		flips++
-		if res, _ := checkICRC(nil, src, dst, p.payload); res != ICRCBad {
+		if res, _ := checkFirst(&strictK, src, dst, p.payload, true); res != ICRCBad {
 			t.Fatalf("%s: flipped %s accepted by the strict check", p.name, where)
 		}
-		if res, _ := checkICRC(&ids, src, dst, p.payload); res != ICRCBad {
+		if res, _ := checkFirst(&ids, src, dst, p.payload, false); res != ICRCBad {
 			falseAccepts++
 		}
 	}
 	for _, orig := range pkts {
 		p := asGoroce(orig)
-		if res, _ := checkICRC(nil, p.src, p.dst, p.payload); res != ICRCOK {
+		if res, _ := checkFirst(&strictK, p.src, p.dst, p.payload, true); res != ICRCOK {
 			t.Fatalf("%s: re-ICRCed packet rejected", p.name)
 		}
 		for i := range p.payload {
@@ -213,7 +215,7 @@ func TestRecoveryFalseAcceptRate(t *testing.T) {
 		trials = 1 << 19
 	}
 	rng := rand.New(rand.NewPCG(7, 8))
-	var ids idRecoverer
+	var ids ICRCChecker
 	buf := make([]byte, 0, 128)
 	accepts := 0
 	for range trials {
@@ -232,7 +234,7 @@ func TestRecoveryFalseAcceptRate(t *testing.T) {
 		if bytes.Equal(b, p.payload) {
 			continue // two errors cancelled out
 		}
-		if res, _ := checkICRC(&ids, p.src, p.dst, b); res != ICRCBad {
+		if res, _ := checkFirst(&ids, p.src, p.dst, b, false); res != ICRCBad {
 			accepts++
 		}
 	}
@@ -254,14 +256,14 @@ func TestIPv6ICRC(t *testing.T) {
 	var buf [MaxIPUDPHeaderLen]byte
 	ip, udp := IPUDPHeaders(&buf, src, dst, 0, len(transport)+ICRCLen)
 	pkt := binary.LittleEndian.AppendUint32(transport, refICRC(ip, udp, transport))
-	var ids idRecoverer
-	if res, _ := checkICRC(&ids, src, dst, pkt); res != ICRCOK {
+	var ids ICRCChecker
+	if res, _ := checkFirst(&ids, src, dst, pkt, false); res != ICRCOK {
 		t.Fatalf("valid IPv6 packet: %v", res)
 	}
 	for bit := range 32 {
 		bad := append([]byte(nil), pkt...)
 		bad[len(bad)-4+bit/8] ^= 1 << (bit % 8)
-		if res, _ := checkICRC(&ids, src, dst, bad); res != ICRCBad {
+		if res, _ := checkFirst(&ids, src, dst, bad, false); res != ICRCBad {
 			t.Errorf("ICRC bit %d flipped: %v", bit, res)
 		}
 	}
@@ -308,10 +310,13 @@ func BenchmarkCheckICRC(b *testing.B) {
 			pkt  []byte
 		}{{"id0", good}, {"recovered", rxe}} {
 			b.Run(c.name+"/"+strconv.Itoa(size), func(b *testing.B) {
-				var ids idRecoverer
+				// The receive path's call: after the first packet, each
+				// is checked against the prediction, which misses for
+				// the repeated id of the "recovered" packet.
+				var k ICRCChecker
 				b.SetBytes(int64(len(c.pkt)))
 				for b.Loop() {
-					if res, _ := checkICRC(&ids, src, dst, c.pkt); res == ICRCBad {
+					if res, _ := k.Check(src, dst, c.pkt, false); res == ICRCBad {
 						b.Fatal("rejected")
 					}
 				}

@@ -218,14 +218,22 @@ func TestCheckICRCNext(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pkt := binary.LittleEndian.AppendUint32(bytes.Clone(transport), refICRCAddrs(tc.src, tc.dst, tc.sentID, transport))
-			var ids idRecoverer
-			res, id := checkICRCNext(&ids, tc.weak, tc.src, tc.dst, pkt, tc.next)
+			var k ICRCChecker
+			predict := func() {
+				k.prevFrom, k.prevID = netip.AddrPort{}, 0
+				if tc.next != 0 {
+					k.prevFrom, k.prevID = tc.src, tc.next-1
+				}
+			}
+			predict()
+			res, id := k.Check(tc.src, tc.dst, pkt, !tc.weak)
 			if res != tc.want || id != tc.wantID {
-				t.Errorf("checkICRCNext = %v, %d; want %v, %d", res, id, tc.want, tc.wantID)
+				t.Errorf("Check = %v, %d; want %v, %d", res, id, tc.want, tc.wantID)
 			}
 			// A damaged packet fails whatever was predicted.
 			pkt[20] ^= 0x10
-			if res, _ := checkICRCNext(&ids, false, tc.src, tc.dst, pkt, tc.next); res != ICRCBad {
+			predict()
+			if res, _ := k.Check(tc.src, tc.dst, pkt, true); res != ICRCBad {
 				t.Errorf("damaged packet: %v", res)
 			}
 		})
