@@ -80,7 +80,7 @@ func FuzzDeliver(f *testing.F) {
 				t.Fatalf("inconsistent info %+v", info)
 			}
 			got = append(got, received{from: from, info: info})
-		}))
+		}), false)
 		ctr := &c.counters
 		if sum := ctr.Malformed.Load() + ctr.ICRCErrors.Load() + ctr.Delivered.Load(); sum != 1 || ctr.RxPackets.Load() != 1 {
 			t.Fatalf("counters: %d rx, %d malformed + %d ICRC errors + %d delivered",
@@ -202,7 +202,7 @@ func FuzzDeliverGRO(f *testing.F) {
 				}
 			}
 			next, prevDelivered = k+1, k
-		}))
+		}), false)
 		for j := next; j < len(segs); j++ {
 			if fixed[j] {
 				t.Fatalf("fixed segment %d not delivered", j)
@@ -296,7 +296,7 @@ func BenchmarkDeliver(b *testing.B) {
 				var count countingHandler
 				b.SetBytes(int64(batch * n))
 				for b.Loop() {
-					c.deliver(rx, &count)
+					c.deliver(rx, &count, false)
 				}
 				if want := uint64(b.N) * batch; count.n.Load() != want || c.counters.Delivered.Load() != want {
 					b.Fatalf("delivered %d, counted %d, want %d", count.n.Load(), c.counters.Delivered.Load(), want)

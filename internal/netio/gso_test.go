@@ -88,10 +88,10 @@ func TestOffloadExchange(t *testing.T) {
 				}
 				ac, bc := a.Counters(), b.Counters()
 				n := uint64(len(msgs))
-				waitFor(t, "the receive counters", func() bool { return bc.Delivered.Load() == n })
-				if ac.TxPackets.Load() != n || bc.RxPackets.Load() != n || ac.SendErrors.Load() != 0 {
-					t.Errorf("%d packets sent, %d received, %d send errors; want %d, %d, 0",
-						ac.TxPackets.Load(), bc.RxPackets.Load(), ac.SendErrors.Load(), n, n)
+				waitCounted(t, b, n)
+				if ac.TxPackets.Load() != n || bc.RxPackets.Load() != n || bc.Delivered.Load() != n || ac.SendErrors.Load() != 0 {
+					t.Errorf("%d packets sent, %d received, %d delivered, %d send errors; want %d, %d, %d, 0",
+						ac.TxPackets.Load(), bc.RxPackets.Load(), bc.Delivered.Load(), ac.SendErrors.Load(), n, n, n)
 				}
 				if ac.TxBytes.Load() != bc.RxBytes.Load() {
 					t.Errorf("%d bytes sent, %d received", ac.TxBytes.Load(), bc.RxBytes.Load())
@@ -252,16 +252,19 @@ func TestOffloadRoundTripNoAlloc(t *testing.T) {
 	pkt := buildTestPacket(t, wire.RCRDMAWriteMiddle, 1, 1024, 0)
 	dst := b.LocalAddr()
 	msgs := []Message{{Dst: dst, Packet: pkt}, {Dst: dst, Packet: pkt}, {Dst: dst, Packet: pkt}, {Dst: dst, Packet: pkt}}
+	var sent uint64
 	if n := testing.AllocsPerRun(100, func() {
 		if _, err := s.SendBatch(msgs); err != nil {
 			t.Fatal(err)
 		}
+		sent += uint64(len(msgs))
 		for range msgs {
 			<-arrived
 		}
 	}); n != 0 {
 		t.Errorf("a GSO round trip allocates %v times", n)
 	}
+	waitCounted(t, b, sent)
 	if a.gso && b.gro && (a.Counters().TxGSO.Load() == 0 || b.Counters().RxGRO.Load() == 0) {
 		t.Errorf("offload not used: %d GSO sends, %d GRO receives", a.Counters().TxGSO.Load(), b.Counters().RxGRO.Load())
 	}
@@ -327,6 +330,7 @@ func TestSendBatchPayload(t *testing.T) {
 		if err := a.SetCapture(nil); err != nil {
 			t.Fatal(err)
 		}
+		waitCounted(t, b, uint64(len(msgs)))
 		ac, bc := a.Counters(), b.Counters()
 		if ac.TxPackets.Load() != uint64(len(msgs)) || ac.TxBytes.Load() != txBytes || ac.SendErrors.Load() != 0 {
 			t.Errorf("NoGSO %v: sender counters %d packets, %d bytes, %d errors; want %d, %d, 0",
