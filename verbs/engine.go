@@ -47,6 +47,13 @@ import (
 // on its QP's port with DeviceConfig.PerQPReplyPort. Replies the timer or
 // a PostSend send (they send what is pending) use the QP's port too.
 //
+// Deferring the batch's output must stay invisible to the peer: a QP
+// whose receive completion the application holds has its ACK sent even if
+// the application moves the QP to ERR or destroys it before the batch
+// ends. Modify and Destroy send what the QP's Output still holds
+// (transmitDeferredLocked), and Destroy flushes the replies a batch took
+// from it (flushReplies).
+//
 // Lock order: QP.xmu, then engine.tmu (schedule is called with xmu held);
 // the timer goroutine never holds tmu while it takes a QP's xmu.
 type engine struct {
@@ -78,7 +85,7 @@ type engine struct {
 	// touches it.
 	pending []*QP
 	// replies gathers the replies of the batch (see "Replies" above);
-	// nil with DeviceConfig.PerQPReplyPort. Receive goroutine only.
+	// nil with DeviceConfig.PerQPReplyPort.
 	replies *replyBatch
 
 	// outputs lends QPs the buffers the transport builds packets in.
@@ -201,9 +208,7 @@ func (e *engine) transmitAfterBatch(qp *QP) {
 // Each QP's own packets go first, from its port; then the replies of all
 // of them, from the device's (see "Replies" above).
 func (e *engine) EndBatch() {
-	if h := endBatchHook.Load(); h != nil {
-		(*h)(e.dev)
-	}
+	batchHook(e.dev, batchStart)
 	for i, qp := range e.pending {
 		qp.xmu.Lock()
 		if !qp.closed.Load() {
@@ -214,15 +219,38 @@ func (e *engine) EndBatch() {
 	}
 	e.pending = e.pending[:0]
 	e.nowUses = 0
+	batchHook(e.dev, batchFlush)
+	e.flushReplies()
+}
+
+// flushReplies sends the replies taken since the last flush. EndBatch
+// calls it, and so does Destroy: a QP's replies taken into the batch
+// must not wait for a receive goroutine that the scheduler may hold up
+// until after the device has closed its socket.
+func (e *engine) flushReplies() {
 	if e.replies != nil {
 		e.replies.flush()
 	}
 }
 
-// endBatchHook, when set (by tests only), runs at the start of every
-// EndBatch: it lets a test hold a receive batch's replies back and check
-// what happens to them meanwhile.
-var endBatchHook atomic.Pointer[func(*Device)]
+// batchPoint names where in EndBatch endBatchHook runs.
+type batchPoint int
+
+const (
+	batchStart batchPoint = iota // before any QP's output is sent
+	batchFlush                   // QPs' own packets sent, replies taken, not flushed
+)
+
+// endBatchHook, when set (by tests only), runs at both points of every
+// EndBatch: it lets a test hold a receive batch's replies back, in the
+// QPs' Outputs or in the batch, and check what happens to them meanwhile.
+var endBatchHook atomic.Pointer[func(*Device, batchPoint)]
+
+func batchHook(d *Device, at batchPoint) {
+	if h := endBatchHook.Load(); h != nil {
+		(*h)(d, at)
+	}
+}
 
 // outputPool lends transport.Outputs to QPs from the moment the transport
 // builds packets in one until they are sent (transmitLocked). A QP's
@@ -289,9 +317,12 @@ func (qp *QP) releaseOutputLocked() {
 // replyBatch gathers the replies the QPs of a receive batch make, to send
 // them at its end in one SendBatch from the device's own port. The packets
 // are copied: a QP's Output is reused once its lock is released (by a
-// PostSend, or the timer).
+// PostSend, or the timer). mu guards the copies: the receive path takes
+// and flushes them, and Destroy flushes them too (flushReplies). Lock
+// order: QP.xmu, then mu.
 type replyBatch struct {
 	sender *netio.Sender
+	mu     sync.Mutex
 	buf    []byte // the copies, each followed by room for its ICRC
 	msgs   []netio.Message
 }
@@ -324,12 +355,12 @@ func firstReply(pkts []transport.OutPacket) int {
 }
 
 // take copies pkt, for dst, into the batch if it is a reply, and reports
-// whether it did. ATOMIC_ACKNOWLEDGE is not taken: a READ response of a
-// later request would overtake it (one the timer paces out between the
-// QP's part of EndBatch and the flush of the replies), which the requester
-// takes for an implied NAK and answers by retrying the atomic. The batch's
-// memory grows to the largest batch seen and is then reused: no allocation
-// per packet.
+// whether it did; the caller holds b.mu. ATOMIC_ACKNOWLEDGE is not taken:
+// a READ response of a later request would overtake it (one the timer
+// paces out between the QP's part of EndBatch and the flush of the
+// replies), which the requester takes for an implied NAK and answers by
+// retrying the atomic. The batch's memory grows to the largest batch seen
+// and is then reused: no allocation per packet.
 func (b *replyBatch) take(dst netip.AddrPort, pkt []byte) bool {
 	if !isReply(pkt) { // an ACKNOWLEDGE: all headers, no Payload
 		return false
@@ -346,6 +377,8 @@ func (b *replyBatch) take(dst netip.AddrPort, pkt []byte) bool {
 // a failed send is counted by netio and recovered by the requester's
 // retransmission.
 func (b *replyBatch) flush() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if len(b.msgs) == 0 {
 		return
 	}

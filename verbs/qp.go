@@ -287,8 +287,10 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	// QP is really in (no RTS->RTS that would revive a failed QP).
 	qp.xmu.Lock()
 	defer qp.xmu.Unlock()
-	// A move to ERR the receive path has not mirrored yet (its output
-	// waits for the end of the batch) counts, with its events.
+	// What the receive path built for the end of its batch leaves before
+	// the transition (which discards the Output); a move to ERR it made,
+	// not mirrored yet, counts, with its events.
+	qp.transmitDeferredLocked()
 	qp.noteTransportErrorLocked()
 	cur := qp.State()
 	next := cur
@@ -466,6 +468,9 @@ func (qp *QP) transmitRepliesToLocked(replies *replyBatch) {
 		from := len(pkts)
 		if replies != nil {
 			from = firstReply(pkts)
+			// Held until the QP's own packets have left: a
+			// Destroy's flush must not send its replies first.
+			replies.mu.Lock()
 		}
 		for i := range pkts {
 			dst := qp.peer
@@ -480,6 +485,9 @@ func (qp *QP) transmitRepliesToLocked(replies *replyBatch) {
 		if len(msgs) > 0 {
 			_, _ = qp.sender.SendBatch(msgs)
 		}
+		if replies != nil {
+			replies.mu.Unlock()
+		}
 		clear(msgs) // drop references to the packet buffers
 		qp.msgs = msgs[:0]
 	}
@@ -487,6 +495,18 @@ func (qp *QP) transmitRepliesToLocked(replies *replyBatch) {
 	qp.noteTransportErrorLocked()
 	qp.checkSQDrainedLocked()
 	qp.dev.eng.schedule(qp)
+}
+
+// transmitDeferredLocked sends what the receive path left in qp.out for
+// the end of its batch, as a NIC would already have sent it, before a
+// Modify or Destroy changes what the QP may send: among it may be the ACK
+// of a SEND whose completion the application already holds, and without
+// it the peer retries that SEND into a QP in ERR or a closed port until
+// RETRY_EXC_ERR. The caller holds xmu.
+func (qp *QP) transmitDeferredLocked() {
+	if qp.out != nil && qp.out.Len() > 0 {
+		qp.transmitLocked()
+	}
 }
 
 // noteTransportErrorLocked mirrors a move to ERR that the transport made by
@@ -625,14 +645,7 @@ func (qp *QP) Destroy() error {
 		return closedError(op, "qp")
 	}
 	qp.xmu.Lock()
-	if qp.out != nil && qp.out.Len() > 0 {
-		// Packets the receive path built for the end of its batch go
-		// out first, as a NIC would have sent them: among them may be
-		// the ACK of a SEND whose completion the application already
-		// holds, and without it the peer retries that SEND into a
-		// closed port until RETRY_EXC_ERR.
-		qp.transmitRepliesToLocked(nil)
-	}
+	qp.transmitDeferredLocked()
 	qp.closed.Store(true)
 	if qp.tq != nil {
 		// RESET discards the queued work requests without completions.
@@ -646,6 +659,11 @@ func (qp *QP) Destroy() error {
 	qp.dev.eng.retire(qp)
 	qp.xmu.Unlock()
 	qp.mu.Unlock()
+	// The replies a receive batch took from the QP before it closed may
+	// still wait for that batch's end, on a goroutine the scheduler may
+	// hold up until the device has closed its socket (Device.Close
+	// right after Destroy): they leave now.
+	qp.dev.eng.flushReplies()
 	qp.dev.eng.unschedule(qp)
 
 	qp.dev.qps.Delete(qp.qpn)
