@@ -159,7 +159,15 @@ func TestE2EFaults(t *testing.T) {
 		if fc.Dropped == 0 || fc.Duplicated == 0 || fc.Corrupted == 0 || fc.Delayed == 0 {
 			t.Errorf("%v: not every fault was injected: %+v", e.dev.Addr(), fc)
 		}
-		c := e.dev.Counters()
+		// The tap counts a corruption when it flips the bit; the
+		// ICRC check that drops the packet may come later: after the
+		// hold of a delayed packet, and the socket's counters after
+		// the end of the packet's batch.
+		var c Counters
+		waitFor(t, "every corrupted packet checked", func() bool {
+			c, fc = e.dev.Counters(), e.dev.FaultCounters()
+			return c.ICRCErrors+c.Malformed >= fc.Corrupted
+		})
 		t.Logf("%v: %+v, ICRC errors %d, malformed %d, retries %d, duplicate requests %d",
 			e.dev.Addr(), fc, c.ICRCErrors, c.Malformed, c.CompleterRetryErr, c.DuplicateRequest)
 		if c.ICRCErrors+c.Malformed != fc.Corrupted {

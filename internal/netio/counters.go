@@ -3,7 +3,10 @@ package netio
 import "sync/atomic"
 
 // Counters count what a Conn did, for diagnostics and tests. The fields are
-// updated atomically while the Conn runs and may be read at any time.
+// updated atomically while the Conn runs and may be read at any time. The
+// receive loop adds the counts of a batch once it has handed the batch to
+// the Handler (one addition per batch, not per packet): what a Handler did
+// with a packet may be seen before the packet is counted.
 type Counters struct {
 	// RxPackets and RxBytes count every packet read from the socket (a
 	// datagram, or one segment of a coalesced datagram, see RxGRO) and

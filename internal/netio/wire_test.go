@@ -121,6 +121,8 @@ func TestRecoverIDFromRealHeaders(t *testing.T) {
 			t.Errorf("%s: info %+v, want id %#04x recovered", tt.name, r.info, tt.ip.ID)
 		}
 	}
+	// The last batch's counts are added after the handler had it.
+	waitFor(t, "the recovery counts", func() bool { return b.Counters().ICRCIDRecovered.Load() >= uint64(len(tests)) })
 	if c := b.Counters().ICRCIDRecovered.Load(); c != uint64(len(tests)) {
 		t.Errorf("ICRCIDRecovered = %d, want %d", c, len(tests))
 	}
