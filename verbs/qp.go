@@ -119,14 +119,7 @@ func (qp *QP) Destroy() error {
 		return closedError(op, "qp")
 	}
 	qp.xmu.Lock()
-	if qp.out != nil && qp.out.Len() > 0 {
-		// Packets the receive path built for the end of its batch go
-		// out first, as a NIC would have sent them: among them may be
-		// the ACK of a SEND whose completion the application already
-		// holds, and without it the peer retries that SEND into a
-		// closed port until RETRY_EXC_ERR.
-		qp.transmitRepliesToLocked(nil)
-	}
+	qp.transmitDeferredLocked()
 	qp.closed.Store(true)
 	if qp.tq != nil {
 		// RESET discards the queued work requests without completions.
@@ -140,6 +133,11 @@ func (qp *QP) Destroy() error {
 	qp.dev.eng.retire(qp)
 	qp.xmu.Unlock()
 	qp.mu.Unlock()
+	// The replies a receive batch took from the QP before it closed may
+	// still wait for that batch's end, on a goroutine the scheduler may
+	// hold up until the device has closed its socket (Device.Close right
+	// after Destroy): they leave now.
+	qp.dev.eng.flushReplies()
 	qp.dev.eng.unschedule(qp)
 
 	qp.dev.qps.Delete(qp.qpn)
