@@ -262,7 +262,7 @@ func Open(cfg DeviceConfig) (*Device, error) {
 	}
 	eng, err := startEngine(d, netioFaults(cfg.FaultInjection), cfg.NoOffload, cfg.PerQPReplyPort)
 	if err != nil {
-		return nil, errorf(op, "Addr", ErrInvalidArgument, "cannot bind %v: %v", netip.AddrPortFrom(addr, udpPort), err)
+		return nil, bindError(op, netip.AddrPortFrom(addr, udpPort), err)
 	}
 	d.eng = eng
 	d.busyPoll = cfg.BusyPoll

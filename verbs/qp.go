@@ -124,6 +124,7 @@ func (qp *QP) Destroy() error {
 	if qp.tq != nil {
 		// RESET discards the queued work requests without completions.
 		qp.tq.SetState(QPStateReset)
+		qp.sendCQ.dropClaims(qp.qpn, closedError("PostSendWait", "qp"))
 	}
 	qp.disconnectLocked()
 	qp.releaseOutputLocked()
