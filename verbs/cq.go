@@ -6,7 +6,10 @@ import (
 )
 
 // CQ is a completion queue (struct ibv_cq): a bounded ring of work
-// completions filled by the device and drained by Poll.
+// completions filled by the device and drained by Poll, or by Wait, which
+// blocks until a completion arrives and is the simplest way to wait (a
+// completion channel is libibverbs' way). WorkCompletion.Err turns a
+// failed completion into an error.
 //
 // A CQ never grows by itself: size it for the work requests that can
 // complete between two polls. When the device produces a completion and

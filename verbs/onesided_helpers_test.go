@@ -21,6 +21,7 @@ type sideOpts struct {
 	mrAccess verbs.AccessFlags // default: local write and every remote right
 	qpAccess verbs.AccessFlags // the QP's access flags; see qpAccessNone
 	sendCQ   bool              // a send CQ of its own instead of one CQ for both
+	timeout  uint8             // local ACK timeout code; default 18 (1 s)
 }
 
 // qpAccessNone asks for QP access flags 0 (the zero sideOpts.qpAccess means
@@ -31,14 +32,15 @@ const allRemote = verbs.AccessRemoteRead | verbs.AccessRemoteWrite | verbs.Acces
 
 // side is one end: a device, a registered buffer and an RC QP.
 type side struct {
-	dev    *verbs.Device
-	pd     *verbs.PD
-	buf    []byte
-	mr     *verbs.MR
-	cq     *verbs.CQ // the receive CQ, and the send CQ unless sendCQ
-	sendCQ *verbs.CQ
-	qp     *verbs.QP
-	access verbs.AccessFlags
+	dev     *verbs.Device
+	pd      *verbs.PD
+	buf     []byte
+	mr      *verbs.MR
+	cq      *verbs.CQ // the receive CQ, and the send CQ unless sendCQ
+	sendCQ  *verbs.CQ
+	qp      *verbs.QP
+	access  verbs.AccessFlags
+	timeout uint8
 }
 
 // openSide opens a device with a PD, a buffer registered with o.mrAccess,
@@ -62,7 +64,10 @@ func openSide(t testing.TB, o sideOpts) *side {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dev.Close() })
-	s := &side{dev: dev, buf: make([]byte, o.bufSize), access: o.qpAccess}
+	if o.timeout == 0 {
+		o.timeout = 18
+	}
+	s := &side{dev: dev, buf: make([]byte, o.bufSize), access: o.qpAccess, timeout: o.timeout}
 	if s.pd, err = dev.AllocPD(); err != nil {
 		t.Fatal(err)
 	}
@@ -97,8 +102,9 @@ func connectSides(t testing.TB, a, b sideOpts) (*side, *side) {
 }
 
 // connect moves s's QP through INIT and RTR to RTS toward peer's, with a
-// 1024-byte path MTU and a local ACK timeout of 18 (1 s: nothing is lost
-// on loopback, and a loaded machine must not run the retries out).
+// 1024-byte path MTU and by default a local ACK timeout of 18 (1 s:
+// nothing is lost on loopback, and a loaded machine must not run the
+// retries out).
 func (s *side) connect(t testing.TB, peer *side) {
 	t.Helper()
 	gid, err := peer.dev.QueryGID(1, 1)
@@ -116,7 +122,7 @@ func (s *side) connect(t testing.TB, peer *side) {
 			AHAttr: verbs.AddressVector{DGID: gid, SGIDIndex: 1, HopLimit: 64, IsGlobal: true, PortNum: 1}},
 			verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN |
 				verbs.QPAttrRQPSN | verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer},
-		{verbs.QPAttr{QPState: verbs.QPStateRTS, Timeout: 18, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
+		{verbs.QPAttr{QPState: verbs.QPStateRTS, Timeout: s.timeout, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
 			verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt |
 				verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic},
 	}
