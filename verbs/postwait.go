@@ -20,8 +20,9 @@ import (
 // The completion of wr goes to this call alone, never to Poll, Wait or a
 // completion event; every other completion stays in the CQ for them. To
 // find its own, PostSendWait posts the request under a work request ID of
-// its own (wr is not modified) and returns the completion with wr.WRID
-// restored.
+// its own (wr is not modified), from a range no counter or pointer reaches
+// (0xC1A1 in the top 16 bits, which a program's other requests on the QP
+// must not use), and returns the completion with wr.WRID restored.
 //
 // If ctx ends first, PostSendWait returns ctx.Err(): the request is still
 // posted, and its completion goes to the CQ like any other, with wr.WRID.

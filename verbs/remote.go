@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"encoding"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -23,6 +24,12 @@ type RemoteRegion struct {
 	RKey   uint32
 	Length uint64 // bytes
 }
+
+var (
+	_ encoding.BinaryMarshaler   = RemoteRegion{}
+	_ encoding.BinaryAppender    = RemoteRegion{}
+	_ encoding.BinaryUnmarshaler = (*RemoteRegion)(nil)
+)
 
 // RemoteRegionSize is the length of a RemoteRegion's binary encoding:
 // Addr (8 bytes), RKey (4) and Length (4), big-endian. A region of 4 GiB
