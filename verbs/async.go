@@ -77,6 +77,8 @@ func (t AsyncEventType) String() string {
 // union of libibverbs). The object may have been destroyed since the event
 // was raised; its methods then return ErrClosed. Unlike libibverbs, events
 // need no acknowledgement: destroying an object never waits for its events.
+// String describes the event in one line, with what to change for the
+// error events.
 type AsyncEvent struct {
 	Type AsyncEventType
 	QP   *QP  // EventQPFatal, EventQPReqErr, EventQPAccessErr, EventQPLastWQEReached
@@ -85,6 +87,10 @@ type AsyncEvent struct {
 	// PortNum is the port of a port event; never set, since goroce raises
 	// none.
 	PortNum int
+	// Refusal, for EventQPReqErr and EventQPAccessErr, is the check of
+	// the QP's responder that refused a request from the peer, and the
+	// request: its operation, rkey, address and length.
+	Refusal Refusal
 }
 
 // asyncQueueLen bounds the events a device holds for GetAsyncEvent. A
@@ -208,9 +214,9 @@ func (qp *QP) raiseQPEventsLocked(byTransport bool) {
 	if byTransport && qp.tq != nil {
 		switch qp.tq.ErrorCause() {
 		case transport.CauseInvalidRequest:
-			q.post(AsyncEvent{Type: EventQPReqErr, QP: qp})
+			q.post(AsyncEvent{Type: EventQPReqErr, QP: qp, Refusal: refusalOf(qp.tq.Refusal())})
 		case transport.CauseAccess:
-			q.post(AsyncEvent{Type: EventQPAccessErr, QP: qp})
+			q.post(AsyncEvent{Type: EventQPAccessErr, QP: qp, Refusal: refusalOf(qp.tq.Refusal())})
 		case transport.CauseCQOverflow:
 			q.post(AsyncEvent{Type: EventQPFatal, QP: qp})
 		}
