@@ -126,4 +126,9 @@ func TestVersionedRecordHammer(t *testing.T) {
 		}
 	}
 	t.Logf("owner: %d writes; reader's device: %d ICRC errors, %d retry timeouts", writes.Load(), c.ICRCErrors, c.RetryTimeouts)
+	// Over loopback without faults no packet is corrupt: a READ response
+	// whose payload changed between its ICRC and its send would be.
+	if c.ICRCErrors != 0 {
+		t.Errorf("reader's device dropped %d packets for their ICRC: READ responses of memory being written must be copied before the ICRC", c.ICRCErrors)
+	}
 }

@@ -90,14 +90,6 @@ func transportFault(err error) error {
 // (transport.Ref).
 func (r *mrRegion) Release() { r.release() }
 
-// Holdable reports whether the transport may keep r pinned until the end of
-// a receive batch (transport.HoldableRef): yes for a memory region, whose
-// registration only Dereg and Rereg revoke, from the application's
-// goroutines and without locks the receive path takes; no for a window's
-// binding, which the receive path itself revokes (SEND_WITH_INVALIDATE,
-// LOCAL_INV, BIND_MW) and would then wait for its own pin.
-func (r *mrRegion) Holdable() bool { return !KeyIsMW(r.key) }
-
 // cqSink is a CQ as the transport's completion queue.
 type cqSink CQ
 
@@ -142,6 +134,3 @@ func (s *srqSource) MaxRecvSGE() int {
 	defer s.mu.Unlock()
 	return s.rq.maxSGE
 }
-
-// mrRegion is what the transport may hold until a batch ends.
-var _ transport.HoldableRef = (*mrRegion)(nil)

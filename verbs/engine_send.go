@@ -118,11 +118,10 @@ func (p *outputPool) get() *transport.Output {
 		return o
 	}
 	o := new(transport.Output)
-	// Request payloads and READ responses go from the MR straight into
-	// the kernel's buffers (one copy, not two): the MR stays pinned until
-	// the packet is sent and put returns the Output. +10 % on 64 KiB
-	// WRITEs over loopback. READ responses through a memory window are
-	// still copied (mrRegion.Holdable).
+	// Request payloads go from the MR straight into the kernel's buffers
+	// (one copy, not two): the MR stays pinned until the packet is sent
+	// and put returns the Output. +10 % on 64 KiB WRITEs over loopback.
+	// READ responses are always copied (transport's continueRead).
 	o.SetZeroCopy(true)
 	return o
 }

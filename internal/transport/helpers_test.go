@@ -26,12 +26,7 @@ type testMemory struct {
 	refs    int
 	// invalidated records the rkeys SEND_WITH_INVALIDATE invalidated.
 	invalidated []uint32
-	// holdable is what its Refs answer to HoldableRef.Holdable.
-	holdable bool
 }
-
-// Holdable makes testMemory's Refs HoldableRefs, answering holdable.
-func (m *testMemory) Holdable() bool { return m.holdable }
 
 func newTestMemory() *testMemory {
 	return &testMemory{regions: make(map[uint32]*region), next: 1}

@@ -51,14 +51,14 @@ func (o *Output) Packets() []OutPacket { return o.pkts[:o.n] }
 func (o *Output) Len() int { return o.n }
 
 // SetZeroCopy makes the QPs that build packets in o leave the payloads of
-// requests (SEND, RDMA WRITE) and READ responses in registered memory
-// (OutPacket.Payload), pinned until Reset, instead of copying them into
-// the packet buffers: the sender can gather them from there (one copy, the
-// kernel's, instead of two). A payload that spans scatter/gather elements
-// and inline data are still copied, and so are READ responses from memory
-// whose Ref is not a HoldableRef that says so (a memory window, which a
-// later packet of the same receive batch may invalidate: that waits for
-// every pin).
+// requests (SEND, RDMA WRITE) in registered memory (OutPacket.Payload),
+// pinned until Reset, instead of copying them into the packet buffers: the
+// sender can gather them from there (one copy, the kernel's, instead of
+// two). That is safe because the application may not change a request's
+// buffer before its completion. A payload that spans scatter/gather
+// elements and inline data are still copied, and so are READ responses:
+// the memory they read may be written by the target's CPU meanwhile, and
+// must not change between the ICRC and the send (continueRead).
 func (o *Output) SetZeroCopy(on bool) { o.zeroCopy = on }
 
 // appendZeroCopy appends a packet of headers h whose payload stays where it

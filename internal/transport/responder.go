@@ -440,12 +440,15 @@ func (qp *QP) sendReplies(out *Output) {
 	}
 }
 
-// continueRead appends packets of READ reply r within *budget, copying once
-// from registered memory into the packets, or with zero copy (Output
-// SetZeroCopy, and memory that may stay pinned: HoldableRef) leaving the
-// payloads in memory. The memory is looked up again for every burst: if it
-// was deregistered meanwhile, the READ fails with a remote access error. It
-// reports false on such a failure.
+// continueRead appends packets of READ reply r within *budget, copying
+// from registered memory into the packets. The copy is what makes a packet
+// self-consistent: the target's CPU may be writing the memory a READ reads
+// (a seqlock's record, a counter), and a payload left in memory until the
+// send (as requests' payloads are, Output.SetZeroCopy) could change
+// between its ICRC and the kernel's copy, and be dropped as corrupt at the
+// requester, again on every retry. The memory is looked up again for every
+// burst: if it was deregistered meanwhile, the READ fails with a remote
+// access error. It reports false on such a failure.
 func (qp *QP) continueRead(r *reply, budget *int, out *Output) bool {
 	var data []byte
 	var ref Ref
@@ -460,10 +463,6 @@ func (qp *QP) continueRead(r *reply, budget *int, out *Output) bool {
 			qp.failNow(r.psn, wire.NAKRemoteAccessError, ibv.WCRemAccessErr, why, out)
 			return false
 		}
-	}
-	hold := false
-	if h, ok := ref.(HoldableRef); ok && out.zeroCopy {
-		hold = h.Holdable()
 	}
 	for *budget > 0 && (r.first || r.resid > 0) {
 		chunk := data[:min(uint32(len(data)), qp.mtu)]
@@ -488,16 +487,11 @@ func (qp *QP) continueRead(r *reply, budget *int, out *Output) bool {
 			PSN:      r.psn,
 		}
 		h.AETH = wire.AETHFields{Syndrome: wire.SyndromeAckUnlimited, MSN: qp.resp.msn}
-		if hold && len(chunk) > 0 {
-			pkt := out.appendZeroCopy(h, chunk)
-			pkt.QPN, pkt.Dest = qp.qpn, qp.dest
-		} else {
-			pkt := out.alloc(h.Len() + len(chunk) + int(h.BTH.PadCount))
-			b := wire.AppendHeaders(pkt.Bytes, h)
-			b = append(b, chunk...)
-			pkt.Bytes = wire.AppendPad(b, h.BTH.PadCount)
-			pkt.QPN, pkt.Dest = qp.qpn, qp.dest
-		}
+		pkt := out.alloc(h.Len() + len(chunk) + int(h.BTH.PadCount))
+		b := wire.AppendHeaders(pkt.Bytes, h)
+		b = append(b, chunk...)
+		pkt.Bytes = wire.AppendPad(b, h.BTH.PadCount)
+		pkt.QPN, pkt.Dest = qp.qpn, qp.dest
 		qp.counters.SentPackets++
 
 		r.first = false
@@ -507,11 +501,7 @@ func (qp *QP) continueRead(r *reply, budget *int, out *Output) bool {
 		*budget--
 	}
 	if ref != nil {
-		if hold {
-			out.hold(ref) // released by out.Reset, after the send
-		} else {
-			ref.Release()
-		}
+		ref.Release()
 	}
 	return true
 }

@@ -37,17 +37,6 @@ type RemoteChecker interface {
 // Ref pins memory returned by Memory until Release.
 type Ref interface{ Release() }
 
-// HoldableRef is implemented by a Ref that may stay pinned until the
-// Output that holds it is reset (Output.SetZeroCopy), after the packets
-// built since are sent, when Holdable reports true. Memory whose
-// revocation the receive path itself can wait for (a memory window that a
-// later SEND_WITH_INVALIDATE of the same batch invalidates) must report
-// false: that wait would never end. Without the method a Ref is not held.
-type HoldableRef interface {
-	Ref
-	Holdable() bool
-}
-
 // RKeyInvalidator is implemented by a Memory that supports remote
 // invalidation: the responder calls it for SEND_WITH_INVALIDATE. A Memory
 // without it makes such sends fail with an invalid request NAK.
