@@ -25,11 +25,8 @@ import (
 // was a mixture, which a reader trusting the version alone would have
 // accepted.
 func TestVersionedRecordHammer(t *testing.T) {
-	// Timeout 14 (67 ms): a READ response whose bytes changed between
-	// the ICRC and the kernel's copy is dropped by the requester and
-	// re-read after the timeout (see the package documentation).
-	server, client := connectSides(t, sideOpts{addr: "127.0.1.30", bufSize: 1 << 20, timeout: 14},
-		sideOpts{addr: "127.0.1.31", bufSize: 1 << 20, timeout: 14})
+	server, client := connectSides(t, sideOpts{addr: "127.0.1.30", bufSize: 1 << 20},
+		sideOpts{addr: "127.0.1.31", bufSize: 1 << 20})
 	ctx := testCtx(t)
 
 	const (
@@ -121,8 +118,21 @@ func TestVersionedRecordHammer(t *testing.T) {
 	for pi, tl := range results {
 		t.Logf("%s: %d accepted, %d during a write (odd version), %d rejected by the check, of which %d torn with an even version",
 			protocols[pi].name, tl.accepted, tl.odd, tl.mismatch, tl.tornEven)
-		if tl.accepted == 0 {
-			t.Errorf("%s never accepted a record", protocols[pi].name)
+	}
+	// Whether a protocol accepted any record while the owner wrote
+	// without pause depends on the scheduler (three READs rarely fit
+	// between two writes on two busy cores). With the owner stopped, each
+	// must accept every record: a check that rejects everything would
+	// pass the hammer.
+	for pi, proto := range protocols {
+		for k := range records {
+			r, err := proto.read(ctx, client.qp, remotes[k], client.mr, (pi*records+k)*stride)
+			switch {
+			case err != nil:
+				t.Errorf("%s of record %d at rest: %v", proto.name, k, err)
+			case r.odd || r.mismatch || !consistent(r.payload, r.version):
+				t.Errorf("%s did not accept record %d at rest (version %d, odd %v, rejected %v)", proto.name, k, r.version, r.odd, r.mismatch)
+			}
 		}
 	}
 	t.Logf("owner: %d writes; reader's device: %d ICRC errors, %d retry timeouts", writes.Load(), c.ICRCErrors, c.RetryTimeouts)

@@ -177,15 +177,13 @@
 //     return, for each byte, the old or the new value: a mixture of
 //     versions, torn at any granularity. Not even an aligned 8-byte word
 //     is read as a unit. Each response packet (up to the path MTU) is
-//     copied in one piece, in no defined order within it: Go's copy on
-//     amd64 reads the last 128 bytes of a block before the rest, and a
-//     response from a memory region is read twice, for its ICRC and then
-//     by the kernel as the packet leaves. Packets go out in ascending
-//     address order, but one whose bytes changed between those two reads
-//     fails the requester's ICRC check (Counters.ICRCErrors) and is read
-//     again later, as a lost one is, after the next response shows the
-//     gap or the local ACK timeout: so the packets of one READ are not
-//     read in a defined order either.
+//     copied in one piece, in no defined order within it (Go's copy on
+//     amd64 reads the last 128 bytes of a block before the rest), into
+//     its packet before the ICRC is computed: what leaves is what was
+//     read, never a packet the requester would drop as corrupt. Packets go
+//     out in ascending address order, but a lost one is read again later,
+//     after the next response shows the gap or the local ACK timeout: so
+//     the packets of one READ are not read in a defined order either.
 //   - Requests on one QP execute in order at the target. A READ posted
 //     after an earlier READ completed (PostSendWait does that; a
 //     pipelined reader sets SendFence) reads memory after the earlier one
