@@ -389,8 +389,3 @@ func sgListLength(sges []SGE) uint64 {
 	}
 	return n
 }
-
-// flushRecvWC is the completion of a receive work request flushed in ERR.
-func flushRecvWC(wrID uint64, qpn uint32) WorkCompletion {
-	return WorkCompletion{WRID: wrID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qpn}
-}
