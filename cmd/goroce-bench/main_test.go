@@ -10,10 +10,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 )
 
-// The tests' devices: loopback addresses no other package's tests use.
-var addrs = []string{"-a", "127.0.3.5", "-b", "127.0.3.6"}
+// The tests' devices: loopback addresses of this test process's own.
+var addrs = []string{"-a", testkit.Addr(1).String(), "-b", testkit.Addr(2).String()}
 
 func runBench(t *testing.T, args ...string) string {
 	t.Helper()
@@ -136,7 +138,7 @@ func TestConfigErrors(t *testing.T) {
 	}{
 		{[]string{"-a", "localhost"}, "-a"},
 		{[]string{"-b", "1.2.3"}, "-b"},
-		{[]string{"-a", "127.0.3.5", "-b", "127.0.3.5"}, "must differ"},
+		{[]string{"-a", testkit.Addr(1).String(), "-b", testkit.Addr(1).String()}, "must differ"},
 		{[]string{"-mtu", "1500"}, "-mtu"},
 		{[]string{"-mtu", "8192"}, "-mtu"},
 		{[]string{"-sizes", "0"}, "-sizes"},

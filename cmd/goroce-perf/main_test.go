@@ -20,15 +20,17 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/oob"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
 
-// Tests use 127.0.5.x: other packages' tests bind 127.0.0.x and 127.0.1.x
-// concurrently. Each test has its own pair of addresses, so the devices can
-// all use the RoCEv2 port.
-func loopAddrs(n int) string {
-	return fmt.Sprintf("127.0.5.%d,127.0.5.%d", 2*n+1, 2*n+2)
-}
+// Tests bind testkit's addresses of this process's own: other packages'
+// tests (and other runs of these) bind theirs concurrently. Each test has
+// its own pair of addresses, so the devices can all use the RoCEv2 port.
+func loopAddrs(n int) string { return host(2*n+1) + "," + host(2*n+2) }
+
+// host is testkit's address number n, as a string.
+func host(n int) string { return testkit.Addr(n).String() }
 
 // runCmd runs the program with a deadline, so that a hang fails the test.
 func runCmd(t *testing.T, timeout time.Duration, args ...string) (code int, stdout, stderr string) {
@@ -231,6 +233,9 @@ func checkPlot(t *testing.T, path string, curves int) {
 // The table is perftest's, byte for byte where it overlaps: these lines
 // are from the reference logs of perftest 6.06 (rxe-vm/captures).
 func TestTableMatchesPerftest(t *testing.T) {
+	// perftest prints each GID byte in decimal, two digits at least.
+	b := testkit.Addr(1).As4()
+	gidRE := fmt.Sprintf(`^ GID: 00:00:00:00:00:00:00:00:00:00:255:255:%02d:%02d:%02d:\d+$`, b[0], b[1], b[2])
 	for i, tc := range []struct {
 		test    string
 		header  string
@@ -278,7 +283,7 @@ func TestTableMatchesPerftest(t *testing.T) {
 					t.Errorf("no line %q in\n%s", want, client)
 				}
 			}
-			for _, re := range []string{tc.lineRE, tc.addrRE, `^ GID: 00:00:00:00:00:00:00:00:00:00:255:255:127:00:05:\d\d$`,
+			for _, re := range []string{tc.lineRE, tc.addrRE, gidRE,
 				`^ MR \d+\.\d\d MiB: reg \d+\.\d usec \(\d+\.\d\d usec/MiB\), dereg \d+\.\d usec \(\d+\.\d\d usec/MiB\)$`} {
 				rx := regexp.MustCompile(re)
 				found := false
@@ -295,7 +300,7 @@ func TestTableMatchesPerftest(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	// A TCP port with nothing listening: bind one, note it, close it.
-	ln, err := net.Listen("tcp", "127.0.5.100:0")
+	ln, err := net.Listen("tcp", host(100)+":0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +308,7 @@ func TestBadInput(t *testing.T) {
 	ln.Close()
 
 	// A peer that answers the version exchange with garbage.
-	garbage, err := net.Listen("tcp", "127.0.5.101:0")
+	garbage, err := net.Listen("tcp", host(101)+":0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,10 +334,10 @@ func TestBadInput(t *testing.T) {
 		code int
 		want string
 	}{
-		{"unreachable server", []string{"write_bw", "--bind", "127.0.5.102", "-p", deadPort, "127.0.5.100"}, 1, "cannot connect to the server"},
-		{"garbage peer", []string{"write_bw", "--bind", "127.0.5.103", "-p", garbagePort, "127.0.5.101"}, 1, "version"},
-		{"size over the device limit", []string{"write_bw", "--bind", "127.0.5.104", "-s", "4294967296", "-p", garbagePort, "127.0.5.101"}, 1, "max_msg_sz"},
-		{"size over the device limit, no bind", []string{"read_bw", "-s", "4294967296", "-p", garbagePort, "127.0.5.101"}, 1, "max_msg_sz"},
+		{"unreachable server", []string{"write_bw", "--bind", host(102), "-p", deadPort, host(100)}, 1, "cannot connect to the server"},
+		{"garbage peer", []string{"write_bw", "--bind", host(103), "-p", garbagePort, host(101)}, 1, "version"},
+		{"size over the device limit", []string{"write_bw", "--bind", host(104), "-s", "4294967296", "-p", garbagePort, host(101)}, 1, "max_msg_sz"},
+		{"size over the device limit, no bind", []string{"read_bw", "-s", "4294967296", "-p", garbagePort, host(101)}, 1, "max_msg_sz"},
 		{"unknown test", []string{"write_fast"}, 2, "unknown test"},
 		{"no test", nil, 2, "missing TEST"},
 		{"UD write", []string{"write_bw", "-c", "UD"}, 2, "UD connection only possible in SEND verb"},
@@ -340,7 +345,7 @@ func TestBadInput(t *testing.T) {
 		{"UC atomic", []string{"atomic_bw", "-c", "uc"}, 2, "UC connection not possible in READ/ATOMIC verbs"},
 		{"XRC", []string{"send_bw", "-c", "XRC"}, 2, "only RC, UC and UD"},
 		{"connection type", []string{"send_bw", "-c", "TCP"}, 2, "unknown connection type"},
-		{"UD size above the MTU", []string{"send_bw", "-c", "UD", "-s", "4097", "--loopback", "--loopback-addrs", "127.0.5.105,127.0.5.106", "-p", "0"}, 1, "cannot be larger than the MTU (4096)"},
+		{"UD size above the MTU", []string{"send_bw", "-c", "UD", "-s", "4097", "--loopback", "--loopback-addrs", host(105) + "," + host(106), "-p", "0"}, 1, "cannot be larger than the MTU (4096)"},
 		{"atomic size", []string{"atomic_bw", "-s", "16"}, 2, "8 bytes"},
 		{"bad MTU", []string{"write_bw", "-m", "1500"}, 2, "-m 1500"},
 		{"two hosts", []string{"write_bw", "a", "b"}, 2, "unexpected argument"},
@@ -374,7 +379,7 @@ func TestBadInput(t *testing.T) {
 
 // A server must not hang on a client that sends garbage.
 func TestServerRejectsGarbageClient(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.5.110:0")
+	ln, err := net.Listen("tcp", host(110)+":0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,11 +390,11 @@ func TestServerRejectsGarbageClient(t *testing.T) {
 	var errs string
 	go func() {
 		defer close(done)
-		code, _, errs = runCmd(t, 30*time.Second, "read_bw", "--bind", "127.0.5.110", "-p", port)
+		code, _, errs = runCmd(t, 30*time.Second, "read_bw", "--bind", host(110), "-p", port)
 	}()
 	var c net.Conn
 	for range 100 {
-		if c, err = net.Dial("tcp", "127.0.5.110:"+port); err == nil {
+		if c, err = net.Dial("tcp", host(110)+":"+port); err == nil {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -605,7 +610,7 @@ func TestServerAgainstReferenceClient(t *testing.T) {
 		{"send_bw", oob.SendBW, false},
 	} {
 		t.Run(fmt.Sprintf("%s/pattern=%v", tc.test, tc.pattern), func(t *testing.T) {
-			srv, cli := fmt.Sprintf("127.0.5.%d", 141+2*i), fmt.Sprintf("127.0.5.%d", 142+2*i)
+			srv, cli := host(141+2*i), host(142+2*i)
 			ln, err := net.Listen("tcp", srv+":0")
 			if err != nil {
 				t.Fatal(err)
@@ -669,7 +674,7 @@ func TestClientAgainstReferenceServer(t *testing.T) {
 		{"atomic_lat", oob.AtomicLat},
 	} {
 		t.Run(tc.test, func(t *testing.T) {
-			srv, cli := fmt.Sprintf("127.0.5.%d", 121+2*i), fmt.Sprintf("127.0.5.%d", 122+2*i)
+			srv, cli := host(121+2*i), host(122+2*i)
 			ln, err := net.Listen("tcp", srv+":0")
 			if err != nil {
 				t.Fatal(err)

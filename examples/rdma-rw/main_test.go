@@ -4,73 +4,27 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 )
 
-// The tests' devices: loopback addresses no other package's tests use.
-const (
-	serverAddr = "127.0.3.1"
-	clientAddr = "127.0.3.2"
+// The tests' devices: loopback addresses of this test process's own.
+var (
+	serverAddr = testkit.Addr(1).String()
+	clientAddr = testkit.Addr(2).String()
 )
 
-// lineWriter collects a command's output and reports each complete line.
-type lineWriter struct {
-	mu      sync.Mutex
-	all     bytes.Buffer
-	partial []byte
-	lines   chan string
-}
-
-func newLineWriter() *lineWriter { return &lineWriter{lines: make(chan string, 100)} }
-
-func (w *lineWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.all.Write(p)
-	w.partial = append(w.partial, p...)
-	for {
-		i := bytes.IndexByte(w.partial, '\n')
-		if i < 0 {
-			return len(p), nil
-		}
-		select {
-		case w.lines <- string(w.partial[:i]):
-		default:
-		}
-		w.partial = w.partial[i+1:]
-	}
-}
-
-func (w *lineWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.all.String()
-}
-
-// startServer runs the server on a free TCP port and returns its address
-// and a channel that yields run's result.
-func startServer(t *testing.T, ctx context.Context, extra ...string) (string, *lineWriter, <-chan error) {
+// startServer runs the server on a free TCP port and returns its address.
+func startServer(t *testing.T, ctx context.Context, extra ...string) (string, *testkit.Program) {
 	t.Helper()
-	out := newLineWriter()
-	done := make(chan error, 1)
 	args := append([]string{"-server", "-addr", serverAddr, "-port", "0"}, extra...)
-	go func() { done <- run(ctx, args, out) }()
-	for {
-		select {
-		case line := <-out.lines:
-			if rest, ok := strings.CutPrefix(line, "server: listening on "); ok {
-				addr, _, _ := strings.Cut(rest, ";")
-				return addr, out, done
-			}
-		case err := <-done:
-			t.Fatalf("server ended before listening: %v\n%s", err, out)
-		case <-ctx.Done():
-			t.Fatalf("server not listening: %v\n%s", ctx.Err(), out)
-		}
-	}
+	p := testkit.Start(func(out io.Writer) error { return run(ctx, args, out) })
+	addr, _, _ := strings.Cut(p.Await(t, ctx, "server: listening on "), ";")
+	return addr, p
 }
 
 func TestClientAndServer(t *testing.T) {
@@ -89,7 +43,7 @@ func TestClientAndServer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			addr, serverOut, serverDone := startServer(t, ctx, tc.serverArgs...)
+			addr, server := startServer(t, ctx, tc.serverArgs...)
 
 			var clientOut bytes.Buffer
 			err := run(ctx, []string{"-addr", clientAddr, "-connect", addr, "-msg", tc.msg}, &clientOut)
@@ -101,12 +55,12 @@ func TestClientAndServer(t *testing.T) {
 				t.Fatalf("client: %v\n%s", err, &clientOut)
 			}
 			// The client's departure ends the server.
-			if err := <-serverDone; err != nil {
-				t.Fatalf("server: %v\n%s", err, serverOut)
+			if err := server.Wait(); err != nil {
+				t.Fatalf("server: %v\n%s", err, server)
 			}
 			if tc.clientErr != "" {
-				if !strings.Contains(serverOut.String(), "counter = 100,") {
-					t.Errorf("the server's counter changed:\n%s", serverOut)
+				if !strings.Contains(server.String(), "counter = 100,") {
+					t.Errorf("the server's counter changed:\n%s", server)
 				}
 				return
 			}
@@ -122,8 +76,8 @@ func TestClientAndServer(t *testing.T) {
 			}
 			// The server's memory changed without the server doing anything.
 			want := fmt.Sprintf("server: client left; counter = 101, message = %q\n", tc.msg)
-			if !strings.HasSuffix(serverOut.String(), want) {
-				t.Errorf("server output does not end with %q:\n%s", want, serverOut)
+			if !strings.HasSuffix(server.String(), want) {
+				t.Errorf("server output does not end with %q:\n%s", want, server)
 			}
 		})
 	}
@@ -138,7 +92,7 @@ func TestUsageErrors(t *testing.T) {
 		{"no address", []string{"-server"}, "-addr"},
 		{"bad address", []string{"-addr", "127.0.3.300"}, "-addr"},
 		{"client without server", []string{"-addr", clientAddr}, "-connect"},
-		{"empty message", []string{"-addr", clientAddr, "-connect", "127.0.3.1:1", "-msg", ""}, "-msg"},
+		{"empty message", []string{"-addr", clientAddr, "-connect", serverAddr + ":1", "-msg", ""}, "-msg"},
 		{"tiny buffer", []string{"-server", "-addr", serverAddr, "-size", "8"}, "-size"},
 		{"stray argument", []string{"-addr", clientAddr, "extra"}, "unexpected argument"},
 		{"unknown flag", []string{"-bogus"}, "bogus"},
@@ -159,12 +113,12 @@ func TestNoServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// A listener that is closed again leaves a port nobody listens on.
-	addr, _, done := startServer(t, ctx)
+	addr, server := startServer(t, ctx)
 	var out bytes.Buffer
 	if err := run(ctx, []string{"-addr", clientAddr, "-connect", addr}, &out); err != nil {
 		t.Fatalf("first client: %v", err)
 	}
-	if err := <-done; err != nil {
+	if err := server.Wait(); err != nil {
 		t.Fatal(err)
 	}
 	if err := run(ctx, []string{"-addr", clientAddr, "-connect", addr}, &out); err == nil {

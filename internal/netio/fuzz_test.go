@@ -8,9 +8,8 @@ import (
 	"testing"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/goroce/goroce/internal/wire"
+	"golang.org/x/sys/unix"
 )
 
 // Fuzz targets for every input that comes from the network or the kernel:

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -153,4 +154,33 @@ func TestWaitForAndLeaks(t *testing.T) {
 	<-done
 	check()
 	WaitGone(t, "testkit.TestWaitForAndLeaks.func")
+}
+
+func TestProgram(t *testing.T) {
+	release := make(chan struct{})
+	p := Start(func(w io.Writer) error {
+		fmt.Fprint(w, "starting\nlistening on ")
+		fmt.Fprint(w, "127.0.0.1:5; ok\n")
+		<-release
+		fmt.Fprintln(w, "bye")
+		return io.EOF
+	})
+	ctx := Context(t)
+	if got := p.Await(t, ctx, "listening on "); got != "127.0.0.1:5; ok" {
+		t.Errorf("Await = %q", got)
+	}
+	close(release)
+	if err := p.Wait(); err != io.EOF {
+		t.Errorf("Wait = %v", err)
+	}
+	if p.String() != "starting\nlistening on 127.0.0.1:5; ok\nbye\n" {
+		t.Errorf("String = %q", p.String())
+	}
+	// A line after the end is still found; a missing one fails.
+	if got := p.Await(t, ctx, "by"); got != "e" {
+		t.Errorf("Await after the end = %q", got)
+	}
+	if r := record(t, func(tb testing.TB) { p.Await(tb, ctx, "never") }); !r.failed || !strings.Contains(r.msg, "ended") {
+		t.Errorf("Await of a missing line: failed %v, %q", r.failed, r.msg)
+	}
 }
