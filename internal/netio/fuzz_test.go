@@ -8,8 +8,9 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/goroce/goroce/internal/wire"
 	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/internal/wire"
 )
 
 // Fuzz targets for every input that comes from the network or the kernel:

@@ -7,10 +7,11 @@ import (
 	"net/netip"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/goroce/goroce/internal/pcap"
 	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/internal/wire"
-	"golang.org/x/sys/unix"
 )
 
 // gsoTestMessages returns the packets of TestOffloadExchange: a 64 KiB

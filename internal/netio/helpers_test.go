@@ -5,9 +5,10 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/goroce/goroce/internal/psn"
 	"github.com/goroce/goroce/internal/wire"
-	"golang.org/x/sys/unix"
 )
 
 // buildTestPacket builds a packet the way the transport will, with wire's

@@ -9,8 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 )
 
 // sockopt reads an integer socket option of a raw connection.

@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/goroce/goroce/internal/pcap"
 	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/internal/wire"
-	"golang.org/x/sys/unix"
 )
 
 // These tests look at real IP headers on loopback through raw sockets, which

@@ -6,9 +6,10 @@ import (
 	"net/netip"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/goroce/goroce/internal/nicproto"
 	"github.com/goroce/goroce/internal/rdmatest/testkit"
-	"golang.org/x/sys/unix"
 )
 
 func TestListAndEnsure(t *testing.T) {
