@@ -530,7 +530,7 @@ func referencePeer(ctx context.Context, kind oob.PerftestKind, role oob.Role, ad
 		fillPattern(mr.Buf()[:size], psn)
 	}
 	plan := oob.PerftestPlan{
-		Kind: kind, SysData: oob.SysData{CycleBuffer: 4096, CacheLineSize: 64}, MTU: oob.MTU1024,
+		Kind: kind, SysData: oob.SysData{CycleBuffer: 4096, CacheLineSize: 64}, MTU: verbs.MTU1024,
 		Init: func(context.Context, oob.PerftestAgreement) ([]oob.Dest, error) {
 			if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QPAccessFlags: qpAccess},
 				verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
@@ -701,7 +701,7 @@ func TestClientAgainstReferenceServer(t *testing.T) {
 			if o.err != nil {
 				t.Fatalf("reference server: %v", o.err)
 			}
-			if o.res.RemoteVersion != oob.DefaultPerftestVersion || o.res.MTU != oob.MTU1024 {
+			if o.res.RemoteVersion != oob.DefaultPerftestVersion || o.res.MTU != verbs.MTU1024 {
 				t.Errorf("reference server agreed on %+v", o.res.PerftestAgreement)
 			}
 			if strings.HasSuffix(tc.test, "_bw") {

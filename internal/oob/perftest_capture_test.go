@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/ibv"
 )
 
 // perftestCaptures maps each capture of a perftest run to its program.
@@ -362,10 +364,10 @@ func TestPerftestReplay(t *testing.T) {
 				res, err := conn.Run(ctx, PerftestPlan{
 					Kind:    pc.kind,
 					SysData: SysData{CycleBuffer: 4096, CacheLineSize: 64},
-					MTU:     MTU1024,
+					MTU:     ibv.MTU1024,
 					Init: func(_ context.Context, a PerftestAgreement) ([]Dest, error) {
 						steps = append(steps, "init")
-						want := PerftestAgreement{RemoteVersion: "6.06", SysData: SysData{4096, 64}, MTU: MTU1024}
+						want := PerftestAgreement{RemoteVersion: "6.06", SysData: SysData{4096, 64}, MTU: ibv.MTU1024}
 						if a != want {
 							return nil, fmt.Errorf("agreement %+v, want %+v", a, want)
 						}
