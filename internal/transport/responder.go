@@ -193,7 +193,7 @@ func (qp *QP) checkOpValid(p *wire.Packet, info wire.OpInfo) bool {
 	case info.IsAtomicWrite():
 		return qp.access&ibv.AccessRemoteWrite != 0 // as rxe
 	case info.IsFlush():
-		need := flushAccess(p.FETH.PlacementType())
+		need := flushAccess(ibv.FlushType(p.FETH.PlacementType()))
 		return qp.access&need == need
 	}
 	return true
