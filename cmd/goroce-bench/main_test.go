@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -190,7 +191,7 @@ func TestParseSizes(t *testing.T) {
 	}
 	for _, tc := range tests {
 		got, err := parseSizes(tc.in)
-		if err != nil || !equal(got, tc.want) {
+		if err != nil || !slices.Equal(got, tc.want) {
 			t.Errorf("parseSizes(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
 		}
 	}
@@ -199,18 +200,6 @@ func TestParseSizes(t *testing.T) {
 			t.Errorf("parseSizes(%q) = %v, want an error", bad, got)
 		}
 	}
-}
-
-func equal(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestPercentile(t *testing.T) {

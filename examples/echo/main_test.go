@@ -4,29 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/rdmatest/testkit"
+	"github.com/goroce/goroce/examples/internal/exampletest"
 )
-
-// The tests' devices: loopback addresses of this test process's own.
-var (
-	serverAddr = testkit.Addr(1).String()
-	clientAddr = testkit.Addr(2).String()
-)
-
-// startServer runs the server on a free TCP port and returns its address.
-func startServer(t *testing.T, ctx context.Context, extra ...string) (string, *testkit.Program) {
-	t.Helper()
-	args := append([]string{"-server", "-addr", serverAddr, "-port", "0"}, extra...)
-	p := testkit.Start(func(out io.Writer) error { return run(ctx, args, out) })
-	addr, _, _ := strings.Cut(p.Await(t, ctx, "server: listening on "), ";")
-	return addr, p
-}
 
 func TestEcho(t *testing.T) {
 	tests := []struct {
@@ -46,10 +30,10 @@ func TestEcho(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			addr, server := startServer(t, ctx, tc.serverArgs...)
+			addr, server := exampletest.StartServer(t, ctx, run, tc.serverArgs...)
 
 			var clientOut bytes.Buffer
-			err := run(ctx, append([]string{"-addr", clientAddr, "-connect", addr}, tc.clientArgs...), &clientOut)
+			err := run(ctx, append([]string{"-addr", exampletest.ClientAddr, "-connect", addr}, tc.clientArgs...), &clientOut)
 			if tc.clientErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.clientErr) {
 					t.Fatalf("client error %v, want one containing %q", err, tc.clientErr)
@@ -94,19 +78,13 @@ func TestUsageErrors(t *testing.T) {
 		want string
 	}{
 		{"no address", []string{"-server"}, "-addr"},
-		{"client without server", []string{"-addr", clientAddr}, "-connect"},
-		{"no messages", []string{"-addr", clientAddr, "-connect", serverAddr + ":1", "-n", "0"}, "-n"},
-		{"zero size", []string{"-server", "-addr", serverAddr, "-size", "0"}, "-size"},
-		{"stray argument", []string{"-addr", clientAddr, "extra"}, "unexpected argument"},
+		{"client without server", []string{"-addr", exampletest.ClientAddr}, "-connect"},
+		{"no messages", []string{"-addr", exampletest.ClientAddr, "-connect", exampletest.ServerAddr + ":1", "-n", "0"}, "-n"},
+		{"zero size", []string{"-server", "-addr", exampletest.ServerAddr, "-size", "0"}, "-size"},
+		{"stray argument", []string{"-addr", exampletest.ClientAddr, "extra"}, "unexpected argument"},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			var out bytes.Buffer
-			err := run(context.Background(), tc.args, &out)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("run(%q) = %v, want an error mentioning %q", tc.args, err, tc.want)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { exampletest.WantArgError(t, run, tc.args, tc.want) })
 	}
 }
 

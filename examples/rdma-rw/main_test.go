@@ -4,28 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/rdmatest/testkit"
+	"github.com/goroce/goroce/examples/internal/exampletest"
 )
-
-// The tests' devices: loopback addresses of this test process's own.
-var (
-	serverAddr = testkit.Addr(1).String()
-	clientAddr = testkit.Addr(2).String()
-)
-
-// startServer runs the server on a free TCP port and returns its address.
-func startServer(t *testing.T, ctx context.Context, extra ...string) (string, *testkit.Program) {
-	t.Helper()
-	args := append([]string{"-server", "-addr", serverAddr, "-port", "0"}, extra...)
-	p := testkit.Start(func(out io.Writer) error { return run(ctx, args, out) })
-	addr, _, _ := strings.Cut(p.Await(t, ctx, "server: listening on "), ";")
-	return addr, p
-}
 
 func TestClientAndServer(t *testing.T) {
 	long := strings.Repeat("0123456789abcdef", 700) // 11200 bytes: three 4 KiB packets
@@ -43,10 +27,10 @@ func TestClientAndServer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			addr, server := startServer(t, ctx, tc.serverArgs...)
+			addr, server := exampletest.StartServer(t, ctx, run, tc.serverArgs...)
 
 			var clientOut bytes.Buffer
-			err := run(ctx, []string{"-addr", clientAddr, "-connect", addr, "-msg", tc.msg}, &clientOut)
+			err := run(ctx, []string{"-addr", exampletest.ClientAddr, "-connect", addr, "-msg", tc.msg}, &clientOut)
 			if tc.clientErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.clientErr) {
 					t.Fatalf("client error %v, want one containing %q", err, tc.clientErr)
@@ -91,20 +75,14 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{"no address", []string{"-server"}, "-addr"},
 		{"bad address", []string{"-addr", "127.0.3.300"}, "-addr"},
-		{"client without server", []string{"-addr", clientAddr}, "-connect"},
-		{"empty message", []string{"-addr", clientAddr, "-connect", serverAddr + ":1", "-msg", ""}, "-msg"},
-		{"tiny buffer", []string{"-server", "-addr", serverAddr, "-size", "8"}, "-size"},
-		{"stray argument", []string{"-addr", clientAddr, "extra"}, "unexpected argument"},
+		{"client without server", []string{"-addr", exampletest.ClientAddr}, "-connect"},
+		{"empty message", []string{"-addr", exampletest.ClientAddr, "-connect", exampletest.ServerAddr + ":1", "-msg", ""}, "-msg"},
+		{"tiny buffer", []string{"-server", "-addr", exampletest.ServerAddr, "-size", "8"}, "-size"},
+		{"stray argument", []string{"-addr", exampletest.ClientAddr, "extra"}, "unexpected argument"},
 		{"unknown flag", []string{"-bogus"}, "bogus"},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			var out bytes.Buffer
-			err := run(context.Background(), tc.args, &out)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("run(%q) = %v, want an error mentioning %q", tc.args, err, tc.want)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { exampletest.WantArgError(t, run, tc.args, tc.want) })
 	}
 }
 
@@ -113,15 +91,15 @@ func TestNoServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// A listener that is closed again leaves a port nobody listens on.
-	addr, server := startServer(t, ctx)
+	addr, server := exampletest.StartServer(t, ctx, run)
 	var out bytes.Buffer
-	if err := run(ctx, []string{"-addr", clientAddr, "-connect", addr}, &out); err != nil {
+	if err := run(ctx, []string{"-addr", exampletest.ClientAddr, "-connect", addr}, &out); err != nil {
 		t.Fatalf("first client: %v", err)
 	}
 	if err := server.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	if err := run(ctx, []string{"-addr", clientAddr, "-connect", addr}, &out); err == nil {
+	if err := run(ctx, []string{"-addr", exampletest.ClientAddr, "-connect", addr}, &out); err == nil {
 		t.Fatal("connecting to a server that left succeeded")
 	}
 }

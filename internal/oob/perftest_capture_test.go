@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -207,7 +208,7 @@ func TestPerftestCaptureReports(t *testing.T) {
 				fmt.Sprintf("%.2f", r.BWPeak), fmt.Sprintf("%.2f", r.BWAvg), fmt.Sprintf("%.6f", r.MsgRateAvg),
 			}
 			for _, m := range results {
-				if !equalStrings(got, m[1:]) {
+				if !slices.Equal(got, m[1:]) {
 					t.Errorf("report %v prints as %q, log has %q", r, got, m[1:])
 				}
 			}
@@ -216,18 +217,6 @@ func TestPerftestCaptureReports(t *testing.T) {
 			}
 		})
 	}
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // blockSizes returns the sizes of the blocks one side writes for steps,

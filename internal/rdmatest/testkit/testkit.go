@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -197,6 +198,58 @@ func Addr(i int) netip.Addr {
 // kernel's ephemeral range, distinct for processes whose ids differ by
 // less than 10,000.
 func Port() uint16 { return uint16(20000 + block%10000) }
+
+// CapturesEnv names a directory of rxe captures to use instead of
+// shared/rxe-vm/captures beside the repository (for a checkout elsewhere).
+const CapturesEnv = "GOROCE_CAPTURES"
+
+// Captures returns the paths of the real rxe captures (shared/rxe-vm, see
+// its README) named, or all *.pcap files if none is named, skipping the
+// test if there are none: the tests that decode them need ../shared beside
+// the repository, which a bare checkout lacks.
+func Captures(t testing.TB, names ...string) []string {
+	t.Helper()
+	dir := CapturesDir()
+	var paths []string
+	if len(names) == 0 {
+		paths, _ = filepath.Glob(filepath.Join(dir, "*.pcap"))
+	}
+	for _, n := range names {
+		if p := filepath.Join(dir, n); fileExists(p) {
+			paths = append(paths, p)
+		}
+	}
+	if len(paths) == 0 || len(paths) < len(names) {
+		t.Skipf("rxe captures %q not in %s", names, dir)
+	}
+	return paths
+}
+
+// CapturesDir is the directory of the rxe captures: $GOROCE_CAPTURES, or
+// shared/rxe-vm/captures beside the repository (the directory above the
+// one holding go.mod, found from the working directory up).
+func CapturesDir() string {
+	if d := os.Getenv(CapturesEnv); d != "" {
+		return d
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for !fileExists(filepath.Join(dir, "go.mod")) {
+		up := filepath.Dir(dir)
+		if up == dir {
+			return ""
+		}
+		dir = up
+	}
+	return filepath.Join(filepath.Dir(dir), "shared", "rxe-vm", "captures")
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
 
 // HelperEnv returns the environment entry ("GOROCE_TEST_BLOCK=n") that
 // gives a helper process the addresses of this one, so that the two can
