@@ -103,7 +103,7 @@ type EndOptions struct {
 	Addr   netip.Addr         // the device's address; default testkit.Addr(1), or Device.Addr
 	Device verbs.DeviceConfig // the rest of the device's configuration
 	// Open opens the device; default verbs.Open. Tests of fault
-	// injection pass verbs.OpenFaulty with their faults.
+	// injection pass verbs.OpenWithFaults with their faults.
 	Open func(verbs.DeviceConfig) (*verbs.Device, error)
 
 	Type     verbs.QPType      // default RC
