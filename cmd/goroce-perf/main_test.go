@@ -29,6 +29,16 @@ import (
 // its own pair of addresses, so the devices can all use the RoCEv2 port.
 func loopAddrs(n int) string { return host(2*n+1) + "," + host(2*n+2) }
 
+// loopback are the flags of a --loopback run on the addresses of loopAddrs(n):
+// an ephemeral TCP port, and a QP timeout of 18 (1.07 s) rather than
+// perftest's 14 (67 ms). Nothing is lost on loopback, so the timeout only
+// bounds how long a receive goroutine may wait for a CPU; under -race on
+// two loaded cores that exceeded 14's (retry_cnt+1) × 67 ms, and a run that
+// is not about retries ended in RETRY_EXC_ERR (as rdmatest.DefaultLink).
+func loopback(n int) []string {
+	return []string{"--loopback", "--loopback-addrs", loopAddrs(n), "-p", "0", "-u", "18"}
+}
+
 // host is testkit's address number n, as a string.
 func host(n int) string { return testkit.Addr(n).String() }
 
@@ -96,8 +106,8 @@ func TestLoopbackEveryTest(t *testing.T) {
 			if strings.HasSuffix(tc.test, "_lat") {
 				iters = "50"
 			}
-			args := append([]string{tc.test, "--loopback", "--loopback-addrs", loopAddrs(i), "-p", "0",
-				"--json", "--check", "-n", iters}, tc.extra...)
+			args := append(append([]string{tc.test}, loopback(i)...), "--json", "--check", "-n", iters)
+			args = append(args, tc.extra...)
 			code, out, errs := runCmd(t, 60*time.Second, args...)
 			if code != 0 {
 				t.Fatalf("exit %d, stderr: %s", code, errs)
@@ -181,8 +191,8 @@ func TestLoopbackAll(t *testing.T) {
 		t.Skip("moves 2×16 MiB per size")
 	}
 	plot := filepath.Join(t.TempDir(), "send_bw.svg")
-	code, out, errs := runCmd(t, 120*time.Second, "send_bw", "-a", "-n", "4", "-t", "4", "--loopback",
-		"--loopback-addrs", loopAddrs(20), "-p", "0", "--json", "--check", "--plot", plot)
+	code, out, errs := runCmd(t, 120*time.Second, append([]string{"send_bw", "-a", "-n", "4", "-t", "4",
+		"--json", "--check", "--plot", plot}, loopback(20)...)...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -263,8 +273,8 @@ func TestTableMatchesPerftest(t *testing.T) {
 		},
 	} {
 		t.Run(tc.test, func(t *testing.T) {
-			code, out, errs := runCmd(t, 60*time.Second, tc.test, "-s", "4096", "-n", "300", "-m", "1024",
-				"--loopback", "--loopback-addrs", loopAddrs(30+i), "-p", "0")
+			code, out, errs := runCmd(t, 60*time.Second, append([]string{tc.test, "-s", "4096", "-n", "300", "-m", "1024"},
+				loopback(30+i)...)...)
 			if code != 0 {
 				t.Fatalf("exit %d: %s", code, errs)
 			}
@@ -353,6 +363,8 @@ func TestBadInput(t *testing.T) {
 		{"lat iterations", []string{"send_lat", "-n", "3"}, 2, "at least 5"},
 		{"bidirectional latency", []string{"write_lat", "-b"}, 2, "bandwidth tests"},
 		{"GID index 0", []string{"write_bw", "-x", "0"}, 2, "GID index 1 only"},
+		{"QP timeout", []string{"write_bw", "-u", "32"}, 2, "-u 32"},
+		{"negative QP timeout", []string{"write_bw", "--qp-timeout", "-1"}, 2, "5-bit code"},
 		{"plot format", []string{"write_bw", "-a", "--plot", "x.pdf"}, 2, "want a .svg or .png file"},
 		{"plot reference without plot", []string{"write_lat", "--plot-ref", "udp=x.txt"}, 2, "needs --plot"},
 		{"plot reference without label", []string{"write_lat", "--plot", "x.svg", "--plot-ref", "x.txt"}, 2, "LABEL=FILE"},
@@ -723,8 +735,8 @@ func TestCounters(t *testing.T) {
 	var names []string
 	verbs.Counters{}.Each(func(name string, _ uint64) { names = append(names, name) })
 	t.Run("text", func(t *testing.T) {
-		code, out, errs := runCmd(t, 60*time.Second, "write_bw", "-s", "4096", "-n", "20", "--loopback",
-			"--loopback-addrs", loopAddrs(50), "-p", "0", "--counters")
+		code, out, errs := runCmd(t, 60*time.Second, append([]string{"write_bw", "-s", "4096", "-n", "20", "--counters"},
+			loopback(50)...)...)
 		if code != 0 || errs != "" {
 			t.Fatalf("exit %d, stderr %q, stdout:\n%s", code, errs, out)
 		}
@@ -761,8 +773,8 @@ func TestCounters(t *testing.T) {
 		}
 	})
 	t.Run("json", func(t *testing.T) {
-		code, out, errs := runCmd(t, 60*time.Second, "send_bw", "-s", "1000", "-n", "10", "--loopback",
-			"--loopback-addrs", loopAddrs(51), "-p", "0", "--counters", "--json")
+		code, out, errs := runCmd(t, 60*time.Second, append([]string{"send_bw", "-s", "1000", "-n", "10", "--counters", "--json"},
+			loopback(51)...)...)
 		if code != 0 || errs != "" {
 			t.Fatalf("exit %d, stderr %q, stdout:\n%s", code, errs, out)
 		}

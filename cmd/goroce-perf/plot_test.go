@@ -80,8 +80,7 @@ func TestPlotChart(t *testing.T) {
 // size, so one CDF curve in the first series colour and none in the others.
 func TestLoopbackPlotPNG(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "read_lat.png")
-	code, _, errs := runCmd(t, 60*time.Second, "read_lat", "-n", "50", "--loopback",
-		"--loopback-addrs", loopAddrs(40), "-p", "0", "--plot", path)
+	code, _, errs := runCmd(t, 60*time.Second, append([]string{"read_lat", "-n", "50", "--plot", path}, loopback(40)...)...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
