@@ -169,8 +169,10 @@ func (d *Device) InitAHFromWC(port int, wc *WorkCompletion, grh []byte) (Address
 }
 
 // CreateAHFromWC creates an address handle to the sender of a UD receive
-// completion (ibv_create_ah_from_wc): InitAHFromWC, then CreateAH.
-func (pd *PD) CreateAHFromWC(wc *WorkCompletion, grh []byte, port int) (*AH, error) {
+// completion (ibv_create_ah_from_wc): InitAHFromWC, then CreateAH. The port
+// comes first, as in every verb that takes one (libibverbs puts it last
+// here).
+func (pd *PD) CreateAHFromWC(port int, wc *WorkCompletion, grh []byte) (*AH, error) {
 	if pd == nil {
 		return nil, newError("CreateAHFromWC", "pd", ErrInvalidArgument, "nil")
 	}

@@ -1,42 +1,46 @@
-package verbs
+package verbs_test
 
 import (
 	"context"
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
+	"github.com/goroce/goroce/verbs"
 )
 
 // TestAsyncEventTypeValues pins the values and names of enum
 // ibv_event_type.
 func TestAsyncEventTypeValues(t *testing.T) {
 	for _, c := range []struct {
-		typ  AsyncEventType
+		typ  verbs.AsyncEventType
 		val  int
 		name string
 	}{
-		{EventCQErr, 0, "CQ_ERR"},
-		{EventQPFatal, 1, "QP_FATAL"},
-		{EventQPReqErr, 2, "QP_REQ_ERR"},
-		{EventQPAccessErr, 3, "QP_ACCESS_ERR"},
-		{EventCommEst, 4, "COMM_EST"},
-		{EventSQDrained, 5, "SQ_DRAINED"},
-		{EventPathMig, 6, "PATH_MIG"},
-		{EventPathMigErr, 7, "PATH_MIG_ERR"},
-		{EventDeviceFatal, 8, "DEVICE_FATAL"},
-		{EventPortActive, 9, "PORT_ACTIVE"},
-		{EventPortErr, 10, "PORT_ERR"},
-		{EventLIDChange, 11, "LID_CHANGE"},
-		{EventPKeyChange, 12, "PKEY_CHANGE"},
-		{EventSMChange, 13, "SM_CHANGE"},
-		{EventSRQErr, 14, "SRQ_ERR"},
-		{EventSRQLimitReached, 15, "SRQ_LIMIT_REACHED"},
-		{EventQPLastWQEReached, 16, "QP_LAST_WQE_REACHED"},
-		{EventClientReregister, 17, "CLIENT_REREGISTER"},
-		{EventGIDChange, 18, "GID_CHANGE"},
-		{EventWQFatal, 19, "WQ_FATAL"},
-		{AsyncEventType(20), 20, "EVENT(20)"},
-		{AsyncEventType(-1), -1, "EVENT(-1)"},
+		{verbs.EventCQErr, 0, "CQ_ERR"},
+		{verbs.EventQPFatal, 1, "QP_FATAL"},
+		{verbs.EventQPReqErr, 2, "QP_REQ_ERR"},
+		{verbs.EventQPAccessErr, 3, "QP_ACCESS_ERR"},
+		{verbs.EventCommEst, 4, "COMM_EST"},
+		{verbs.EventSQDrained, 5, "SQ_DRAINED"},
+		{verbs.EventPathMig, 6, "PATH_MIG"},
+		{verbs.EventPathMigErr, 7, "PATH_MIG_ERR"},
+		{verbs.EventDeviceFatal, 8, "DEVICE_FATAL"},
+		{verbs.EventPortActive, 9, "PORT_ACTIVE"},
+		{verbs.EventPortErr, 10, "PORT_ERR"},
+		{verbs.EventLIDChange, 11, "LID_CHANGE"},
+		{verbs.EventPKeyChange, 12, "PKEY_CHANGE"},
+		{verbs.EventSMChange, 13, "SM_CHANGE"},
+		{verbs.EventSRQErr, 14, "SRQ_ERR"},
+		{verbs.EventSRQLimitReached, 15, "SRQ_LIMIT_REACHED"},
+		{verbs.EventQPLastWQEReached, 16, "QP_LAST_WQE_REACHED"},
+		{verbs.EventClientReregister, 17, "CLIENT_REREGISTER"},
+		{verbs.EventGIDChange, 18, "GID_CHANGE"},
+		{verbs.EventWQFatal, 19, "WQ_FATAL"},
+		{verbs.AsyncEventType(20), 20, "EVENT(20)"},
+		{verbs.AsyncEventType(-1), -1, "EVENT(-1)"},
 	} {
 		if int(c.typ) != c.val || c.typ.String() != c.name {
 			t.Errorf("%v = %d, want %s = %d", c.typ, int(c.typ), c.name, c.val)
@@ -45,7 +49,7 @@ func TestAsyncEventTypeValues(t *testing.T) {
 }
 
 // nextEvent waits up to 10 s for the device's next asynchronous event.
-func nextEvent(t testing.TB, d *Device) AsyncEvent {
+func nextEvent(t testing.TB, d *verbs.Device) verbs.AsyncEvent {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -57,10 +61,10 @@ func nextEvent(t testing.TB, d *Device) AsyncEvent {
 }
 
 // pendingEvents returns the events queued on d, without waiting.
-func pendingEvents(d *Device) []AsyncEvent {
+func pendingEvents(d *verbs.Device) []verbs.AsyncEvent {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	var evs []AsyncEvent
+	var evs []verbs.AsyncEvent
 	for {
 		ev, err := d.GetAsyncEvent(ctx)
 		if err != nil {
@@ -79,15 +83,15 @@ func TestGetAsyncEventWaits(t *testing.T) {
 	}
 
 	// A waiter is woken by an event raised later, and another by Close.
-	cq := mustCQ(t, d, 1)
-	got := make(chan AsyncEvent)
+	cq := rdmatest.CQ(t, d, 1)
+	got := make(chan verbs.AsyncEvent)
 	go func() {
 		ev, _ := d.GetAsyncEvent(context.Background())
 		got <- ev
 	}()
-	cq.push(wcWithID(1), false)
-	cq.push(wcWithID(2), false) // overruns
-	if ev := <-got; ev.Type != EventCQErr || ev.CQ != cq {
+	cq.Push(wcWithID(1), false)
+	cq.Push(wcWithID(2), false) // overruns
+	if ev := <-got; ev.Type != verbs.EventCQErr || ev.CQ != cq {
 		t.Fatalf("event %+v, want CQ_ERR for the CQ", ev)
 	}
 	errc := make(chan error)
@@ -98,10 +102,10 @@ func TestGetAsyncEventWaits(t *testing.T) {
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-errc; !errors.Is(err, ErrClosed) {
+	if err := <-errc; !errors.Is(err, verbs.ErrClosed) {
 		t.Fatalf("GetAsyncEvent blocked across Close: %v, want ErrClosed", err)
 	}
-	if _, err := d.GetAsyncEvent(context.Background()); !errors.Is(err, ErrClosed) {
+	if _, err := d.GetAsyncEvent(context.Background()); !errors.Is(err, verbs.ErrClosed) {
 		t.Fatalf("GetAsyncEvent after Close: %v, want ErrClosed", err)
 	}
 }
@@ -112,22 +116,22 @@ func TestGetAsyncEventWaits(t *testing.T) {
 func TestAsyncEventQueueBounded(t *testing.T) {
 	d := newDevice(t)
 	const extra = 10
-	cqs := make([]*CQ, asyncQueueLen+extra)
+	cqs := make([]*verbs.CQ, verbs.AsyncQueueLen+extra)
 	for i := range cqs {
-		cqs[i] = mustCQ(t, d, 1)
-		cqs[i].push(wcWithID(1), false)
-		cqs[i].push(wcWithID(2), false)
-		cqs[i].push(wcWithID(3), false) // the CQ is in error already: no second event
+		cqs[i] = rdmatest.CQ(t, d, 1)
+		cqs[i].Push(wcWithID(1), false)
+		cqs[i].Push(wcWithID(2), false)
+		cqs[i].Push(wcWithID(3), false) // the CQ is in error already: no second event
 	}
 	if n := d.AsyncEventsDropped(); n != extra {
 		t.Fatalf("%d events dropped, want %d", n, extra)
 	}
 	evs := pendingEvents(d)
-	if len(evs) != asyncQueueLen {
-		t.Fatalf("%d events queued, want %d", len(evs), asyncQueueLen)
+	if len(evs) != verbs.AsyncQueueLen {
+		t.Fatalf("%d events queued, want %d", len(evs), verbs.AsyncQueueLen)
 	}
 	for i, ev := range evs {
-		if ev.Type != EventCQErr || ev.CQ != cqs[i] {
+		if ev.Type != verbs.EventCQErr || ev.CQ != cqs[i] {
 			t.Fatalf("event %d is %v for another CQ: not in the order raised", i, ev.Type)
 		}
 	}
@@ -137,25 +141,25 @@ func TestAsyncEventQueueBounded(t *testing.T) {
 // even once polled empty, and keeps those it held.
 func TestCQOverrunState(t *testing.T) {
 	d := newDevice(t)
-	cq := mustCQ(t, d, 2)
+	cq := rdmatest.CQ(t, d, 2)
 	for i := range uint64(3) {
-		cq.push(wcWithID(i), false)
+		cq.Push(wcWithID(i), false)
 	}
-	buf := make([]WorkCompletion, 4)
+	buf := make([]verbs.WorkCompletion, 4)
 	if n, err := cq.Poll(buf); n != 2 || err != nil || buf[0].WRID != 0 || buf[1].WRID != 1 {
 		t.Fatalf("Poll after the overrun = %d %v, %v; want the 2 completions accepted", n, buf[:n], err)
 	}
-	if !cq.push(wcWithID(7), false) {
+	if !cq.Push(wcWithID(7), false) {
 		t.Fatal("an empty CQ in error accepted a completion")
 	}
 	if n, _ := cq.Poll(buf); n != 0 {
 		t.Fatalf("Poll = %d, want 0", n)
 	}
-	if cq.overrunCount() != 2 {
-		t.Fatalf("%d overruns counted, want 2", cq.overrunCount())
+	if cq.OverrunCount() != 2 {
+		t.Fatalf("%d overruns counted, want 2", cq.OverrunCount())
 	}
 	evs := pendingEvents(d)
-	if len(evs) != 1 || evs[0].Type != EventCQErr || evs[0].CQ != cq {
+	if len(evs) != 1 || evs[0].Type != verbs.EventCQErr || evs[0].CQ != cq {
 		t.Fatalf("events %+v, want one CQ_ERR", evs)
 	}
 }
@@ -167,53 +171,53 @@ func TestCQOverrunState(t *testing.T) {
 // too, so those work requests never complete (the documented loss); the
 // requester is not affected.
 func TestE2ECQOverrun(t *testing.T) {
-	a, b := newEnd(t, "127.0.1.1", endOpts{}), newEnd(t, "127.0.1.2", endOpts{})
-	if err := b.qp.Destroy(); err != nil {
+	a, b := newEnd(t, 1, rdmatest.EndOptions{}), newEnd(t, 2, rdmatest.EndOptions{})
+	if err := b.QP.Destroy(); err != nil {
 		t.Fatal(err)
 	}
-	small := mustCQ(t, b.dev, 2)
+	small := rdmatest.CQ(t, b.Dev, 2)
 	var err error
-	b.qp, err = b.pd.CreateQP(QPInitAttr{QPType: QPTypeRC, SendCQ: b.cq, RecvCQ: small,
-		Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	b.QP, err = b.PD.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: b.CQ, RecvCQ: small,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	connect(t, a, b, defaultLink(), defaultLink())
+	rdmatest.Connect(t, a, b, rdmatest.DefaultLink(), rdmatest.DefaultLink())
 	for i := range 5 {
-		mustPostRecv(t, b.qp, RecvWR{WRID: uint64(100 + i), SGList: []SGE{b.mr.SGE(recvOff+i*64, 64)}})
+		rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: uint64(100 + i), SGList: []verbs.SGE{b.MR.SGE(recvOff+i*64, 64)}})
 	}
 	for i := range 3 {
-		mustPostSend(t, a.qp, SendWR{WRID: uint64(i), Opcode: WRSend, SendFlags: SendSignaled, SGList: []SGE{a.mr.SGE(0, 8)}})
+		rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 8)}})
 	}
 	// The third SEND was placed and acknowledged before its completion
 	// was refused: the requester sees all three succeed.
-	for i, wc := range waitN(t, a.cq, 3) {
-		if wc.WRID != uint64(i) || wc.Status != WCSuccess {
+	for i, wc := range rdmatest.WaitN(t, a.CQ, 3) {
+		if wc.WRID != uint64(i) || wc.Status != verbs.WCSuccess {
 			t.Fatalf("send %d completed %+v", i, wc)
 		}
 	}
-	waitFor(t, "receiver in ERR", func() bool { return b.qp.State() == QPStateErr })
-	evs := []AsyncEvent{nextEvent(t, b.dev), nextEvent(t, b.dev)}
-	if evs[0].Type != EventCQErr || evs[0].CQ != small || evs[1].Type != EventQPFatal || evs[1].QP != b.qp {
+	testkit.WaitFor(t, "receiver in ERR", func() bool { return b.QP.State() == verbs.QPStateErr })
+	evs := []verbs.AsyncEvent{nextEvent(t, b.Dev), nextEvent(t, b.Dev)}
+	if evs[0].Type != verbs.EventCQErr || evs[0].CQ != small || evs[1].Type != verbs.EventQPFatal || evs[1].QP != b.QP {
 		t.Fatalf("events %v %v, want CQ_ERR for the CQ then QP_FATAL for the QP", evs[0].Type, evs[1].Type)
 	}
-	wcs := pollAll(t, small)
-	if len(wcs) != 2 || wcs[0].WRID != 100 || wcs[1].WRID != 101 || wcs[0].Status != WCSuccess || wcs[1].Status != WCSuccess {
+	wcs := rdmatest.Poll(t, small)
+	if len(wcs) != 2 || wcs[0].WRID != 100 || wcs[1].WRID != 101 || wcs[0].Status != verbs.WCSuccess || wcs[1].Status != verbs.WCSuccess {
 		t.Fatalf("receive CQ holds %+v, want receives 100 and 101", wcs)
 	}
 	// Receive 102 (its message), 103 and 104 (flushes) were refused.
-	if c := b.qp.Counters(); c.CQOverruns != 3 {
+	if c := b.QP.Counters(); c.CQOverruns != 3 {
 		t.Fatalf("%d completions refused, want 3", c.CQOverruns)
 	}
 	// A CQ in error stays so: a receive posted to the failed QP flushes
 	// into it and is refused as well.
-	mustPostRecv(t, b.qp, RecvWR{WRID: 200})
-	expectEmpty(t, small)
-	if extra := pendingEvents(b.dev); len(extra) != 0 {
+	rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: 200})
+	rdmatest.ExpectEmpty(t, small)
+	if extra := pendingEvents(b.Dev); len(extra) != 0 {
 		t.Fatalf("more events: %+v", extra)
 	}
-	if len(pendingEvents(a.dev)) != 0 || a.qp.State() != QPStateRTS {
-		t.Fatalf("requester affected: %v", a.qp.State())
+	if len(pendingEvents(a.Dev)) != 0 || a.QP.State() != verbs.QPStateRTS {
+		t.Fatalf("requester affected: %v", a.QP.State())
 	}
 }
 
@@ -226,41 +230,41 @@ func TestE2ECQOverrun(t *testing.T) {
 func TestE2EResponderErrorEvents(t *testing.T) {
 	cases := []struct {
 		name  string
-		wr    func(a, b *rcEnd) SendWR
-		want  WCStatus
-		event []AsyncEventType
+		wr    func(a, b *rdmatest.End) verbs.SendWR
+		want  verbs.WCStatus
+		event []verbs.AsyncEventType
 	}{
-		{"remote access", func(a, b *rcEnd) SendWR {
-			return SendWR{Opcode: WRRDMAWrite, SGList: []SGE{a.mr.SGE(0, 8)}, RDMA: RDMAParams{RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey() ^ 0x40}}
-		}, WCRemAccessErr, []AsyncEventType{EventQPAccessErr}},
-		{"invalid request", func(a, b *rcEnd) SendWR {
-			return fetchAdd(a, b.mr.IOVA()+dstOff+4, b.mr.RKey())
-		}, WCRemInvReqErr, []AsyncEventType{EventQPReqErr}},
-		{"charged to a receive", func(a, b *rcEnd) SendWR {
-			return SendWR{Opcode: WRSend, SGList: []SGE{a.mr.SGE(0, 100)}}
-		}, WCRemInvReqErr, nil},
+		{"remote access", func(a, b *rdmatest.End) verbs.SendWR {
+			return verbs.SendWR{Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{a.MR.SGE(0, 8)}, RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA(), RKey: b.MR.RKey() ^ 0x40}}
+		}, verbs.WCRemAccessErr, []verbs.AsyncEventType{verbs.EventQPAccessErr}},
+		{"invalid request", func(a, b *rdmatest.End) verbs.SendWR {
+			return fetchAdd(a, b.MR.IOVA()+dstOff+4, b.MR.RKey())
+		}, verbs.WCRemInvReqErr, []verbs.AsyncEventType{verbs.EventQPReqErr}},
+		{"charged to a receive", func(a, b *rdmatest.End) verbs.SendWR {
+			return verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{a.MR.SGE(0, 100)}}
+		}, verbs.WCRemInvReqErr, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			a, b := newPair(t, endOpts{}, endOpts{})
-			mustPostRecv(t, b.qp, RecvWR{WRID: 9, SGList: []SGE{b.mr.SGE(recvOff, 64)}})
+			a, b := rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{})
+			rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: 9, SGList: []verbs.SGE{b.MR.SGE(recvOff, 64)}})
 			wr := c.wr(a, b)
-			wr.WRID, wr.SendFlags = 1, SendSignaled
-			mustPostSend(t, a.qp, wr)
-			if wc := waitWC(t, a.cq); wc.Status != c.want {
+			wr.WRID, wr.SendFlags = 1, verbs.SendSignaled
+			rdmatest.PostSend(t, a.QP, wr)
+			if wc := rdmatest.WaitOne(t, a.CQ); wc.Status != c.want {
 				t.Fatalf("requester completion %+v, want %v", wc, c.want)
 			}
-			waitFor(t, "responder in ERR", func() bool { return b.qp.State() == QPStateErr })
-			evs := pendingEvents(b.dev)
+			testkit.WaitFor(t, "responder in ERR", func() bool { return b.QP.State() == verbs.QPStateErr })
+			evs := pendingEvents(b.Dev)
 			if len(evs) != len(c.event) {
 				t.Fatalf("responder events %+v, want %v", evs, c.event)
 			}
 			for i, ev := range evs {
-				if ev.Type != c.event[i] || ev.QP != b.qp {
+				if ev.Type != c.event[i] || ev.QP != b.QP {
 					t.Fatalf("responder event %v for %p, want %v for its QP", ev.Type, ev.QP, c.event[i])
 				}
 			}
-			if evs := pendingEvents(a.dev); len(evs) != 0 {
+			if evs := pendingEvents(a.Dev); len(evs) != 0 {
 				t.Fatalf("requester events %+v, want none", evs)
 			}
 		})
@@ -272,59 +276,59 @@ func TestE2EResponderErrorEvents(t *testing.T) {
 // QP_LAST_WQE_REACHED when it enters ERR, whether Modify or an error
 // moves it there.
 func TestSRQEvents(t *testing.T) {
-	a, b := newEnd(t, "127.0.1.1", endOpts{}), newEnd(t, "127.0.1.2", endOpts{})
-	if err := b.qp.Destroy(); err != nil {
+	a, b := newEnd(t, 1, rdmatest.EndOptions{}), newEnd(t, 2, rdmatest.EndOptions{})
+	if err := b.QP.Destroy(); err != nil {
 		t.Fatal(err)
 	}
-	srq, err := b.pd.CreateSRQ(SRQInitAttr{MaxWR: 8})
+	srq, err := b.PD.CreateSRQ(verbs.SRQInitAttr{MaxWR: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.qp, err = b.pd.CreateQP(QPInitAttr{QPType: QPTypeRC, SendCQ: b.cq, RecvCQ: b.cq, SRQ: srq,
-		Cap: QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
+	b.QP, err = b.PD.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: b.CQ, RecvCQ: b.CQ, SRQ: srq,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	connect(t, a, b, defaultLink(), defaultLink())
+	rdmatest.Connect(t, a, b, rdmatest.DefaultLink(), rdmatest.DefaultLink())
 	for i := range 4 {
-		mustPostSRQ(t, srq, RecvWR{WRID: uint64(i), SGList: []SGE{b.mr.SGE(recvOff+64*i, 64)}})
+		mustPostSRQ(t, srq, verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{b.MR.SGE(recvOff+64*i, 64)}})
 	}
-	if err := srq.Modify(SRQAttr{SRQLimit: 3}, SRQLimit); err != nil {
+	if err := srq.Modify(&verbs.SRQAttr{SRQLimit: 3}, verbs.SRQLimit); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		mustPostSend(t, a.qp, SendWR{WRID: uint64(i), Opcode: WRSend, SendFlags: SendSignaled, SGList: []SGE{a.mr.SGE(0, 8)}})
-		waitWC(t, a.cq)
+		rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 8)}})
+		rdmatest.WaitOne(t, a.CQ)
 	}
 	// 3 left after the first message, below 3 after the second: one event.
-	if ev := nextEvent(t, b.dev); ev.Type != EventSRQLimitReached || ev.SRQ != srq {
+	if ev := nextEvent(t, b.Dev); ev.Type != verbs.EventSRQLimitReached || ev.SRQ != srq {
 		t.Fatalf("event %+v, want SRQ_LIMIT_REACHED", ev)
 	}
-	if evs := pendingEvents(b.dev); len(evs) != 0 {
+	if evs := pendingEvents(b.Dev); len(evs) != 0 {
 		t.Fatalf("more events %+v: the limit fires once per arming", evs)
 	}
 
 	// An error moves the QP to ERR: the access error and the last WQE.
-	mustPostSend(t, a.qp, SendWR{WRID: 9, Opcode: WRRDMAWrite, SendFlags: SendSignaled, SGList: []SGE{a.mr.SGE(0, 8)},
-		RDMA: RDMAParams{RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey() + 0x100}})
-	if wc := waitWC(t, a.cq); wc.Status != WCRemAccessErr {
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 9, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 8)},
+		RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA(), RKey: b.MR.RKey() + 0x100}})
+	if wc := rdmatest.WaitOne(t, a.CQ); wc.Status != verbs.WCRemAccessErr {
 		t.Fatalf("completion %+v", wc)
 	}
-	waitFor(t, "responder in ERR", func() bool { return b.qp.State() == QPStateErr })
-	evs := pendingEvents(b.dev)
-	if len(evs) != 2 || evs[0].Type != EventQPAccessErr || evs[1].Type != EventQPLastWQEReached || evs[1].QP != b.qp {
+	testkit.WaitFor(t, "responder in ERR", func() bool { return b.QP.State() == verbs.QPStateErr })
+	evs := pendingEvents(b.Dev)
+	if len(evs) != 2 || evs[0].Type != verbs.EventQPAccessErr || evs[1].Type != verbs.EventQPLastWQEReached || evs[1].QP != b.QP {
 		t.Fatalf("events %+v, want QP_ACCESS_ERR then QP_LAST_WQE_REACHED", evs)
 	}
 
 	// Modify to ERR from RTS raises QP_LAST_WQE_REACHED alone; ERR to
 	// ERR raises nothing.
-	mustModify(t, a.qp, step{QPAttr{QPState: QPStateReset}, QPAttrState})
-	mustModify(t, b.qp, step{QPAttr{QPState: QPStateReset}, QPAttrState})
-	connect(t, a, b, defaultLink(), defaultLink())
-	mustModify(t, b.qp, step{QPAttr{QPState: QPStateErr}, QPAttrState})
-	mustModify(t, b.qp, step{QPAttr{QPState: QPStateErr}, QPAttrState})
-	evs = pendingEvents(b.dev)
-	if len(evs) != 1 || evs[0].Type != EventQPLastWQEReached || evs[0].QP != b.qp {
+	rdmatest.Modify(t, a.QP, rdmatest.Transition{Attr: verbs.QPAttr{QPState: verbs.QPStateReset}, Mask: verbs.QPAttrState})
+	rdmatest.Modify(t, b.QP, rdmatest.Transition{Attr: verbs.QPAttr{QPState: verbs.QPStateReset}, Mask: verbs.QPAttrState})
+	rdmatest.Connect(t, a, b, rdmatest.DefaultLink(), rdmatest.DefaultLink())
+	rdmatest.Modify(t, b.QP, rdmatest.Transition{Attr: verbs.QPAttr{QPState: verbs.QPStateErr}, Mask: verbs.QPAttrState})
+	rdmatest.Modify(t, b.QP, rdmatest.Transition{Attr: verbs.QPAttr{QPState: verbs.QPStateErr}, Mask: verbs.QPAttrState})
+	evs = pendingEvents(b.Dev)
+	if len(evs) != 1 || evs[0].Type != verbs.EventQPLastWQEReached || evs[0].QP != b.QP {
 		t.Fatalf("events %+v, want one QP_LAST_WQE_REACHED", evs)
 	}
 }

@@ -1,4 +1,4 @@
-package verbs
+package verbs_test
 
 import (
 	"context"
@@ -7,10 +7,13 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/verbs"
 )
 
-// The benchmarks run an RC connection between devices on 127.0.1.1 and
-// 127.0.1.2 over the loopback interface, path MTU 4096 (a loopback
+// The benchmarks run an RC connection between devices on testkit.Addr(1) and
+// Addr(2) over the loopback interface, path MTU 4096 (a loopback
 // device's active MTU). Throughput benchmarks keep a window of requests
 // outstanding, as perftest's ib_write_bw does with its tx depth, and
 // report bytes per second; the latency benchmark is a ping-pong like
@@ -20,22 +23,22 @@ const benchWindow = 16
 
 // benchPair connects two ends with room for size-byte messages in a
 // window of benchWindow.
-func benchPair(b *testing.B, size int) (x, y *rcEnd) {
+func benchPair(b *testing.B, size int) (x, y *rdmatest.End) {
 	b.Helper()
-	o := endOpts{bufSize: max(2*size, 4096)}
-	x, y = newEnd(b, "127.0.1.1", o), newEnd(b, "127.0.1.2", o)
-	l := defaultLink()
-	l.mtu = MTU4096
-	connect(b, x, y, l, l)
+	o := rdmatest.EndOptions{BufSize: max(2*size, 4096)}
+	x, y = newEnd(b, 1, o), newEnd(b, 2, o)
+	l := rdmatest.DefaultLink()
+	l.MTU = verbs.MTU4096
+	rdmatest.Connect(b, x, y, l, l)
 	return x, y
 }
 
 // runWindow posts b.N work requests built by wr(i), keeping benchWindow
 // outstanding, each signaled, and polls cq for their completions, handing
 // each to onWC if not nil.
-func runWindow(b *testing.B, qp *QP, cq *CQ, wr *SendWR, onWC func(WorkCompletion)) {
+func runWindow(b *testing.B, qp *verbs.QP, cq *verbs.CQ, wr *verbs.SendWR, onWC func(verbs.WorkCompletion)) {
 	b.Helper()
-	var wcs [benchWindow]WorkCompletion
+	var wcs [benchWindow]verbs.WorkCompletion
 	posted, done := 0, 0
 	deadline := time.Now().Add(time.Minute)
 	for done < b.N {
@@ -51,7 +54,7 @@ func runWindow(b *testing.B, qp *QP, cq *CQ, wr *SendWR, onWC func(WorkCompletio
 			b.Fatal(err)
 		}
 		for _, wc := range wcs[:n] {
-			if wc.Status != WCSuccess {
+			if wc.Status != verbs.WCSuccess {
 				b.Fatalf("completion %+v", wc)
 			}
 			if onWC != nil {
@@ -75,12 +78,12 @@ func BenchmarkRCWrite(b *testing.B) {
 	}{{"4KiB", 4 << 10}, {"64KiB", 64 << 10}} {
 		b.Run(bc.name, func(b *testing.B) {
 			x, y := benchPair(b, bc.size)
-			wr := SendWR{Opcode: WRRDMAWrite, SendFlags: SendSignaled, SGList: []SGE{x.mr.SGE(0, bc.size)},
-				RDMA: RDMAParams{RemoteAddr: y.mr.IOVA(), RKey: y.mr.RKey()}}
+			wr := verbs.SendWR{Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{x.MR.SGE(0, bc.size)},
+				RDMA: verbs.RDMAParams{RemoteAddr: y.MR.IOVA(), RKey: y.MR.RKey()}}
 			b.SetBytes(int64(bc.size))
 			b.ReportAllocs()
 			b.ResetTimer()
-			runWindow(b, x.qp, x.cq, &wr, nil)
+			runWindow(b, x.QP, x.CQ, &wr, nil)
 		})
 	}
 }
@@ -92,12 +95,12 @@ func BenchmarkRCRead(b *testing.B) {
 	}{{"4KiB", 4 << 10}, {"64KiB", 64 << 10}} {
 		b.Run(bc.name, func(b *testing.B) {
 			x, y := benchPair(b, bc.size)
-			wr := SendWR{Opcode: WRRDMARead, SendFlags: SendSignaled, SGList: []SGE{x.mr.SGE(0, bc.size)},
-				RDMA: RDMAParams{RemoteAddr: y.mr.IOVA(), RKey: y.mr.RKey()}}
+			wr := verbs.SendWR{Opcode: verbs.WRRDMARead, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{x.MR.SGE(0, bc.size)},
+				RDMA: verbs.RDMAParams{RemoteAddr: y.MR.IOVA(), RKey: y.MR.RKey()}}
 			b.SetBytes(int64(bc.size))
 			b.ReportAllocs()
 			b.ResetTimer()
-			runWindow(b, x.qp, x.cq, &wr, nil)
+			runWindow(b, x.QP, x.CQ, &wr, nil)
 		})
 	}
 }
@@ -108,32 +111,32 @@ func BenchmarkRCSend(b *testing.B) {
 	// The receiver keeps twice the window posted and reposts each receive
 	// as it completes, on the benchmark goroutine: the receive side's
 	// work is part of the cost.
-	recv := RecvWR{SGList: []SGE{y.mr.SGE(0, size)}}
+	recv := verbs.RecvWR{SGList: []verbs.SGE{y.MR.SGE(0, size)}}
 	for range 2 * benchWindow {
-		if err := y.qp.PostRecv(&recv); err != nil {
+		if err := y.QP.PostRecv(&recv); err != nil {
 			b.Fatal(err)
 		}
 	}
-	var rwcs [2 * benchWindow]WorkCompletion
-	drain := func(WorkCompletion) {
-		n, err := y.cq.Poll(rwcs[:])
+	var rwcs [2 * benchWindow]verbs.WorkCompletion
+	drain := func(verbs.WorkCompletion) {
+		n, err := y.CQ.Poll(rwcs[:])
 		if err != nil {
 			b.Fatal(err)
 		}
 		for _, wc := range rwcs[:n] {
-			if wc.Status != WCSuccess || wc.ByteLen != size {
+			if wc.Status != verbs.WCSuccess || wc.ByteLen != size {
 				b.Fatalf("receive completion %+v", wc)
 			}
-			if err := y.qp.PostRecv(&recv); err != nil {
+			if err := y.QP.PostRecv(&recv); err != nil {
 				b.Fatal(err)
 			}
 		}
 	}
-	wr := SendWR{Opcode: WRSend, SendFlags: SendSignaled, SGList: []SGE{x.mr.SGE(0, size)}}
+	wr := verbs.SendWR{Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{x.MR.SGE(0, size)}}
 	b.SetBytes(size)
 	b.ReportAllocs()
 	b.ResetTimer()
-	runWindow(b, x.qp, x.cq, &wr, drain)
+	runWindow(b, x.QP, x.CQ, &wr, drain)
 }
 
 // BenchmarkRCWriteLatency8B is a ping-pong of 8-byte WRITEs between two
@@ -146,18 +149,18 @@ func BenchmarkRCSend(b *testing.B) {
 // each side waits for its receive completion sleeping on a completion
 // channel between polls (ib_write_lat -e): a goroutine that spins on
 // Poll holds a P that the devices' receive goroutines need.
-// newImmPair opens two ends on 127.0.1.1 and 127.0.1.2 with opts o,
+// newImmPair opens two ends on testkit.Addr(1) and Addr(2) with opts o,
 // connected with a 4096-byte path MTU, each with benchWindow empty
 // receives posted: the set-up of the WRITE-with-immediate ping-pongs.
-func newImmPair(tb testing.TB, o endOpts) (x, y *rcEnd) {
+func newImmPair(tb testing.TB, o rdmatest.EndOptions) (x, y *rdmatest.End) {
 	tb.Helper()
-	x, y = newEnd(tb, "127.0.1.1", o), newEnd(tb, "127.0.1.2", o)
-	l := defaultLink()
-	l.mtu = MTU4096
-	connect(tb, x, y, l, l)
-	for _, e := range []*rcEnd{x, y} {
+	x, y = newEnd(tb, 1, o), newEnd(tb, 2, o)
+	l := rdmatest.DefaultLink()
+	l.MTU = verbs.MTU4096
+	rdmatest.Connect(tb, x, y, l, l)
+	for _, e := range []*rdmatest.End{x, y} {
 		for range benchWindow {
-			if err := e.qp.PostRecv(&RecvWR{}); err != nil {
+			if err := e.QP.PostRecv(&verbs.RecvWR{}); err != nil {
 				tb.Fatal(err)
 			}
 		}
@@ -166,7 +169,7 @@ func newImmPair(tb testing.TB, o endOpts) (x, y *rcEnd) {
 }
 
 func BenchmarkRCWriteLatency8B(b *testing.B) {
-	o := endOpts{channel: true}
+	o := rdmatest.EndOptions{Channel: true}
 	x, y := newImmPair(b, o)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -207,44 +210,44 @@ func BenchmarkRCWriteLatency8B(b *testing.B) {
 // emptied without a completion per hop. The work request comes from a pool:
 // PostSend does not keep it, and a benchmark's allocations should be the
 // library's.
-func pingImm(from, to *rcEnd, seq uint32) error {
-	wr := pingWRs.Get().(*SendWR)
+func pingImm(from, to *rdmatest.End, seq uint32) error {
+	wr := pingWRs.Get().(*verbs.SendWR)
 	defer pingWRs.Put(wr)
-	*wr = SendWR{Opcode: WRRDMAWriteWithImm, ImmData: seq, SGList: append(wr.SGList[:0], from.mr.SGE(0, 8)),
-		RDMA: RDMAParams{RemoteAddr: to.mr.IOVA() + 8, RKey: to.mr.RKey()}}
+	*wr = verbs.SendWR{Opcode: verbs.WRRDMAWriteWithImm, ImmData: seq, SGList: append(wr.SGList[:0], from.MR.SGE(0, 8)),
+		RDMA: verbs.RDMAParams{RemoteAddr: to.MR.IOVA() + 8, RKey: to.MR.RKey()}}
 	if seq%8 == 0 {
-		wr.SendFlags = SendSignaled
+		wr.SendFlags = verbs.SendSignaled
 	}
-	return from.qp.PostSend(wr)
+	return from.QP.PostSend(wr)
 }
 
 // pingWRs holds pingImm's work requests.
-var pingWRs = sync.Pool{New: func() any { return &SendWR{SGList: make([]SGE, 0, 1)} }}
+var pingWRs = sync.Pool{New: func() any { return &verbs.SendWR{SGList: make([]verbs.SGE, 0, 1)} }}
 
 // awaitImm waits on e's CQ for the WRITE with immediate that carries seq
 // and reposts the receive it consumed. Send completions are skipped.
-func awaitImm(ctx context.Context, e *rcEnd, seq uint32) error {
-	var wcs [4]WorkCompletion
+func awaitImm(ctx context.Context, e *rdmatest.End, seq uint32) error {
+	var wcs [4]verbs.WorkCompletion
 	for {
 		// Arm before polling: a completion pushed after the poll then
 		// raises an event, so the wait below cannot miss it.
-		if err := e.cq.ReqNotify(false); err != nil {
+		if err := e.CQ.ReqNotify(false); err != nil {
 			return err
 		}
-		n, err := e.cq.Poll(wcs[:])
+		n, err := e.CQ.Poll(wcs[:])
 		if err != nil {
 			return err
 		}
 		found := false
 		for _, wc := range wcs[:n] {
 			switch {
-			case wc.Status != WCSuccess:
+			case wc.Status != verbs.WCSuccess:
 				return fmt.Errorf("completion %+v", wc)
-			case wc.Opcode != WCRecvRDMAWithImm:
+			case wc.Opcode != verbs.WCRecvRDMAWithImm:
 			case wc.ImmData != seq:
 				return fmt.Errorf("sequence %d, want %d", wc.ImmData, seq)
 			default:
-				if err := e.qp.PostRecv(&RecvWR{}); err != nil {
+				if err := e.QP.PostRecv(&verbs.RecvWR{}); err != nil {
 					return err
 				}
 				found = true
@@ -254,7 +257,7 @@ func awaitImm(ctx context.Context, e *rcEnd, seq uint32) error {
 			return nil
 		}
 		if n == 0 {
-			cq, err := e.cq.Channel().GetEvent(ctx)
+			cq, err := e.CQ.Channel().GetEvent(ctx)
 			if err != nil {
 				return err
 			}

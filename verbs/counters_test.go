@@ -1,4 +1,4 @@
-package verbs
+package verbs_test
 
 import (
 	"net"
@@ -8,13 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/internal/wire"
+	"github.com/goroce/goroce/verbs"
 )
 
 // TestCountersEach: Each names every field of Counters exactly once, rxe's
 // hw_counters first in rxe's order, and Add sums every field.
 func TestCountersEach(t *testing.T) {
-	var c Counters
+	var c verbs.Counters
 	v := reflect.ValueOf(&c).Elem()
 	for i := range v.NumField() {
 		v.Field(i).SetUint(uint64(i + 1)) // distinct values locate the fields
@@ -39,15 +42,15 @@ func TestCountersEach(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		get  func(*Counters) uint64
+		get  func(*verbs.Counters) uint64
 	}{
-		{"sent_pkts", func(c *Counters) uint64 { return c.SentPkts }},
-		{"rcvd_rnr_err", func(c *Counters) uint64 { return c.RcvdRNRErr }},
-		{"send_rnr_err", func(c *Counters) uint64 { return c.SendRNRErr }},
-		{"retry_rnr_exceeded_err", func(c *Counters) uint64 { return c.RetryRNRExceededErr }},
-		{"icrc_err", func(c *Counters) uint64 { return c.ICRCErrors }},
-		{"dropped_unknown_qp", func(c *Counters) uint64 { return c.DroppedUnknownQP }},
-		{"cq_overruns", func(c *Counters) uint64 { return c.CQOverruns }},
+		{"sent_pkts", func(c *verbs.Counters) uint64 { return c.SentPkts }},
+		{"rcvd_rnr_err", func(c *verbs.Counters) uint64 { return c.RcvdRNRErr }},
+		{"send_rnr_err", func(c *verbs.Counters) uint64 { return c.SendRNRErr }},
+		{"retry_rnr_exceeded_err", func(c *verbs.Counters) uint64 { return c.RetryRNRExceededErr }},
+		{"icrc_err", func(c *verbs.Counters) uint64 { return c.ICRCErrors }},
+		{"dropped_unknown_qp", func(c *verbs.Counters) uint64 { return c.DroppedUnknownQP }},
+		{"cq_overruns", func(c *verbs.Counters) uint64 { return c.CQOverruns }},
 	} {
 		if got := seen[tc.get(&c)]; got != tc.name {
 			t.Errorf("field of %s is reported as %s", tc.name, got)
@@ -64,10 +67,10 @@ func TestCountersEach(t *testing.T) {
 }
 
 // quiesce waits until each side has received every packet the other sent.
-func quiesce(t *testing.T, a, b *rcEnd) (ca, cb Counters) {
+func quiesce(t *testing.T, a, b *rdmatest.End) (ca, cb verbs.Counters) {
 	t.Helper()
-	waitFor(t, "sent packets received", func() bool {
-		ca, cb = a.dev.Counters(), b.dev.Counters()
+	testkit.WaitFor(t, "sent packets received", func() bool {
+		ca, cb = a.Dev.Counters(), b.Dev.Counters()
 		return ca.SentPkts == cb.RcvdPkts && cb.SentPkts == ca.RcvdPkts
 	})
 	return ca, cb
@@ -76,12 +79,12 @@ func quiesce(t *testing.T, a, b *rcEnd) (ca, cb Counters) {
 // TestCountersTraffic: a WRITE and a SEND move the packet counters of both
 // devices and QPs consistently, and nothing is counted as an error.
 func TestCountersTraffic(t *testing.T) {
-	a, b := newPair(t, endOpts{}, endOpts{})
+	a, b := rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{})
 	const n = 3000 // three packets at the 1024-byte path MTU
-	fill(a.buf[:n], 3)
-	mustPostSend(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMAWrite, SendFlags: SendSignaled, SGList: []SGE{a.mr.SGE(0, n)},
-		RDMA: RDMAParams{RemoteAddr: b.mr.IOVA() + dstOff, RKey: b.mr.RKey()}})
-	if wc := waitWC(t, a.cq); wc.Status != WCSuccess {
+	fill(a.Buf[:n], 3)
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, n)},
+		RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA() + dstOff, RKey: b.MR.RKey()}})
+	if wc := rdmatest.WaitOne(t, a.CQ); wc.Status != verbs.WCSuccess {
 		t.Fatalf("write completion %+v", wc)
 	}
 	ca, cb := quiesce(t, a, b)
@@ -92,14 +95,14 @@ func TestCountersTraffic(t *testing.T) {
 		t.Errorf("bytes: a sent %d, b received %d; b sent %d, a received %d", ca.SentBytes, cb.RcvdBytes, cb.SentBytes, ca.RcvdBytes)
 	}
 
-	mustPostRecv(t, b.qp, RecvWR{WRID: 2, SGList: []SGE{b.mr.SGE(recvOff, 100)}})
-	mustPostSend(t, a.qp, SendWR{WRID: 3, Opcode: WRSend, SendFlags: SendSignaled, SGList: []SGE{a.mr.SGE(0, 100)}})
-	waitWC(t, a.cq)
-	waitWC(t, b.cq)
+	rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: 2, SGList: []verbs.SGE{b.MR.SGE(recvOff, 100)}})
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 3, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 100)}})
+	rdmatest.WaitOne(t, a.CQ)
+	rdmatest.WaitOne(t, b.CQ)
 	ca, cb = quiesce(t, a, b)
 
 	// One QP per device: the device's packets are the QP's.
-	qa, qb := a.qp.Counters(), b.qp.Counters()
+	qa, qb := a.QP.Counters(), b.QP.Counters()
 	if qa.SentPkts != ca.SentPkts || qa.RcvdPkts != ca.RcvdPkts || qb.SentPkts != cb.SentPkts || qb.RcvdPkts != cb.RcvdPkts {
 		t.Errorf("QP packets a %d/%d b %d/%d, devices a %d/%d b %d/%d (sent/received)",
 			qa.SentPkts, qa.RcvdPkts, qb.SentPkts, qb.RcvdPkts, ca.SentPkts, ca.RcvdPkts, cb.SentPkts, cb.RcvdPkts)
@@ -113,7 +116,7 @@ func TestCountersTraffic(t *testing.T) {
 	}
 	// A slow machine may retransmit (timeouts, duplicates), but nothing
 	// here is an error.
-	for _, c := range []Counters{ca, cb} {
+	for _, c := range []verbs.Counters{ca, cb} {
 		c.Each(func(name string, v uint64) {
 			switch name {
 			case "rcvd_rnr_err", "send_rnr_err", "retry_exceeded_err", "retry_rnr_exceeded_err", "send_err",
@@ -131,19 +134,19 @@ func TestCountersTraffic(t *testing.T) {
 // receive comes: the responder counts send_rnr_err, the requester
 // rcvd_rnr_err.
 func TestCountersRNR(t *testing.T) {
-	a, b := newEnd(t, "127.0.1.1", endOpts{}), newEnd(t, "127.0.1.2", endOpts{})
-	la, lb := defaultLink(), defaultLink()
-	la.rnrRetry, lb.minRNRTimer = 7, 1 // infinite retries, 0.01 ms apart
-	connect(t, a, b, la, lb)
-	mustPostSend(t, a.qp, SendWR{WRID: 1, Opcode: WRSend, SendFlags: SendSignaled, SGList: []SGE{a.mr.SGE(0, 64)}})
-	waitFor(t, "an RNR NAK", func() bool { return a.dev.Counters().RcvdRNRErr > 0 })
-	mustPostRecv(t, b.qp, RecvWR{WRID: 2, SGList: []SGE{b.mr.SGE(recvOff, 64)}})
-	if wc := waitWC(t, a.cq); wc.Status != WCSuccess {
+	a, b := newEnd(t, 1, rdmatest.EndOptions{}), newEnd(t, 2, rdmatest.EndOptions{})
+	la, lb := rdmatest.DefaultLink(), rdmatest.DefaultLink()
+	la.RNRRetry, lb.MinRNRTimer = 7, 1 // infinite retries, 0.01 ms apart
+	rdmatest.Connect(t, a, b, la, lb)
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 64)}})
+	testkit.WaitFor(t, "an RNR NAK", func() bool { return a.Dev.Counters().RcvdRNRErr > 0 })
+	rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: 2, SGList: []verbs.SGE{b.MR.SGE(recvOff, 64)}})
+	if wc := rdmatest.WaitOne(t, a.CQ); wc.Status != verbs.WCSuccess {
 		t.Fatalf("send completion %+v", wc)
 	}
-	waitWC(t, b.cq)
+	rdmatest.WaitOne(t, b.CQ)
 	ca, cb := quiesce(t, a, b)
-	qa, qb := a.qp.Counters(), b.qp.Counters()
+	qa, qb := a.QP.Counters(), b.QP.Counters()
 	if ca.RcvdRNRErr == 0 || qa.RcvdRNRErr != ca.RcvdRNRErr || cb.SendRNRErr != ca.RcvdRNRErr || qb.SendRNRErr != cb.SendRNRErr {
 		t.Errorf("RNR NAKs: requester received %d (QP %d), responder sent %d (QP %d); want equal and > 0",
 			ca.RcvdRNRErr, qa.RcvdRNRErr, cb.SendRNRErr, qb.SendRNRErr)
@@ -156,7 +159,7 @@ func TestCountersRNR(t *testing.T) {
 // rawPacket is a SEND_ONLY to qpn from src to dst, with a 4-byte payload
 // and the ICRC a Linux sender with IP ID 0 gives it.
 func rawPacket(src, dst netip.AddrPort, qpn uint32) []byte {
-	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQP: wireQPN(qpn), PSN: 5}}
+	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQP: wire.QPN(qpn & wire.QPNMask), PSN: 5}}
 	hdrs := wire.AppendHeaders(nil, &h)
 	payload := []byte{1, 2, 3, 4}
 	crc := wire.ICRCv4(src.Addr().As4(), dst.Addr().As4(), 0, src.Port(), dst.Port(), hdrs, payload)
@@ -167,8 +170,8 @@ func rawPacket(src, dst netip.AddrPort, qpn uint32) []byte {
 // error, one for a QP number the device does not have as dropped for an
 // unknown QP; neither reaches a QP.
 func TestCountersDrops(t *testing.T) {
-	d := openDevice(t, DeviceConfig{Addr: netip.MustParseAddr("127.0.1.1")})
-	uc, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.1.3:0")))
+	d := rdmatest.OpenDevice(t, verbs.DeviceConfig{Addr: testkit.Addr(1)})
+	uc, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(testkit.Addr(3), 0)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +184,7 @@ func TestCountersDrops(t *testing.T) {
 	if _, err := uc.WriteToUDPAddrPort(bad, dst); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "an ICRC error", func() bool { return d.Counters().ICRCErrors == 1 })
+	testkit.WaitFor(t, "an ICRC error", func() bool { return d.Counters().ICRCErrors == 1 })
 
 	if _, err := uc.WriteToUDPAddrPort(rawPacket(src, dst, 0x123456), dst); err != nil {
 		t.Fatal(err)
@@ -189,7 +192,7 @@ func TestCountersDrops(t *testing.T) {
 	// The receive path counts the drop as it happens, the socket counts
 	// the datagram (rcvd_pkts) once its batch has been handled: wait for
 	// both.
-	waitFor(t, "an unknown QP drop", func() bool {
+	testkit.WaitFor(t, "an unknown QP drop", func() bool {
 		c := d.Counters()
 		return c.DroppedUnknownQP >= 1 && c.RcvdPkts >= 1
 	})
@@ -203,46 +206,46 @@ func TestCountersDrops(t *testing.T) {
 // TestCountersSurviveDestroy: destroying a QP keeps its counters in the
 // device's totals, exactly, and in its own Counters.
 func TestCountersSurviveDestroy(t *testing.T) {
-	a, b := newPair(t, endOpts{}, endOpts{})
+	a, b := rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{})
 	for i := range 3 {
-		mustPostRecv(t, b.qp, RecvWR{WRID: uint64(i), SGList: []SGE{b.mr.SGE(recvOff, 200)}})
+		rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{b.MR.SGE(recvOff, 200)}})
 		// Only the last SEND is signaled: rdma_sends counts all three,
 		// as rxe does.
-		var flags SendFlags
+		var flags verbs.SendFlags
 		if i == 2 {
-			flags = SendSignaled
+			flags = verbs.SendSignaled
 		}
-		mustPostSend(t, a.qp, SendWR{WRID: uint64(i), Opcode: WRSend, SendFlags: flags, SGList: []SGE{a.mr.SGE(0, 200)}})
+		rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRSend, SendFlags: flags, SGList: []verbs.SGE{a.MR.SGE(0, 200)}})
 	}
-	waitN(t, a.cq, 1)
-	waitN(t, b.cq, 3)
+	rdmatest.WaitN(t, a.CQ, 1)
+	rdmatest.WaitN(t, b.CQ, 3)
 	ca, cb := quiesce(t, a, b)
-	qa, qb := a.qp.Counters(), b.qp.Counters()
+	qa, qb := a.QP.Counters(), b.QP.Counters()
 	if ca.RDMASends != 3 || cb.RDMARecvs != 3 {
 		t.Fatalf("rdma_sends %d, rdma_recvs %d before Destroy; want 3", ca.RDMASends, cb.RDMARecvs)
 	}
-	for _, e := range []*rcEnd{a, b} {
-		if err := e.qp.Destroy(); err != nil {
+	for _, e := range []*rdmatest.End{a, b} {
+		if err := e.QP.Destroy(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got := a.dev.Counters(); got != ca {
+	if got := a.Dev.Counters(); got != ca {
 		t.Errorf("device a after Destroy:\n%+v\nbefore:\n%+v", got, ca)
 	}
-	if got := b.dev.Counters(); got != cb {
+	if got := b.Dev.Counters(); got != cb {
 		t.Errorf("device b after Destroy:\n%+v\nbefore:\n%+v", got, cb)
 	}
-	if got := a.qp.Counters(); got != qa {
+	if got := a.QP.Counters(); got != qa {
 		t.Errorf("QP a after Destroy %+v, before %+v", got, qa)
 	}
-	if got := b.qp.Counters(); got != qb {
+	if got := b.QP.Counters(); got != qb {
 		t.Errorf("QP b after Destroy %+v, before %+v", got, qb)
 	}
 	// And after the device is closed.
-	if err := a.dev.Close(); err != nil {
+	if err := a.Dev.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got := a.dev.Counters(); got != ca {
+	if got := a.Dev.Counters(); got != ca {
 		t.Errorf("device a after Close:\n%+v\nbefore:\n%+v", got, ca)
 	}
 }
@@ -252,21 +255,21 @@ func TestCountersSurviveDestroy(t *testing.T) {
 // the next (a QP counted twice, or lost between live and destroyed, would
 // show as a jump up and back), and nothing is lost in the end.
 func TestCountersConcurrent(t *testing.T) {
-	a, b := newPair(t, endOpts{}, endOpts{})
+	a, b := rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{})
 	// Two more connections between the same devices.
-	extra := make([][2]*QP, 2)
+	extra := make([][2]*verbs.QP, 2)
 	for i := range extra {
-		qa, err := a.pd.CreateQP(QPInitAttr{QPType: QPTypeRC, SendCQ: a.cq, RecvCQ: a.cq, Cap: QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		qa, err := a.PD.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: a.CQ, RecvCQ: a.CQ, Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		qb, err := b.pd.CreateQP(QPInitAttr{QPType: QPTypeRC, SendCQ: b.cq, RecvCQ: b.cq, Cap: QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		qb, err := b.PD.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: b.CQ, RecvCQ: b.CQ, Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		linkQP(t, qa, qb, b.dev, defaultLink(), 0x10, 0x20)
-		linkQP(t, qb, qa, a.dev, defaultLink(), 0x20, 0x10)
-		extra[i] = [2]*QP{qa, qb}
+		rdmatest.LinkQP(t, qa, rdmatest.DefaultLink(), 0x10, rdmatest.PeerOf(t, qb, 0x20))
+		rdmatest.LinkQP(t, qb, rdmatest.DefaultLink(), 0x20, rdmatest.PeerOf(t, qa, 0x10))
+		extra[i] = [2]*verbs.QP{qa, qb}
 	}
 
 	stop := make(chan struct{})
@@ -275,14 +278,14 @@ func TestCountersConcurrent(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		prev := b.dev.Counters()
+		prev := b.Dev.Counters()
 		for {
 			select {
 			case <-stop:
 				return
 			default:
 			}
-			cur := b.dev.Counters()
+			cur := b.Dev.Counters()
 			pv, cv := reflect.ValueOf(prev), reflect.ValueOf(cur)
 			for i := range cv.NumField() {
 				if cv.Field(i).Uint() < pv.Field(i).Uint() {
@@ -296,11 +299,11 @@ func TestCountersConcurrent(t *testing.T) {
 	}()
 
 	const writes = 20
-	for _, pair := range append(extra, [2]*QP{a.qp, b.qp}) {
+	for _, pair := range append(extra, [2]*verbs.QP{a.QP, b.QP}) {
 		for i := range writes {
-			mustPostSend(t, pair[0], SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, SendFlags: SendSignaled,
-				SGList: []SGE{a.mr.SGE(0, 1500)}, RDMA: RDMAParams{RemoteAddr: b.mr.IOVA() + dstOff, RKey: b.mr.RKey()}})
-			waitWC(t, a.cq)
+			rdmatest.PostSend(t, pair[0], verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+				SGList: []verbs.SGE{a.MR.SGE(0, 1500)}, RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA() + dstOff, RKey: b.MR.RKey()}})
+			rdmatest.WaitOne(t, a.CQ)
 		}
 		// Destroy the responder while the device is being read.
 		_, cb := quiesce(t, a, b)
@@ -308,7 +311,7 @@ func TestCountersConcurrent(t *testing.T) {
 		if err := pair[1].Destroy(); err != nil {
 			t.Fatal(err)
 		}
-		if got := b.dev.Counters(); got != cb {
+		if got := b.Dev.Counters(); got != cb {
 			t.Errorf("device totals changed by Destroy: %+v, before %+v", got, cb)
 		}
 		if before.RcvdPkts < 2*writes {
@@ -320,7 +323,7 @@ func TestCountersConcurrent(t *testing.T) {
 	if readings == 0 {
 		t.Error("no concurrent reading")
 	}
-	c := b.dev.Counters()
+	c := b.Dev.Counters()
 	if c.RcvdPkts < 3*2*writes || c.SentPkts < 3 {
 		t.Errorf("totals after destroying every QP: %+v", c)
 	}

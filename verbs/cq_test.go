@@ -1,10 +1,13 @@
-package verbs
+package verbs_test
 
 import (
 	"context"
 	"errors"
-	"net/netip"
 	"testing"
+
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
+	"github.com/goroce/goroce/verbs"
 )
 
 // Ports rdma-core's tests/test_cq.py and test_cq_events.py: create with and
@@ -18,14 +21,14 @@ func TestCreateCQ(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := openDevice(t, DeviceConfig{Addr: netip.MustParseAddr("127.0.1.4")}).CreateCompChannel()
+	other, err := rdmatest.OpenDevice(t, verbs.DeviceConfig{Addr: testkit.Addr(4)}).CreateCompChannel()
 	if err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
 		name   string
 		cqe    int
-		ch     *CompChannel
+		ch     *verbs.CompChannel
 		vector int
 		want   error
 		field  string
@@ -35,17 +38,17 @@ func TestCreateCQ(t *testing.T) {
 		{"max", maxCQE, nil, 0, nil, ""},
 		{"with channel", 100, ch, 0, nil, ""},
 		{"last vector", 4, nil, d.NumCompVectors() - 1, nil, ""},
-		{"0", 0, nil, 0, ErrInvalidArgument, "cqe"},
-		{"negative", -1, nil, 0, ErrInvalidArgument, "cqe"},
-		{"max+1", maxCQE + 1, nil, 0, ErrInvalidArgument, "cqe"},
-		{"vector too big", 100, nil, d.NumCompVectors(), ErrInvalidArgument, "comp_vector"},
-		{"vector negative", 100, nil, -1, ErrInvalidArgument, "comp_vector"},
-		{"channel of another device", 4, other, 0, ErrInvalidArgument, "channel"},
+		{"0", 0, nil, 0, verbs.ErrInvalidArgument, "cqe"},
+		{"negative", -1, nil, 0, verbs.ErrInvalidArgument, "cqe"},
+		{"max+1", maxCQE + 1, nil, 0, verbs.ErrInvalidArgument, "cqe"},
+		{"vector too big", 100, nil, d.NumCompVectors(), verbs.ErrInvalidArgument, "comp_vector"},
+		{"vector negative", 100, nil, -1, verbs.ErrInvalidArgument, "comp_vector"},
+		{"channel of another device", 4, other, 0, verbs.ErrInvalidArgument, "channel"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cq, err := d.CreateCQ(tt.cqe, tt.ch, tt.vector)
-			wantErr(t, err, tt.want, tt.field)
+			rdmatest.WantError(t, err, tt.want, tt.field)
 			if err != nil {
 				return
 			}
@@ -55,7 +58,7 @@ func TestCreateCQ(t *testing.T) {
 			if err := cq.Destroy(); err != nil {
 				t.Fatal(err)
 			}
-			wantErr(t, cq.Destroy(), ErrClosed, "cq")
+			rdmatest.WantError(t, cq.Destroy(), verbs.ErrClosed, "cq")
 		})
 	}
 	if err := ch.Destroy(); err != nil {
@@ -63,23 +66,23 @@ func TestCreateCQ(t *testing.T) {
 	}
 }
 
-func wcWithID(id uint64) WorkCompletion {
-	return WorkCompletion{WRID: id, Status: WCSuccess, Opcode: WCSend, QPNum: 7}
+func wcWithID(id uint64) verbs.WorkCompletion {
+	return verbs.WorkCompletion{WRID: id, Status: verbs.WCSuccess, Opcode: verbs.WCSend, QPNum: 7}
 }
 
 func TestCQPushPollOverflow(t *testing.T) {
 	d := newDevice(t)
-	cq := mustCQ(t, d, 3)
-	buf := make([]WorkCompletion, 8)
+	cq := rdmatest.CQ(t, d, 3)
+	buf := make([]verbs.WorkCompletion, 8)
 	if n, err := cq.Poll(buf); n != 0 || err != nil {
 		t.Fatalf("Poll on empty CQ = %d, %v", n, err)
 	}
 	for i := range uint64(3) {
-		if cq.push(wcWithID(i), false) {
+		if cq.Push(wcWithID(i), false) {
 			t.Fatalf("push %d overflowed", i)
 		}
 	}
-	if !cq.push(wcWithID(3), false) || cq.overrunCount() != 1 {
+	if !cq.Push(wcWithID(3), false) || cq.OverrunCount() != 1 {
 		t.Fatal("push into a full CQ did not report the overrun")
 	}
 	// The overrun put the CQ in error: it keeps what it holds and accepts
@@ -87,20 +90,20 @@ func TestCQPushPollOverflow(t *testing.T) {
 	if n, _ := cq.Poll(buf[:1]); n != 1 || buf[0].WRID != 0 {
 		t.Fatalf("Poll(1) after the overrun = %d %v", n, buf[:1])
 	}
-	if !cq.push(wcWithID(9), false) || cq.overrunCount() != 2 {
+	if !cq.Push(wcWithID(9), false) || cq.OverrunCount() != 2 {
 		t.Fatal("a CQ in error accepted a completion")
 	}
 
 	// Partial poll, then wrap around the ring, on a CQ that never overran.
-	cq = mustCQ(t, d, 3)
+	cq = rdmatest.CQ(t, d, 3)
 	for i := range uint64(3) {
-		cq.push(wcWithID(i), false)
+		cq.Push(wcWithID(i), false)
 	}
 	if n, _ := cq.Poll(buf[:2]); n != 2 || buf[0].WRID != 0 || buf[1].WRID != 1 {
 		t.Fatalf("Poll(2) = %d %v", n, buf[:2])
 	}
-	cq.push(wcWithID(4), false)
-	cq.push(wcWithID(5), false)
+	cq.Push(wcWithID(4), false)
+	cq.Push(wcWithID(5), false)
 	n, _ := cq.Poll(buf)
 	if n != 3 || buf[0].WRID != 2 || buf[1].WRID != 4 || buf[2].WRID != 5 {
 		t.Fatalf("Poll = %d %v, want WRIDs 2 4 5", n, buf[:n])
@@ -115,11 +118,11 @@ func TestCQPushPollOverflow(t *testing.T) {
 
 func TestCQPollDoesNotAllocate(t *testing.T) {
 	d := newDevice(t)
-	cq := mustCQ(t, d, 16)
-	buf := make([]WorkCompletion, 4)
+	cq := rdmatest.CQ(t, d, 16)
+	buf := make([]verbs.WorkCompletion, 4)
 	allocs := testing.AllocsPerRun(100, func() {
-		cq.push(wcWithID(1), false)
-		cq.push(wcWithID(2), true)
+		cq.Push(wcWithID(1), false)
+		cq.Push(wcWithID(2), true)
 		_, _ = cq.Poll(buf)
 	})
 	if allocs != 0 {
@@ -128,8 +131,8 @@ func TestCQPollDoesNotAllocate(t *testing.T) {
 }
 
 func TestCQResize(t *testing.T) {
-	d := openDevice(t, DeviceConfig{Limits: &DeviceAttr{MaxCQE: 10}})
-	cq := mustCQ(t, d, 3)
+	d := rdmatest.OpenDevice(t, verbs.DeviceConfig{Limits: &verbs.DeviceAttr{MaxCQE: 10}})
+	cq := rdmatest.CQ(t, d, 3)
 	// Shrink and grow an empty CQ.
 	for _, n := range []int{1, 7} {
 		if err := cq.Resize(n); err != nil {
@@ -140,18 +143,18 @@ func TestCQResize(t *testing.T) {
 		}
 	}
 	// Fill with a wrapped ring, then resize: order is kept.
-	buf := make([]WorkCompletion, 10)
+	buf := make([]verbs.WorkCompletion, 10)
 	for i := range uint64(5) {
-		cq.push(wcWithID(i), false)
+		cq.Push(wcWithID(i), false)
 	}
 	cq.Poll(buf[:3])
 	for i := uint64(5); i < 9; i++ {
-		cq.push(wcWithID(i), false)
+		cq.Push(wcWithID(i), false)
 	}
 	// Six completions queued (3..8): shrinking below fails.
-	wantErr(t, cq.Resize(5), ErrInvalidArgument, "cqe")
-	wantErr(t, cq.Resize(0), ErrInvalidArgument, "cqe")
-	wantErr(t, cq.Resize(11), ErrInvalidArgument, "cqe")
+	rdmatest.WantError(t, cq.Resize(5), verbs.ErrInvalidArgument, "cqe")
+	rdmatest.WantError(t, cq.Resize(0), verbs.ErrInvalidArgument, "cqe")
+	rdmatest.WantError(t, cq.Resize(11), verbs.ErrInvalidArgument, "cqe")
 	if err := cq.Resize(6); err != nil {
 		t.Fatal(err)
 	}
@@ -167,35 +170,35 @@ func TestCQResize(t *testing.T) {
 	if err := cq.Destroy(); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, cq.Resize(4), ErrClosed, "cq")
+	rdmatest.WantError(t, cq.Resize(4), verbs.ErrClosed, "cq")
 	_, err := cq.Poll(buf)
-	wantErr(t, err, ErrClosed, "cq")
-	wantErr(t, cq.ReqNotify(false), ErrClosed, "cq")
-	if !cq.push(wcWithID(1), false) {
+	rdmatest.WantError(t, err, verbs.ErrClosed, "cq")
+	rdmatest.WantError(t, cq.ReqNotify(false), verbs.ErrClosed, "cq")
+	if !cq.Push(wcWithID(1), false) {
 		t.Error("push into a destroyed CQ succeeded")
 	}
 }
 
 func TestCQDestroyBusy(t *testing.T) {
 	d := newDevice(t)
-	pd := mustPD(t, d)
-	scq, rcq := mustCQ(t, d, 4), mustCQ(t, d, 4)
-	qp, err := pd.CreateQP(QPInitAttr{QPType: QPTypeRC, SendCQ: scq, RecvCQ: rcq, Cap: defaultCap})
+	pd := rdmatest.PD(t, d)
+	scq, rcq := rdmatest.CQ(t, d, 4), rdmatest.CQ(t, d, 4)
+	qp, err := pd.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: scq, RecvCQ: rcq, Cap: defaultCap})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, scq.Destroy(), ErrBusy, "cq")
-	wantErr(t, rcq.Destroy(), ErrBusy, "cq")
+	rdmatest.WantError(t, scq.Destroy(), verbs.ErrBusy, "cq")
+	rdmatest.WantError(t, rcq.Destroy(), verbs.ErrBusy, "cq")
 	if err := qp.Destroy(); err != nil {
 		t.Fatal(err)
 	}
-	for _, cq := range []*CQ{scq, rcq} {
+	for _, cq := range []*verbs.CQ{scq, rcq} {
 		if err := cq.Destroy(); err != nil {
 			t.Errorf("Destroy after the QP: %v", err)
 		}
 	}
-	_, err = pd.CreateQP(QPInitAttr{QPType: QPTypeRC, SendCQ: scq, RecvCQ: scq})
-	wantErr(t, err, ErrClosed, "send_cq")
+	_, err = pd.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: scq, RecvCQ: scq})
+	rdmatest.WantError(t, err, verbs.ErrClosed, "send_cq")
 }
 
 func TestCompletionEvents(t *testing.T) {
@@ -205,23 +208,23 @@ func TestCompletionEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	fail := WorkCompletion{WRID: 9, Status: WCRemAccessErr}
+	fail := verbs.WorkCompletion{WRID: 9, Status: verbs.WCRemAccessErr}
 	tests := []struct {
 		name      string
 		arm       []bool // ReqNotify calls (solicitedOnly)
-		push      []WorkCompletion
+		push      []verbs.WorkCompletion
 		solicited []bool
 		events    int
 	}{
-		{"unarmed", nil, []WorkCompletion{wcWithID(1)}, []bool{false}, 0},
-		{"armed", []bool{false}, []WorkCompletion{wcWithID(1)}, []bool{false}, 1},
-		{"one event per arm", []bool{false}, []WorkCompletion{wcWithID(1), wcWithID(2)}, []bool{false, false}, 1},
-		{"arming twice is one arm", []bool{false, false}, []WorkCompletion{wcWithID(1), wcWithID(2)}, []bool{false, false}, 1},
-		{"solicited ignores unsolicited", []bool{true}, []WorkCompletion{wcWithID(1)}, []bool{false}, 0},
-		{"solicited", []bool{true}, []WorkCompletion{wcWithID(1), wcWithID(2)}, []bool{false, true}, 1},
-		{"solicited by an error", []bool{true}, []WorkCompletion{fail}, []bool{false}, 1},
-		{"next overrides solicited", []bool{true, false}, []WorkCompletion{wcWithID(1)}, []bool{false}, 1},
-		{"solicited does not weaken next", []bool{false, true}, []WorkCompletion{wcWithID(1)}, []bool{false}, 1},
+		{"unarmed", nil, []verbs.WorkCompletion{wcWithID(1)}, []bool{false}, 0},
+		{"armed", []bool{false}, []verbs.WorkCompletion{wcWithID(1)}, []bool{false}, 1},
+		{"one event per arm", []bool{false}, []verbs.WorkCompletion{wcWithID(1), wcWithID(2)}, []bool{false, false}, 1},
+		{"arming twice is one arm", []bool{false, false}, []verbs.WorkCompletion{wcWithID(1), wcWithID(2)}, []bool{false, false}, 1},
+		{"solicited ignores unsolicited", []bool{true}, []verbs.WorkCompletion{wcWithID(1)}, []bool{false}, 0},
+		{"solicited", []bool{true}, []verbs.WorkCompletion{wcWithID(1), wcWithID(2)}, []bool{false, true}, 1},
+		{"solicited by an error", []bool{true}, []verbs.WorkCompletion{fail}, []bool{false}, 1},
+		{"next overrides solicited", []bool{true, false}, []verbs.WorkCompletion{wcWithID(1)}, []bool{false}, 1},
+		{"solicited does not weaken next", []bool{false, true}, []verbs.WorkCompletion{wcWithID(1)}, []bool{false}, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -235,7 +238,7 @@ func TestCompletionEvents(t *testing.T) {
 				}
 			}
 			for i, wc := range tt.push {
-				cq.push(wc, tt.solicited[i])
+				cq.Push(wc, tt.solicited[i])
 			}
 			got := 0
 			for {
@@ -255,7 +258,7 @@ func TestCompletionEvents(t *testing.T) {
 				t.Errorf("%d events, want %d", got, tt.events)
 			}
 			if got > 0 {
-				wantErr(t, cq.Destroy(), ErrBusy, "cq")
+				rdmatest.WantError(t, cq.Destroy(), verbs.ErrBusy, "cq")
 				cq.AckEvents(got)
 			}
 			if err := cq.Destroy(); err != nil {
@@ -275,7 +278,7 @@ func TestGetEventBlocksUntilEvent(t *testing.T) {
 	if err := cq.ReqNotify(false); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan *CQ)
+	got := make(chan *verbs.CQ)
 	go func() {
 		ev, err := ch.GetEvent(context.Background())
 		if err != nil {
@@ -283,7 +286,7 @@ func TestGetEventBlocksUntilEvent(t *testing.T) {
 		}
 		got <- ev
 	}()
-	cq.push(wcWithID(1), false)
+	cq.Push(wcWithID(1), false)
 	if ev := <-got; ev != cq {
 		t.Fatalf("event for %v", ev)
 	}
@@ -307,19 +310,19 @@ func TestEventOrderAcrossCQs(t *testing.T) {
 	ch, _ := d.CreateCompChannel()
 	a, _ := d.CreateCQ(4, ch, 0)
 	b, _ := d.CreateCQ(4, ch, 0)
-	arm := func(cq *CQ) {
+	arm := func(cq *verbs.CQ) {
 		if err := cq.ReqNotify(false); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Events A, B, A: the second event of A comes after B's.
 	arm(a)
-	a.push(wcWithID(1), false)
+	a.Push(wcWithID(1), false)
 	arm(b)
-	b.push(wcWithID(2), false)
+	b.Push(wcWithID(2), false)
 	arm(a)
-	a.push(wcWithID(3), false)
-	want := []*CQ{a, b, a}
+	a.Push(wcWithID(3), false)
+	want := []*verbs.CQ{a, b, a}
 	for i, w := range want {
 		ev, err := ch.GetEvent(context.Background())
 		if err != nil || ev != w {
@@ -334,7 +337,7 @@ func TestEventOrderAcrossCQs(t *testing.T) {
 
 	// Destroying a CQ discards its undelivered events.
 	arm(b)
-	b.push(wcWithID(4), false)
+	b.Push(wcWithID(4), false)
 	if err := b.Destroy(); err != nil {
 		t.Fatal(err)
 	}
@@ -352,25 +355,25 @@ func TestCompChannelDestroy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, ch.Destroy(), ErrBusy, "channel")
+	rdmatest.WantError(t, ch.Destroy(), verbs.ErrBusy, "channel")
 	if err := cq.Destroy(); err != nil {
 		t.Fatal(err)
 	}
 	if err := ch.Destroy(); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, ch.Destroy(), ErrClosed, "channel")
+	rdmatest.WantError(t, ch.Destroy(), verbs.ErrClosed, "channel")
 	_, err = ch.GetEvent(context.Background())
-	wantErr(t, err, ErrClosed, "channel")
+	rdmatest.WantError(t, err, verbs.ErrClosed, "channel")
 	_, err = d.CreateCQ(4, ch, 0)
-	wantErr(t, err, ErrClosed, "channel")
+	rdmatest.WantError(t, err, verbs.ErrClosed, "channel")
 
 	// A CQ without a channel: arming and acknowledging are harmless.
-	plain := mustCQ(t, d, 2)
+	plain := rdmatest.CQ(t, d, 2)
 	if err := plain.ReqNotify(true); err != nil {
 		t.Fatal(err)
 	}
-	plain.push(wcWithID(1), true)
+	plain.Push(wcWithID(1), true)
 	plain.AckEvents(1)
 	if err := plain.Destroy(); err != nil {
 		t.Fatal(err)

@@ -1,8 +1,11 @@
-package verbs
+package verbs_test
 
 import (
 	"sync"
 	"testing"
+
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/verbs"
 )
 
 // A receiver that destroys its QP, or moves it to ERR, the moment it has
@@ -26,10 +29,10 @@ import (
 // Output, where the receive path left it for the end of its batch.
 func TestDestroyRightAfterReceiveStillAcks(t *testing.T) {
 	a, b := ackPair(t)
-	held, release := holdBatch(t, b.dev, batchStart)
+	held, release := holdBatch(t, b.Dev, verbs.BatchStart)
 	sendOne(t, a, b)
 	<-held
-	if err := b.qp.Destroy(); err != nil {
+	if err := b.QP.Destroy(); err != nil {
 		t.Fatal(err)
 	}
 	wantAckSent(t, b, "Destroy")
@@ -43,10 +46,10 @@ func TestDestroyRightAfterReceiveStillAcks(t *testing.T) {
 // the socket, so Destroy sends it.
 func TestDestroyFlushesRepliesOfTheBatch(t *testing.T) {
 	a, b := ackPair(t)
-	held, release := holdBatch(t, b.dev, batchFlush)
+	held, release := holdBatch(t, b.Dev, verbs.BatchFlush)
 	sendOne(t, a, b)
 	<-held
-	if err := b.qp.Destroy(); err != nil {
+	if err := b.QP.Destroy(); err != nil {
 		t.Fatal(err)
 	}
 	wantAckSent(t, b, "Destroy")
@@ -59,10 +62,10 @@ func TestDestroyFlushesRepliesOfTheBatch(t *testing.T) {
 // with it.
 func TestModifyToErrRightAfterReceiveStillAcks(t *testing.T) {
 	a, b := ackPair(t)
-	held, release := holdBatch(t, b.dev, batchStart)
+	held, release := holdBatch(t, b.Dev, verbs.BatchStart)
 	sendOne(t, a, b)
 	<-held
-	if err := b.qp.Modify(&QPAttr{QPState: QPStateErr}, QPAttrState); err != nil {
+	if err := b.QP.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.QPAttrState); err != nil {
 		t.Fatal(err)
 	}
 	wantAckSent(t, b, "Modify to ERR")
@@ -71,25 +74,25 @@ func TestModifyToErrRightAfterReceiveStillAcks(t *testing.T) {
 }
 
 // ackPair connects two ends; a, the sender, never retransmits.
-func ackPair(t *testing.T) (a, b *rcEnd) {
+func ackPair(t *testing.T) (a, b *rdmatest.End) {
 	t.Helper()
-	a = newEnd(t, "127.0.1.1", endOpts{})
-	b = newEnd(t, "127.0.1.2", endOpts{})
-	oa := defaultLink()
-	oa.timeout = 0 // no retransmission timer
-	connect(t, a, b, oa, defaultLink())
+	a = newEnd(t, 1, rdmatest.EndOptions{})
+	b = newEnd(t, 2, rdmatest.EndOptions{})
+	oa := rdmatest.DefaultLink()
+	oa.Timeout = 0 // no retransmission timer
+	rdmatest.Connect(t, a, b, oa, rdmatest.DefaultLink())
 	return a, b
 }
 
 // holdBatch stops the first receive batch of d that reaches at until
 // release is called; held is closed once it waits there. release is also
 // called at the end of the test, so that the device can close.
-func holdBatch(t *testing.T, d *Device, at batchPoint) (held <-chan struct{}, release func()) {
+func holdBatch(t *testing.T, d *verbs.Device, at verbs.BatchPoint) (held <-chan struct{}, release func()) {
 	t.Helper()
 	h := make(chan struct{})
 	r := make(chan struct{})
 	var holdOnce, releaseOnce sync.Once
-	hook := func(dev *Device, p batchPoint) {
+	hook := func(dev *verbs.Device, p verbs.BatchPoint) {
 		if dev == d && p == at {
 			holdOnce.Do(func() {
 				close(h)
@@ -97,40 +100,40 @@ func holdBatch(t *testing.T, d *Device, at batchPoint) (held <-chan struct{}, re
 			})
 		}
 	}
-	endBatchHook.Store(&hook)
+	verbs.SetEndBatchHook(hook)
 	release = func() { releaseOnce.Do(func() { close(r) }) }
 	t.Cleanup(func() {
 		release()
-		endBatchHook.Store(nil)
+		verbs.SetEndBatchHook(nil)
 	})
 	return h, release
 }
 
 // sendOne sends a 64-byte SEND from a to b and waits for b's receive
 // completion, which the receive path delivers before its batch ends.
-func sendOne(t *testing.T, a, b *rcEnd) {
+func sendOne(t *testing.T, a, b *rdmatest.End) {
 	t.Helper()
-	mustPostRecv(t, b.qp, RecvWR{WRID: 1, SGList: []SGE{b.mr.SGE(0, 64)}})
-	mustPostSend(t, a.qp, SendWR{WRID: 2, Opcode: WRSend, SendFlags: SendSignaled,
-		SGList: []SGE{a.mr.SGE(0, 64)}})
-	if wc := waitN(t, b.cq, 1)[0]; wc.Status != WCSuccess {
+	rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{b.MR.SGE(0, 64)}})
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.MR.SGE(0, 64)}})
+	if wc := rdmatest.WaitN(t, b.CQ, 1)[0]; wc.Status != verbs.WCSuccess {
 		t.Fatalf("receive: %+v", wc)
 	}
 }
 
 // wantAckSent checks that b's device has sent its one packet, the ACK,
 // by the time what returned.
-func wantAckSent(t *testing.T, b *rcEnd, what string) {
+func wantAckSent(t *testing.T, b *rdmatest.End, what string) {
 	t.Helper()
-	if n := b.dev.Counters().SentPkts; n != 1 {
+	if n := b.Dev.Counters().SentPkts; n != 1 {
 		t.Fatalf("%s returned with %d packets sent, want 1 (the ACK of the SEND whose completion was polled)", what, n)
 	}
 }
 
 // wantSendDone checks that a's SEND completed successfully.
-func wantSendDone(t *testing.T, a *rcEnd) {
+func wantSendDone(t *testing.T, a *rdmatest.End) {
 	t.Helper()
-	if wc := waitN(t, a.cq, 1)[0]; wc.Status != WCSuccess || wc.WRID != 2 {
+	if wc := rdmatest.WaitN(t, a.CQ, 1)[0]; wc.Status != verbs.WCSuccess || wc.WRID != 2 {
 		t.Fatalf("the SEND whose receive completed did not succeed: %+v", wc)
 	}
 }

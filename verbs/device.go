@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"github.com/goroce/goroce/internal/netio"
 )
 
 // DefaultUDPPort is the RoCEv2 UDP destination port (IANA 4791).
@@ -49,12 +51,6 @@ type DeviceConfig struct {
 	// most 2^24-2 (the QP numbers other than 0 and 1), MaxMRSize at most
 	// 2^63-1, the others at most 2^31-1.
 	Limits *DeviceAttr
-
-	// FaultInjection, if not nil, makes the device drop, duplicate,
-	// corrupt, delay and reorder the packets it receives. It is for
-	// tests only and needs a binary built with the goroce_faults tag;
-	// Open fails otherwise (see Faults).
-	FaultInjection *Faults
 
 	// NoOffload turns off UDP segmentation and receive offload (GSO and
 	// GRO): every packet is its own datagram on its way through the
@@ -189,8 +185,31 @@ func defaultDeviceAttr() DeviceAttr {
 // attributes, port and GID table, binds the UDP socket on Addr and Port
 // (failing if another device or program holds it) and starts the device's
 // receive and timer goroutines. Close stops them.
-func Open(cfg DeviceConfig) (*Device, error) {
-	const op = "Open"
+func Open(cfg DeviceConfig) (*Device, error) { return open("Open", cfg, nil) }
+
+// open is Open with the receive path's fault injection (nil: none), which
+// only binaries built with the goroce_faults tag can ask for.
+func open(op string, cfg DeviceConfig, faults *netio.Faults) (*Device, error) {
+	d, err := buildDevice(op, cfg)
+	if err != nil {
+		return nil, err
+	}
+	eng, err := startEngine(d, faults, cfg.NoOffload, cfg.PerQPReplyPort)
+	if err != nil {
+		return nil, bindError(op, netip.AddrPortFrom(d.addr, d.udpPort), err)
+	}
+	d.eng = eng
+	d.busyPoll = cfg.BusyPoll
+	if !cfg.NoStatsEndpoint {
+		// Best effort: a device without an endpoint works the same.
+		d.stats, _ = startStatsEndpoint(d)
+	}
+	return d, nil
+}
+
+// buildDevice checks cfg and builds a device from it, with its attributes,
+// port, GID table and resource limits, and no engine yet.
+func buildDevice(op string, cfg DeviceConfig) (*Device, error) {
 	if !cfg.Addr.IsValid() {
 		return nil, newError(op, "Addr", ErrInvalidArgument, "required")
 	}
@@ -222,15 +241,12 @@ func Open(cfg DeviceConfig) (*Device, error) {
 			return nil, err
 		}
 	}
-	if err := checkFaults(op, cfg.FaultInjection); err != nil {
-		return nil, err
-	}
 	ifid := interfaceID(addr.WithZone(""), udpPort)
 	attr.NodeGUID = GUID(binary.BigEndian.Uint64(ifid[:]))
 	attr.SysImageGUID = attr.NodeGUID
 
 	gids := buildGIDTable(addr.WithZone(""), ifid)
-	d := &Device{
+	return &Device{
 		name:    name,
 		addr:    addr,
 		udpPort: udpPort,
@@ -259,27 +275,16 @@ func Open(cfg DeviceConfig) (*Device, error) {
 		channels:       make(map[*CompChannel]struct{}),
 		srqs:           make(map[*SRQ]struct{}),
 		ahs:            make(map[*AH]struct{}),
-	}
-	eng, err := startEngine(d, netioFaults(cfg.FaultInjection), cfg.NoOffload, cfg.PerQPReplyPort)
-	if err != nil {
-		return nil, bindError(op, netip.AddrPortFrom(addr, udpPort), err)
-	}
-	d.eng = eng
-	d.busyPoll = cfg.BusyPoll
-	d.res = resources{
-		pd:  resource{name: "max_pd", limit: int64(attr.MaxPD)},
-		mr:  resource{name: "max_mr", limit: int64(attr.MaxMR)},
-		mw:  resource{name: "max_mw", limit: int64(attr.MaxMW)},
-		cq:  resource{name: "max_cq", limit: int64(attr.MaxCQ)},
-		qp:  resource{name: "max_qp", limit: int64(attr.MaxQP)},
-		srq: resource{name: "max_srq", limit: int64(attr.MaxSRQ)},
-		ah:  resource{name: "max_ah", limit: int64(attr.MaxAH)},
-	}
-	if !cfg.NoStatsEndpoint {
-		// Best effort: a device without an endpoint works the same.
-		d.stats, _ = startStatsEndpoint(d)
-	}
-	return d, nil
+		res: resources{
+			pd:  resource{name: "max_pd", limit: int64(attr.MaxPD)},
+			mr:  resource{name: "max_mr", limit: int64(attr.MaxMR)},
+			mw:  resource{name: "max_mw", limit: int64(attr.MaxMW)},
+			cq:  resource{name: "max_cq", limit: int64(attr.MaxCQ)},
+			qp:  resource{name: "max_qp", limit: int64(attr.MaxQP)},
+			srq: resource{name: "max_srq", limit: int64(attr.MaxSRQ)},
+			ah:  resource{name: "max_ah", limit: int64(attr.MaxAH)},
+		},
+	}, nil
 }
 
 // defaultActiveMTU is the port's active MTU when the configuration leaves

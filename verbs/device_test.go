@@ -1,4 +1,4 @@
-package verbs
+package verbs_test
 
 import (
 	"context"
@@ -6,33 +6,37 @@ import (
 	"errors"
 	"net/netip"
 	"testing"
+
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
+	"github.com/goroce/goroce/verbs"
 )
 
 func TestOpenValidation(t *testing.T) {
 	tests := []struct {
 		name  string
-		cfg   DeviceConfig
+		cfg   verbs.DeviceConfig
 		want  error
 		field string
 	}{
-		{"no address", DeviceConfig{}, ErrInvalidArgument, "Addr"},
-		{"unspecified v4", DeviceConfig{Addr: netip.MustParseAddr("0.0.0.0")}, ErrInvalidArgument, "Addr"},
-		{"unspecified v6", DeviceConfig{Addr: netip.MustParseAddr("::")}, ErrInvalidArgument, "Addr"},
-		{"multicast", DeviceConfig{Addr: netip.MustParseAddr("239.1.1.1")}, ErrInvalidArgument, "Addr"},
-		{"MTU 6", DeviceConfig{Addr: netip.MustParseAddr("127.0.1.1"), MTU: 6}, ErrInvalidArgument, "MTU"},
-		{"MTU -1", DeviceConfig{Addr: netip.MustParseAddr("127.0.1.1"), MTU: -1}, ErrInvalidArgument, "MTU"},
-		{"negative limit", DeviceConfig{Addr: netip.MustParseAddr("127.0.1.1"), Limits: &DeviceAttr{MaxPD: -1}}, ErrInvalidArgument, "Limits.MaxPD"},
-		{"MaxMR over key range", DeviceConfig{Addr: netip.MustParseAddr("127.0.1.1"), Limits: &DeviceAttr{MaxMR: capMaxMR + 1}}, ErrInvalidArgument, "Limits.MaxMR"},
-		{"MaxQP over QPN space", DeviceConfig{Addr: netip.MustParseAddr("127.0.1.1"), Limits: &DeviceAttr{MaxQP: 1 << 24}}, ErrInvalidArgument, "Limits.MaxQP"},
-		{"MaxMRSize over MaxInt64", DeviceConfig{Addr: netip.MustParseAddr("127.0.1.1"), Limits: &DeviceAttr{MaxMRSize: 1 << 63}}, ErrInvalidArgument, "Limits.MaxMRSize"},
-		{"ok v4", DeviceConfig{Addr: netip.MustParseAddr("127.0.1.1")}, nil, ""},
-		{"ok v6", DeviceConfig{Addr: netip.MustParseAddr("::1")}, nil, ""},
-		{"ok limits", DeviceConfig{Addr: netip.MustParseAddr("127.0.1.1"), Limits: &DeviceAttr{MaxMR: capMaxMR, MaxQP: capMaxQP}}, nil, ""},
+		{"no address", verbs.DeviceConfig{}, verbs.ErrInvalidArgument, "Addr"},
+		{"unspecified v4", verbs.DeviceConfig{Addr: netip.MustParseAddr("0.0.0.0")}, verbs.ErrInvalidArgument, "Addr"},
+		{"unspecified v6", verbs.DeviceConfig{Addr: netip.MustParseAddr("::")}, verbs.ErrInvalidArgument, "Addr"},
+		{"multicast", verbs.DeviceConfig{Addr: netip.MustParseAddr("239.1.1.1")}, verbs.ErrInvalidArgument, "Addr"},
+		{"MTU 6", verbs.DeviceConfig{Addr: testkit.Addr(1), MTU: 6}, verbs.ErrInvalidArgument, "MTU"},
+		{"MTU -1", verbs.DeviceConfig{Addr: testkit.Addr(1), MTU: -1}, verbs.ErrInvalidArgument, "MTU"},
+		{"negative limit", verbs.DeviceConfig{Addr: testkit.Addr(1), Limits: &verbs.DeviceAttr{MaxPD: -1}}, verbs.ErrInvalidArgument, "Limits.MaxPD"},
+		{"MaxMR over key range", verbs.DeviceConfig{Addr: testkit.Addr(1), Limits: &verbs.DeviceAttr{MaxMR: verbs.CapMaxMR + 1}}, verbs.ErrInvalidArgument, "Limits.MaxMR"},
+		{"MaxQP over QPN space", verbs.DeviceConfig{Addr: testkit.Addr(1), Limits: &verbs.DeviceAttr{MaxQP: 1 << 24}}, verbs.ErrInvalidArgument, "Limits.MaxQP"},
+		{"MaxMRSize over MaxInt64", verbs.DeviceConfig{Addr: testkit.Addr(1), Limits: &verbs.DeviceAttr{MaxMRSize: 1 << 63}}, verbs.ErrInvalidArgument, "Limits.MaxMRSize"},
+		{"ok v4", verbs.DeviceConfig{Addr: testkit.Addr(1)}, nil, ""},
+		{"ok v6", verbs.DeviceConfig{Addr: netip.IPv6Loopback(), Port: testkit.Port()}, nil, ""},
+		{"ok limits", verbs.DeviceConfig{Addr: testkit.Addr(1), Limits: &verbs.DeviceAttr{MaxMR: verbs.CapMaxMR, MaxQP: verbs.CapMaxQP}}, nil, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d, err := Open(tt.cfg)
-			wantErr(t, err, tt.want, tt.field)
+			d, err := verbs.Open(tt.cfg)
+			rdmatest.WantError(t, err, tt.want, tt.field)
 			if d != nil {
 				if err := d.Close(); err != nil {
 					t.Fatal(err)
@@ -44,22 +48,23 @@ func TestOpenValidation(t *testing.T) {
 
 func TestOpenDefaults(t *testing.T) {
 	tests := []struct {
-		addr string
-		mtu  MTU
-		want MTU
+		addr netip.Addr
+		port uint16 // 0: the default
+		mtu  verbs.MTU
+		want verbs.MTU
 	}{
-		{"127.0.1.1", 0, MTU4096},
-		{"::1", 0, MTU4096},
-		{"127.0.1.2", MTU2048, MTU2048},
+		{testkit.Addr(1), 0, 0, verbs.MTU4096},
+		{netip.IPv6Loopback(), testkit.Port(), 0, verbs.MTU4096},
+		{testkit.Addr(2), 0, verbs.MTU2048, verbs.MTU2048},
 	}
 	// A device binds its address, so only loopback ones open here.
 	for _, a := range []string{"192.0.2.1", "2001:db8::5"} {
-		if got := defaultActiveMTU(netip.MustParseAddr(a)); got != MTU1024 {
+		if got := verbs.DefaultActiveMTU(netip.MustParseAddr(a)); got != verbs.MTU1024 {
 			t.Errorf("default MTU on %s = %v, want 1024", a, got)
 		}
 	}
 	for _, tt := range tests {
-		d := openDevice(t, DeviceConfig{Addr: netip.MustParseAddr(tt.addr), MTU: tt.mtu})
+		d := rdmatest.OpenDevice(t, verbs.DeviceConfig{Addr: tt.addr, Port: tt.port, MTU: tt.mtu})
 		pa, err := d.QueryPort(1)
 		if err != nil {
 			t.Fatal(err)
@@ -67,12 +72,12 @@ func TestOpenDefaults(t *testing.T) {
 		if pa.ActiveMTU != tt.want {
 			t.Errorf("%s MTU %v: active MTU %v, want %v", tt.addr, tt.mtu, pa.ActiveMTU, tt.want)
 		}
-		if d.Name() != DefaultDeviceName || d.UDPPort() != DefaultUDPPort {
+		if d.Name() != verbs.DefaultDeviceName || tt.port == 0 && d.UDPPort() != verbs.DefaultUDPPort {
 			t.Errorf("defaults: name %q port %d", d.Name(), d.UDPPort())
 		}
 	}
-	d := openDevice(t, DeviceConfig{Name: "g1", Addr: netip.MustParseAddr("::ffff:127.0.1.9"), Port: 5000})
-	if d.Name() != "g1" || d.UDPPort() != 5000 || d.Addr() != netip.MustParseAddr("127.0.1.9") {
+	d := rdmatest.OpenDevice(t, verbs.DeviceConfig{Name: "g1", Addr: netip.AddrFrom16(testkit.Addr(9).As16()), Port: 5000})
+	if d.Name() != "g1" || d.UDPPort() != 5000 || d.Addr() != testkit.Addr(9) {
 		t.Errorf("config not applied: %q %d %v", d.Name(), d.UDPPort(), d.Addr())
 	}
 }
@@ -80,7 +85,7 @@ func TestOpenDefaults(t *testing.T) {
 func TestQueryDevice(t *testing.T) {
 	d := newDevice(t)
 	a := d.Query()
-	def := defaultDeviceAttr()
+	def := verbs.DefaultDeviceAttr()
 	checks := []struct {
 		name      string
 		got, want int
@@ -103,20 +108,20 @@ func TestQueryDevice(t *testing.T) {
 			t.Errorf("%s = %d, want %d", c.name, c.got, c.want)
 		}
 	}
-	if a.AtomicCap != AtomicHCA {
+	if a.AtomicCap != verbs.AtomicHCA {
 		t.Errorf("AtomicCap = %v", a.AtomicCap)
 	}
 	if a.NodeGUID == 0 || a.SysImageGUID != a.NodeGUID {
 		t.Errorf("GUIDs %v %v", a.NodeGUID, a.SysImageGUID)
 	}
-	if mw := DeviceMemWindow | DeviceMemWindowType2B; a.DeviceCapFlags&mw != mw {
+	if mw := verbs.DeviceMemWindow | verbs.DeviceMemWindowType2B; a.DeviceCapFlags&mw != mw {
 		t.Error("device does not claim memory windows of type 1 and 2B")
 	}
 	if a.MaxMRSize != def.MaxMRSize {
 		t.Errorf("MaxMRSize = %d", a.MaxMRSize)
 	}
 
-	limited := openDevice(t, DeviceConfig{Addr: netip.MustParseAddr("127.0.1.2"), Limits: &DeviceAttr{MaxQP: 3, MaxCQE: 10, NodeGUID: 42}})
+	limited := rdmatest.OpenDevice(t, verbs.DeviceConfig{Addr: testkit.Addr(2), Limits: &verbs.DeviceAttr{MaxQP: 3, MaxCQE: 10, NodeGUID: 42}})
 	la := limited.Query()
 	if la.MaxQP != 3 || la.MaxCQE != 10 || la.MaxPD != def.MaxPD {
 		t.Errorf("limits not merged: %+v", la)
@@ -127,18 +132,18 @@ func TestQueryDevice(t *testing.T) {
 }
 
 func TestQueryPortAndTables(t *testing.T) {
-	d := openDevice(t, DeviceConfig{Addr: netip.MustParseAddr("127.1.16.62"), Port: 4791})
+	d := rdmatest.OpenDevice(t, verbs.DeviceConfig{Addr: testkit.Addr(62), Port: 4791})
 	pa, err := d.QueryPort(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pa.State != PortActive || pa.MaxMTU != MTU4096 || pa.LinkLayer != LinkLayerEthernet ||
-		pa.PKeyTblLen != 1 || pa.GIDTblLen != 2 || pa.MaxMsgSize != 1<<31 || pa.PhysState != PhysPortStateLinkUp {
+	if pa.State != verbs.PortActive || pa.MaxMTU != verbs.MTU4096 || pa.LinkLayer != verbs.LinkLayerEthernet ||
+		pa.PKeyTblLen != 1 || pa.GIDTblLen != 2 || pa.MaxMsgSize != 1<<31 || pa.PhysState != verbs.PhysPortStateLinkUp {
 		t.Errorf("port attributes %+v", pa)
 	}
 	for _, port := range []int{0, 2, -1} {
 		_, err := d.QueryPort(port)
-		wantErr(t, err, ErrInvalidArgument, "port_num")
+		rdmatest.WantError(t, err, verbs.ErrInvalidArgument, "port_num")
 	}
 
 	table := d.GIDTable()
@@ -149,11 +154,11 @@ func TestQueryPortAndTables(t *testing.T) {
 	if ll[0] != 0xfe || ll[1] != 0x80 || binary.BigEndian.Uint64(ll[8:]) != uint64(d.Query().NodeGUID) {
 		t.Errorf("GID[0] = %v, want fe80::/64 with the node GUID %v", ll, d.Query().NodeGUID)
 	}
-	if v4.String() != "::ffff:127.1.16.62" {
+	if v4.String() != "::ffff:"+testkit.Addr(62).String() {
 		t.Errorf("GID[1] = %v", v4)
 	}
 	for i, e := range table {
-		if e.Index != i || e.Port != 1 || e.Type != GIDTypeRoCEv2 {
+		if e.Index != i || e.Port != 1 || e.Type != verbs.GIDTypeRoCEv2 {
 			t.Errorf("GID entry %d = %+v", i, e)
 		}
 		g, err := d.QueryGID(1, i)
@@ -162,7 +167,7 @@ func TestQueryPortAndTables(t *testing.T) {
 		}
 	}
 	// GIDTable returns a copy.
-	table[1].GID = GID{}
+	table[1].GID = verbs.GID{}
 	if g, _ := d.QueryGID(1, 1); g.IsZero() {
 		t.Error("GIDTable exposes the device's table")
 	}
@@ -173,10 +178,10 @@ func TestQueryPortAndTables(t *testing.T) {
 	}{{2, 0, "port_num"}, {0, 0, "port_num"}, {1, 2, "index"}, {1, -1, "index"}, {1, 1024, "index"}}
 	for _, b := range bad {
 		_, err := d.QueryGID(b.port, b.index)
-		wantErr(t, err, ErrInvalidArgument, b.field)
+		rdmatest.WantError(t, err, verbs.ErrInvalidArgument, b.field)
 	}
 
-	v6 := openDevice(t, DeviceConfig{Addr: netip.MustParseAddr("::1")})
+	v6 := rdmatest.OpenDevice(t, verbs.DeviceConfig{Addr: netip.IPv6Loopback(), Port: testkit.Port()})
 	if g, _ := v6.QueryGID(1, 1); g.String() != "::1" {
 		t.Errorf("IPv6 device GID[1] = %v", g)
 	}
@@ -185,39 +190,39 @@ func TestQueryPortAndTables(t *testing.T) {
 		t.Errorf("QueryPKey(1, 0) = %#x, %v", pk, err)
 	}
 	_, err = d.QueryPKey(1, 1)
-	wantErr(t, err, ErrInvalidArgument, "index")
+	rdmatest.WantError(t, err, verbs.ErrInvalidArgument, "index")
 	_, err = d.QueryPKey(2, 0)
-	wantErr(t, err, ErrInvalidArgument, "port_num")
+	rdmatest.WantError(t, err, verbs.ErrInvalidArgument, "port_num")
 }
 
 func TestResourceLimits(t *testing.T) {
-	d := openDevice(t, DeviceConfig{Limits: &DeviceAttr{MaxPD: 2, MaxCQ: 1, MaxMR: 1, MaxQP: 1, MaxSRQ: 1, MaxAH: 1}})
-	pd := mustPD(t, d)
-	pd2 := mustPD(t, d)
+	d := rdmatest.OpenDevice(t, verbs.DeviceConfig{Limits: &verbs.DeviceAttr{MaxPD: 2, MaxCQ: 1, MaxMR: 1, MaxQP: 1, MaxSRQ: 1, MaxAH: 1}})
+	pd := rdmatest.PD(t, d)
+	pd2 := rdmatest.PD(t, d)
 	_, err := d.AllocPD()
-	wantErr(t, err, ErrResourceLimit, "max_pd")
+	rdmatest.WantError(t, err, verbs.ErrResourceLimit, "max_pd")
 
-	cq := mustCQ(t, d, 4)
+	cq := rdmatest.CQ(t, d, 4)
 	_, err = d.CreateCQ(4, nil, 0)
-	wantErr(t, err, ErrResourceLimit, "max_cq")
+	rdmatest.WantError(t, err, verbs.ErrResourceLimit, "max_cq")
 
-	mr := mustMR(t, pd, 16, AccessLocalWrite)
-	_, err = pd.RegMR(make([]byte, 16), AccessLocalWrite)
-	wantErr(t, err, ErrResourceLimit, "max_mr")
+	mr := mustMR(t, pd, 16, verbs.AccessLocalWrite)
+	_, err = pd.RegMR(make([]byte, 16), verbs.AccessLocalWrite)
+	rdmatest.WantError(t, err, verbs.ErrResourceLimit, "max_mr")
 
-	qp := mustQP(t, pd, QPTypeRC, cq)
-	_, err = pd.CreateQP(QPInitAttr{QPType: QPTypeRC, SendCQ: cq, RecvCQ: cq})
-	wantErr(t, err, ErrResourceLimit, "max_qp")
+	qp := mustQP(t, pd, verbs.QPTypeRC, cq)
+	_, err = pd.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq})
+	rdmatest.WantError(t, err, verbs.ErrResourceLimit, "max_qp")
 
-	srq, err := pd.CreateSRQ(SRQInitAttr{MaxWR: 1})
-	wantErr(t, err, nil, "")
-	_, err = pd.CreateSRQ(SRQInitAttr{MaxWR: 1})
-	wantErr(t, err, ErrResourceLimit, "max_srq")
+	srq, err := pd.CreateSRQ(verbs.SRQInitAttr{MaxWR: 1})
+	rdmatest.WantError(t, err, nil, "")
+	_, err = pd.CreateSRQ(verbs.SRQInitAttr{MaxWR: 1})
+	rdmatest.WantError(t, err, verbs.ErrResourceLimit, "max_srq")
 
 	ah, err := pd.CreateAH(remoteAV())
-	wantErr(t, err, nil, "")
+	rdmatest.WantError(t, err, nil, "")
 	_, err = pd.CreateAH(remoteAV())
-	wantErr(t, err, ErrResourceLimit, "max_ah")
+	rdmatest.WantError(t, err, verbs.ErrResourceLimit, "max_ah")
 
 	// A failed creation leaves nothing behind: after freeing one of each,
 	// one can be created again and the PD can be deallocated at the end.
@@ -235,11 +240,11 @@ func TestResourceLimits(t *testing.T) {
 }
 
 func TestDeviceClose(t *testing.T) {
-	d, err := Open(DeviceConfig{Addr: netip.MustParseAddr("127.0.1.1")})
+	d, err := verbs.Open(verbs.DeviceConfig{Addr: testkit.Addr(1)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pd := mustPD(t, d)
+	pd := rdmatest.PD(t, d)
 	ch, err := d.CreateCompChannel()
 	if err != nil {
 		t.Fatal(err)
@@ -248,9 +253,9 @@ func TestDeviceClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mr := mustMR(t, pd, 64, AccessLocalWrite|AccessRemoteWrite)
+	mr := mustMR(t, pd, 64, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	key := mr.RKey()
-	srq, err := pd.CreateSRQ(SRQInitAttr{MaxWR: 4})
+	srq, err := pd.CreateSRQ(verbs.SRQInitAttr{MaxWR: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,9 +263,9 @@ func TestDeviceClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	qp := mustQP(t, pd, QPTypeRC, cq)
+	qp := mustQP(t, pd, verbs.QPTypeRC, cq)
 	qpn := qp.QPN()
-	srqQP, err := pd.CreateQP(QPInitAttr{QPType: QPTypeUD, SendCQ: cq, RecvCQ: cq, SRQ: srq})
+	srqQP, err := pd.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeUD, SendCQ: cq, RecvCQ: cq, SRQ: srq})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,10 +280,10 @@ func TestDeviceClose(t *testing.T) {
 	if err := d.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	wantErr(t, <-got, ErrClosed, "channel")
-	wantErr(t, d.Close(), ErrClosed, "device")
+	rdmatest.WantError(t, <-got, verbs.ErrClosed, "channel")
+	rdmatest.WantError(t, d.Close(), verbs.ErrClosed, "device")
 
-	if d.lookupMR(key) != nil || d.lookupQP(qpn) != nil {
+	if d.LookupMR(key) != nil || d.LookupQP(qpn) != nil {
 		t.Error("objects still reachable after Close")
 	}
 	for name, err := range map[string]error{
@@ -291,7 +296,7 @@ func TestDeviceClose(t *testing.T) {
 		"QP2.Destroy": srqQP.Destroy(),
 		"ch.Destroy":  ch.Destroy(),
 	} {
-		if !errors.Is(err, ErrClosed) {
+		if !errors.Is(err, verbs.ErrClosed) {
 			t.Errorf("%s after Close: %v, want ErrClosed", name, err)
 		}
 	}
@@ -301,7 +306,7 @@ func TestDeviceClose(t *testing.T) {
 	_, creates["CreateCompChannel"] = d.CreateCompChannel()
 	_, creates["RegMR"] = pd.RegMR(make([]byte, 1), 0)
 	for name, err := range creates {
-		if !errors.Is(err, ErrClosed) {
+		if !errors.Is(err, verbs.ErrClosed) {
 			t.Errorf("%s after Close: %v, want ErrClosed", name, err)
 		}
 	}
@@ -309,29 +314,29 @@ func TestDeviceClose(t *testing.T) {
 
 func TestQPNAssignment(t *testing.T) {
 	d := newDevice(t)
-	pd := mustPD(t, d)
-	cq := mustCQ(t, d, 16)
+	pd := rdmatest.PD(t, d)
+	cq := rdmatest.CQ(t, d, 16)
 	// Start just below the top of the QPN space to exercise the wrap,
 	// and occupy the number after the wrap to exercise the skip.
-	d.nextQPN = qpnMax - 1
-	first := mustQP(t, pd, QPTypeUD, cq) // qpnMax-1
+	d.SetNextQPN(verbs.QPNMax - 1)
+	first := mustQP(t, pd, verbs.QPTypeUD, cq) // QPNMax-1
 	seen := map[uint32]bool{first.QPN(): true}
-	d.nextQPN = qpnMin
-	blocker := mustQP(t, pd, QPTypeUD, cq) // qpnMin
+	d.SetNextQPN(verbs.QPNMin)
+	blocker := mustQP(t, pd, verbs.QPTypeUD, cq) // QPNMin
 	seen[blocker.QPN()] = true
-	d.nextQPN = qpnMax
+	d.SetNextQPN(verbs.QPNMax)
 	for range 3 {
-		qp := mustQP(t, pd, QPTypeUD, cq)
+		qp := mustQP(t, pd, verbs.QPTypeUD, cq)
 		n := qp.QPN()
-		if n < qpnMin || n > qpnMax || seen[n] {
+		if n < verbs.QPNMin || n > verbs.QPNMax || seen[n] {
 			t.Fatalf("QPN %#x invalid or duplicate (seen %v)", n, seen)
 		}
 		seen[n] = true
-		if d.lookupQP(n) != qp {
+		if d.LookupQP(n) != qp {
 			t.Fatalf("lookupQP(%#x) does not find the QP", n)
 		}
 	}
-	for _, want := range []uint32{qpnMax, qpnMin + 1, qpnMin + 2} {
+	for _, want := range []uint32{verbs.QPNMax, verbs.QPNMin + 1, verbs.QPNMin + 2} {
 		if !seen[want] {
 			t.Errorf("QPN %#x not assigned; got %v", want, seen)
 		}
@@ -339,10 +344,10 @@ func TestQPNAssignment(t *testing.T) {
 	if err := first.Destroy(); err != nil {
 		t.Fatal(err)
 	}
-	if d.lookupQP(qpnMax-1) != nil {
+	if d.LookupQP(verbs.QPNMax-1) != nil {
 		t.Error("destroyed QP still found")
 	}
-	if d.lookupQP(0) != nil || d.lookupQP(1) != nil {
+	if d.LookupQP(0) != nil || d.LookupQP(1) != nil {
 		t.Error("QP0/QP1 found")
 	}
 }

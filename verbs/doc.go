@@ -89,6 +89,27 @@
 // for its completion alone, even on a CQ shared with receives and other
 // QPs: the simple synchronous path.
 //
+// # API conventions
+//
+// Verbs keep libibverbs' names, and the arguments follow these rules:
+//
+//   - Attributes go into Modify by pointer with a mask of the fields to
+//     apply, as in ibv_modify_qp and ibv_modify_srq: QP.Modify(*QPAttr,
+//     QPAttrMask), SRQ.Modify(*SRQAttr, SRQAttrMask). Queries return
+//     attributes by value (QP.Query, SRQ.Query, Device.QueryPort).
+//     Creation takes its attributes by value (PD.CreateQP(QPInitAttr),
+//     PD.CreateSRQ, PD.CreateAH); PostSend and PostRecv take their work
+//     requests by pointer, so that posting allocates nothing.
+//   - A port number, where a verb takes one, comes first: QueryPort(port),
+//     QueryGID(port, index), InitAHFromWC(port, wc, grh),
+//     CreateAHFromWC(port, wc, grh) (libibverbs puts it last in
+//     ibv_create_ah_from_wc).
+//   - Blocking calls take a context: CQ.Wait, CompChannel.GetEvent,
+//     Device.GetAsyncEvent, MR.WaitRemoteWrite.
+//   - Nothing for tests only is on the public configuration: fault
+//     injection (OpenWithFaults) exists only in binaries built with
+//     -tags goroce_faults.
+//
 // # Addressing
 //
 // A device binds one IP address and UDP port (4791 by default). Its GID

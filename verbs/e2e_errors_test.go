@@ -1,59 +1,63 @@
-package verbs
+package verbs_test
 
 import (
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
+	"github.com/goroce/goroce/verbs"
 )
 
 // checkFlushed posts more work on a failed QP and checks the aftermath of
 // an error: the QP reads back ERR, every later request completes with
 // WR_FLUSH_ERR, and the CQ then holds nothing more.
-func checkFlushed(t *testing.T, e *rcEnd) {
+func checkFlushed(t *testing.T, e *rdmatest.End) {
 	t.Helper()
-	waitFor(t, "QP in ERR", func() bool { return e.qp.State() == QPStateErr })
-	if attr, _, err := e.qp.Query(QPAttrState); err != nil || attr.QPState != QPStateErr {
+	testkit.WaitFor(t, "QP in ERR", func() bool { return e.QP.State() == verbs.QPStateErr })
+	if attr, _, err := e.QP.Query(verbs.QPAttrState); err != nil || attr.QPState != verbs.QPStateErr {
 		t.Fatalf("Query: state %v, %v; want ERR", attr.QPState, err)
 	}
-	mustPostSend(t, e.qp, SendWR{WRID: 1000, Opcode: WRRDMAWrite, SendFlags: SendSignaled,
-		SGList: []SGE{e.mr.SGE(0, 8)}, RDMA: RDMAParams{RemoteAddr: 0, RKey: 1}})
-	mustPostRecv(t, e.qp, RecvWR{WRID: 1001, SGList: []SGE{e.mr.SGE(0, 8)}})
-	wcs := waitN(t, e.cq, 2)
-	if wcs[0].WRID != 1000 || wcs[0].Status != WCWRFlushErr || wcs[0].Opcode != WCRDMAWrite ||
-		wcs[1].WRID != 1001 || wcs[1].Status != WCWRFlushErr || wcs[1].Opcode != WCRecv {
+	rdmatest.PostSend(t, e.QP, verbs.SendWR{WRID: 1000, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{e.MR.SGE(0, 8)}, RDMA: verbs.RDMAParams{RemoteAddr: 0, RKey: 1}})
+	rdmatest.PostRecv(t, e.QP, verbs.RecvWR{WRID: 1001, SGList: []verbs.SGE{e.MR.SGE(0, 8)}})
+	wcs := rdmatest.WaitN(t, e.CQ, 2)
+	if wcs[0].WRID != 1000 || wcs[0].Status != verbs.WCWRFlushErr || wcs[0].Opcode != verbs.WCRDMAWrite ||
+		wcs[1].WRID != 1001 || wcs[1].Status != verbs.WCWRFlushErr || wcs[1].Opcode != verbs.WCRecv {
 		t.Fatalf("posts in ERR completed %+v, want two WR_FLUSH_ERR", wcs)
 	}
-	expectEmpty(t, e.cq)
+	rdmatest.ExpectEmpty(t, e.CQ)
 	// ERR leads only to RESET (or ERR): a failed QP cannot be revived.
-	err := e.qp.Modify(&QPAttr{QPState: QPStateRTS}, QPAttrState)
-	wantErr(t, err, ErrInvalidState, "qp_state")
+	err := e.QP.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS}, verbs.QPAttrState)
+	rdmatest.WantError(t, err, verbs.ErrInvalidState, "qp_state")
 }
 
 // TestE2ERecoverAfterError: a connection whose QPs failed is brought back
 // through RESET and carries traffic again, with new PSNs.
 func TestE2ERecoverAfterError(t *testing.T) {
-	a, b := newPair(t, endOpts{}, endOpts{})
-	mustPostSend(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMAWrite, SGList: []SGE{a.mr.SGE(0, 8)},
-		RDMA: RDMAParams{RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey() ^ 0x11}})
-	if wc := waitWC(t, a.cq); wc.Status != WCRemAccessErr {
+	a, b := rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{})
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{a.MR.SGE(0, 8)},
+		RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA(), RKey: b.MR.RKey() ^ 0x11}})
+	if wc := rdmatest.WaitOne(t, a.CQ); wc.Status != verbs.WCRemAccessErr {
 		t.Fatalf("completion %+v", wc)
 	}
 	checkFlushed(t, a)
 	checkFlushed(t, b)
-	for _, e := range []*rcEnd{a, b} {
-		mustModify(t, e.qp, step{QPAttr{QPState: QPStateReset}, QPAttrState})
+	for _, e := range []*rdmatest.End{a, b} {
+		rdmatest.Modify(t, e.QP, rdmatest.Transition{Attr: verbs.QPAttr{QPState: verbs.QPStateReset}, Mask: verbs.QPAttrState})
 	}
-	linkQP(t, a.qp, b.qp, b.dev, defaultLink(), 0x10, 0x777)
-	linkQP(t, b.qp, a.qp, a.dev, defaultLink(), 0x777, 0x10)
-	fill(a.buf[:3000], 8)
-	mustPostRecv(t, b.qp, RecvWR{WRID: 2, SGList: []SGE{b.mr.SGE(recvOff, 3000)}})
-	mustPostSend(t, a.qp, SendWR{WRID: 3, Opcode: WRSend, SendFlags: SendSignaled, SGList: []SGE{a.mr.SGE(0, 3000)}})
-	if wc := waitWC(t, a.cq); wc.WRID != 3 || wc.Status != WCSuccess {
+	rdmatest.LinkQP(t, a.QP, rdmatest.DefaultLink(), 0x10, rdmatest.PeerOf(t, b.QP, 0x777))
+	rdmatest.LinkQP(t, b.QP, rdmatest.DefaultLink(), 0x777, rdmatest.PeerOf(t, a.QP, 0x10))
+	fill(a.Buf[:3000], 8)
+	rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: 2, SGList: []verbs.SGE{b.MR.SGE(recvOff, 3000)}})
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 3, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 3000)}})
+	if wc := rdmatest.WaitOne(t, a.CQ); wc.WRID != 3 || wc.Status != verbs.WCSuccess {
 		t.Fatalf("send after recovery %+v", wc)
 	}
-	if wc := waitWC(t, b.cq); wc.WRID != 2 || wc.Status != WCSuccess || wc.ByteLen != 3000 {
+	if wc := rdmatest.WaitOne(t, b.CQ); wc.WRID != 2 || wc.Status != verbs.WCSuccess || wc.ByteLen != 3000 {
 		t.Fatalf("receive after recovery %+v", wc)
 	}
-	checkBytes(t, "payload after recovery", b.buf[recvOff:recvOff+3000], a.buf[:3000])
+	checkBytes(t, "payload after recovery", b.Buf[recvOff:recvOff+3000], a.Buf[:3000])
 }
 
 // TestE2EAtomicErrors follows pyverbs' test_atomic error cases. Each case
@@ -64,100 +68,100 @@ func TestE2ERecoverAfterError(t *testing.T) {
 func TestE2EAtomicErrors(t *testing.T) {
 	cases := []struct {
 		name       string
-		target     endOpts     // the responder's side
-		access     AccessFlags // the responder QP's QPAccessFlags
-		wr         func(t *testing.T, a, b *rcEnd) SendWR
-		want       WCStatus
+		target     rdmatest.EndOptions // the responder's side
+		access     verbs.AccessFlags   // the responder QP's QPAccessFlags
+		wr         func(t *testing.T, a, b *rdmatest.End) verbs.SendWR
+		want       verbs.WCStatus
 		remoteErr  bool // the responder's QP fails too
 		wantTarget uint64
 	}{
 		{
 			name: "misaligned remote address",
-			wr: func(t *testing.T, a, b *rcEnd) SendWR {
-				return fetchAdd(a, b.mr.IOVA()+dstOff+4, b.mr.RKey())
+			wr: func(t *testing.T, a, b *rdmatest.End) verbs.SendWR {
+				return fetchAdd(a, b.MR.IOVA()+dstOff+4, b.MR.RKey())
 			},
-			want: WCRemInvReqErr, remoteErr: true,
+			want: verbs.WCRemInvReqErr, remoteErr: true,
 		},
 		{
 			name: "invalid rkey",
-			wr: func(t *testing.T, a, b *rcEnd) SendWR {
-				return fetchAdd(a, b.mr.IOVA()+dstOff, b.mr.RKey()+0x100)
+			wr: func(t *testing.T, a, b *rdmatest.End) verbs.SendWR {
+				return fetchAdd(a, b.MR.IOVA()+dstOff, b.MR.RKey()+0x100)
 			},
-			want: WCRemAccessErr, remoteErr: true,
+			want: verbs.WCRemAccessErr, remoteErr: true,
 		},
 		{
 			name: "invalid local lkey",
-			wr: func(t *testing.T, a, b *rcEnd) SendWR {
-				wr := fetchAdd(a, b.mr.IOVA()+dstOff, b.mr.RKey())
+			wr: func(t *testing.T, a, b *rdmatest.End) verbs.SendWR {
+				wr := fetchAdd(a, b.MR.IOVA()+dstOff, b.MR.RKey())
 				wr.SGList[0].LKey ^= 0x80
 				return wr
 			},
-			want: WCLocProtErr,
+			want: verbs.WCLocProtErr,
 		},
 		{
 			name: "local buffer not writable",
-			wr: func(t *testing.T, a, b *rcEnd) SendWR {
+			wr: func(t *testing.T, a, b *rdmatest.End) verbs.SendWR {
 				// The original value is written into local memory, which
 				// needs local write: a second, read-only region.
-				ro := mustMR2(t, a.pd, make([]byte, 8), AccessRemoteRead)
-				wr := fetchAdd(a, b.mr.IOVA()+dstOff, b.mr.RKey())
+				ro := rdmatest.MR(t, a.PD, make([]byte, 8), verbs.AccessRemoteRead)
+				wr := fetchAdd(a, b.MR.IOVA()+dstOff, b.MR.RKey())
 				wr.SGList[0] = ro.SGE(0, 8)
 				return wr
 			},
-			want: WCLocProtErr,
+			want: verbs.WCLocProtErr,
 		},
 		{
 			name:   "MR without remote atomic",
-			target: endOpts{mrAccess: AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead},
-			wr: func(t *testing.T, a, b *rcEnd) SendWR {
-				return fetchAdd(a, b.mr.IOVA()+dstOff, b.mr.RKey())
+			target: rdmatest.EndOptions{MRAccess: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead},
+			wr: func(t *testing.T, a, b *rdmatest.End) verbs.SendWR {
+				return fetchAdd(a, b.MR.IOVA()+dstOff, b.MR.RKey())
 			},
-			want: WCRemAccessErr, remoteErr: true,
+			want: verbs.WCRemAccessErr, remoteErr: true,
 		},
 		{
 			// goroce, like rxe, answers an operation the QP's access
 			// flags do not enable with an invalid request NAK.
 			name:   "QP without remote atomic",
-			access: AccessRemoteWrite | AccessRemoteRead,
-			wr: func(t *testing.T, a, b *rcEnd) SendWR {
-				return fetchAdd(a, b.mr.IOVA()+dstOff, b.mr.RKey())
+			access: verbs.AccessRemoteWrite | verbs.AccessRemoteRead,
+			wr: func(t *testing.T, a, b *rdmatest.End) verbs.SendWR {
+				return fetchAdd(a, b.MR.IOVA()+dstOff, b.MR.RKey())
 			},
-			want: WCRemInvReqErr, remoteErr: true,
+			want: verbs.WCRemInvReqErr, remoteErr: true,
 		},
 		{
 			name: "out of the region's bounds",
-			wr: func(t *testing.T, a, b *rcEnd) SendWR {
-				return fetchAdd(a, b.mr.IOVA()+uint64(len(b.buf)), b.mr.RKey())
+			wr: func(t *testing.T, a, b *rdmatest.End) verbs.SendWR {
+				return fetchAdd(a, b.MR.IOVA()+uint64(len(b.Buf)), b.MR.RKey())
 			},
-			want: WCRemAccessErr, remoteErr: true,
+			want: verbs.WCRemAccessErr, remoteErr: true,
 		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			a, b := newEnd(t, "127.0.1.1", endOpts{}), newEnd(t, "127.0.1.2", c.target)
-			lb := defaultLink()
+			a, b := newEnd(t, 1, rdmatest.EndOptions{}), newEnd(t, 2, c.target)
+			lb := rdmatest.DefaultLink()
 			if c.access != 0 {
-				lb.access = c.access
+				lb.Access = c.access
 			}
-			connect(t, a, b, defaultLink(), lb)
+			rdmatest.Connect(t, a, b, rdmatest.DefaultLink(), lb)
 			const initial = 77
-			b.buf[dstOff] = initial
-			mustPostRecv(t, b.qp, RecvWR{WRID: 500, SGList: []SGE{b.mr.SGE(recvOff, 64)}})
+			b.Buf[dstOff] = initial
+			rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: 500, SGList: []verbs.SGE{b.MR.SGE(recvOff, 64)}})
 
 			wr := c.wr(t, a, b)
 			wr.WRID = 1
-			mustPostSend(t, a.qp, wr)
+			rdmatest.PostSend(t, a.QP, wr)
 			// Two more behind it, one unsignaled: both must flush.
-			mustPostSend(t, a.qp, SendWR{WRID: 2, Opcode: WRRDMAWrite, SGList: []SGE{a.mr.SGE(0, 8)},
-				RDMA: RDMAParams{RemoteAddr: b.mr.IOVA() + dstOff, RKey: b.mr.RKey()}})
-			mustPostSend(t, a.qp, fetchAdd(a, b.mr.IOVA()+dstOff, b.mr.RKey()))
+			rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 2, Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{a.MR.SGE(0, 8)},
+				RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA() + dstOff, RKey: b.MR.RKey()}})
+			rdmatest.PostSend(t, a.QP, fetchAdd(a, b.MR.IOVA()+dstOff, b.MR.RKey()))
 
-			wcs := waitN(t, a.cq, 3)
-			if wcs[0].WRID != 1 || wcs[0].Status != c.want || wcs[0].QPNum != a.qp.QPN() {
+			wcs := rdmatest.WaitN(t, a.CQ, 3)
+			if wcs[0].WRID != 1 || wcs[0].Status != c.want || wcs[0].QPNum != a.QP.QPN() {
 				t.Fatalf("failing request completed %+v, want %v", wcs[0], c.want)
 			}
 			for i, wc := range wcs[1:] {
-				if wc.WRID != uint64(i+2) || wc.Status != WCWRFlushErr {
+				if wc.WRID != uint64(i+2) || wc.Status != verbs.WCWRFlushErr {
 					t.Fatalf("request %d completed %+v, want WR_FLUSH_ERR", i+2, wc)
 				}
 			}
@@ -166,18 +170,18 @@ func TestE2EAtomicErrors(t *testing.T) {
 			// The responder fails on remote errors (flushing its posted
 			// receive) and is untouched by local ones.
 			if c.remoteErr {
-				if wc := waitWC(t, b.cq); wc.WRID != 500 || wc.Status != WCWRFlushErr {
+				if wc := rdmatest.WaitOne(t, b.CQ); wc.WRID != 500 || wc.Status != verbs.WCWRFlushErr {
 					t.Fatalf("responder's receive completed %+v, want WR_FLUSH_ERR", wc)
 				}
 				checkFlushed(t, b)
 			} else {
-				expectEmpty(t, b.cq)
-				if s := b.qp.State(); s != QPStateRTS {
+				rdmatest.ExpectEmpty(t, b.CQ)
+				if s := b.QP.State(); s != verbs.QPStateRTS {
 					t.Fatalf("responder in %v after a local error", s)
 				}
 			}
-			if b.buf[dstOff] != initial {
-				t.Fatalf("target memory changed to %d by a failed atomic", b.buf[dstOff])
+			if b.Buf[dstOff] != initial {
+				t.Fatalf("target memory changed to %d by a failed atomic", b.Buf[dstOff])
 			}
 		})
 	}
@@ -185,9 +189,9 @@ func TestE2EAtomicErrors(t *testing.T) {
 
 // fetchAdd is a signaled FETCH_AND_ADD of 1 whose result lands at a's
 // offset srcOff.
-func fetchAdd(a *rcEnd, raddr uint64, rkey uint32) SendWR {
-	return SendWR{WRID: 3, Opcode: WRAtomicFetchAndAdd, SendFlags: SendSignaled,
-		SGList: []SGE{a.mr.SGE(srcOff, 8)}, Atomic: AtomicParams{RemoteAddr: raddr, RKey: rkey, CompareAdd: 1}}
+func fetchAdd(a *rdmatest.End, raddr uint64, rkey uint32) verbs.SendWR {
+	return verbs.SendWR{WRID: 3, Opcode: verbs.WRAtomicFetchAndAdd, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.MR.SGE(srcOff, 8)}, Atomic: verbs.AtomicParams{RemoteAddr: raddr, RKey: rkey, CompareAdd: 1}}
 }
 
 // TestE2ESendTooLong: a SEND longer than the posted receive fails on both
@@ -196,17 +200,17 @@ func fetchAdd(a *rcEnd, raddr uint64, rkey uint32) SendWR {
 func TestE2ESendTooLong(t *testing.T) {
 	for _, n := range []int{65, 3000} {
 		t.Run("", func(t *testing.T) {
-			a, b := newPair(t, endOpts{}, endOpts{})
-			b.buf[recvOff+64] = 0x5C
-			mustPostRecv(t, b.qp, RecvWR{WRID: 9, SGList: []SGE{b.mr.SGE(recvOff, 40), b.mr.SGE(recvOff+40, 24)}})
-			mustPostSend(t, a.qp, SendWR{WRID: 1, Opcode: WRSend, SendFlags: SendSignaled, SGList: []SGE{a.mr.SGE(0, n)}})
-			if wc := waitWC(t, a.cq); wc.WRID != 1 || wc.Status != WCRemInvReqErr {
+			a, b := rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{})
+			b.Buf[recvOff+64] = 0x5C
+			rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: 9, SGList: []verbs.SGE{b.MR.SGE(recvOff, 40), b.MR.SGE(recvOff+40, 24)}})
+			rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, n)}})
+			if wc := rdmatest.WaitOne(t, a.CQ); wc.WRID != 1 || wc.Status != verbs.WCRemInvReqErr {
 				t.Fatalf("requester completion %+v, want REM_INV_REQ_ERR", wc)
 			}
-			if wc := waitWC(t, b.cq); wc.WRID != 9 || wc.Status != WCLocLenErr || wc.QPNum != b.qp.QPN() {
+			if wc := rdmatest.WaitOne(t, b.CQ); wc.WRID != 9 || wc.Status != verbs.WCLocLenErr || wc.QPNum != b.QP.QPN() {
 				t.Fatalf("receiver completion %+v, want LOC_LEN_ERR", wc)
 			}
-			if b.buf[recvOff+64] != 0x5C {
+			if b.Buf[recvOff+64] != 0x5C {
 				t.Fatal("the SEND wrote past the receive buffer")
 			}
 			checkFlushed(t, a)
@@ -218,97 +222,97 @@ func TestE2ESendTooLong(t *testing.T) {
 // TestE2ERNR: a SEND arriving before its receive is RNR NAKed and retried.
 func TestE2ERNR(t *testing.T) {
 	t.Run("receive posted later", func(t *testing.T) {
-		a, b := newEnd(t, "127.0.1.1", endOpts{}), newEnd(t, "127.0.1.2", endOpts{})
-		la, lb := defaultLink(), defaultLink()
-		la.rnrRetry, lb.minRNRTimer = 7, 12 // infinite retries, 0.64 ms apart
-		connect(t, a, b, la, lb)
-		fill(a.buf[:2000], 1)
-		mustPostSend(t, a.qp, SendWR{WRID: 1, Opcode: WRSend, SendFlags: SendSignaled, SGList: []SGE{a.mr.SGE(0, 2000)}})
+		a, b := newEnd(t, 1, rdmatest.EndOptions{}), newEnd(t, 2, rdmatest.EndOptions{})
+		la, lb := rdmatest.DefaultLink(), rdmatest.DefaultLink()
+		la.RNRRetry, lb.MinRNRTimer = 7, 12 // infinite retries, 0.64 ms apart
+		rdmatest.Connect(t, a, b, la, lb)
+		fill(a.Buf[:2000], 1)
+		rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 2000)}})
 		time.Sleep(20 * time.Millisecond)
-		expectEmpty(t, a.cq)
-		mustPostRecv(t, b.qp, RecvWR{WRID: 2, SGList: []SGE{b.mr.SGE(recvOff, 2000)}})
-		if wc := waitWC(t, a.cq); wc.WRID != 1 || wc.Status != WCSuccess {
+		rdmatest.ExpectEmpty(t, a.CQ)
+		rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: 2, SGList: []verbs.SGE{b.MR.SGE(recvOff, 2000)}})
+		if wc := rdmatest.WaitOne(t, a.CQ); wc.WRID != 1 || wc.Status != verbs.WCSuccess {
 			t.Fatalf("send completion %+v", wc)
 		}
-		if wc := waitWC(t, b.cq); wc.WRID != 2 || wc.Status != WCSuccess || wc.ByteLen != 2000 {
+		if wc := rdmatest.WaitOne(t, b.CQ); wc.WRID != 2 || wc.Status != verbs.WCSuccess || wc.ByteLen != 2000 {
 			t.Fatalf("receive completion %+v", wc)
 		}
-		checkBytes(t, "payload", b.buf[recvOff:recvOff+2000], a.buf[:2000])
+		checkBytes(t, "payload", b.Buf[recvOff:recvOff+2000], a.Buf[:2000])
 	})
 	t.Run("rnr_retry 0", func(t *testing.T) {
-		a, b := newEnd(t, "127.0.1.1", endOpts{}), newEnd(t, "127.0.1.2", endOpts{})
-		la := defaultLink()
-		la.rnrRetry = 0
-		connect(t, a, b, la, defaultLink())
-		mustPostSend(t, a.qp, SendWR{WRID: 1, Opcode: WRSendWithImm, SendFlags: SendSignaled, SGList: []SGE{a.mr.SGE(0, 10)}})
-		mustPostSend(t, a.qp, SendWR{WRID: 2, Opcode: WRRDMAWrite, SendFlags: SendSignaled, SGList: []SGE{a.mr.SGE(0, 10)},
-			RDMA: RDMAParams{RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()}})
-		wcs := waitN(t, a.cq, 2)
-		if wcs[0].WRID != 1 || wcs[0].Status != WCRNRRetryExcErr || wcs[1].WRID != 2 || wcs[1].Status != WCWRFlushErr {
+		a, b := newEnd(t, 1, rdmatest.EndOptions{}), newEnd(t, 2, rdmatest.EndOptions{})
+		la := rdmatest.DefaultLink()
+		la.RNRRetry = 0
+		rdmatest.Connect(t, a, b, la, rdmatest.DefaultLink())
+		rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRSendWithImm, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 10)}})
+		rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 2, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 10)},
+			RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA(), RKey: b.MR.RKey()}})
+		wcs := rdmatest.WaitN(t, a.CQ, 2)
+		if wcs[0].WRID != 1 || wcs[0].Status != verbs.WCRNRRetryExcErr || wcs[1].WRID != 2 || wcs[1].Status != verbs.WCWRFlushErr {
 			t.Fatalf("completions %+v, want RNR_RETRY_EXC_ERR then WR_FLUSH_ERR", wcs)
 		}
 		checkFlushed(t, a)
 		// An RNR NAK is no error for the responder.
-		if s := b.qp.State(); s != QPStateRTS {
+		if s := b.QP.State(); s != verbs.QPStateRTS {
 			t.Fatalf("responder in %v", s)
 		}
 	})
 	t.Run("WRITE with immediate", func(t *testing.T) {
 		// WRITE with immediate needs a receive as much as a SEND does.
-		a, b := newPair(t, endOpts{}, endOpts{})
-		fill(a.buf[:100], 4)
-		mustPostSend(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMAWriteWithImm, SendFlags: SendSignaled, ImmData: 5,
-			SGList: []SGE{a.mr.SGE(0, 100)}, RDMA: RDMAParams{RemoteAddr: b.mr.IOVA() + dstOff, RKey: b.mr.RKey()}})
+		a, b := rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{})
+		fill(a.Buf[:100], 4)
+		rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled, ImmData: 5,
+			SGList: []verbs.SGE{a.MR.SGE(0, 100)}, RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA() + dstOff, RKey: b.MR.RKey()}})
 		time.Sleep(5 * time.Millisecond)
-		mustPostRecv(t, b.qp, RecvWR{WRID: 2})
-		if wc := waitWC(t, a.cq); wc.WRID != 1 || wc.Status != WCSuccess {
+		rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: 2})
+		if wc := rdmatest.WaitOne(t, a.CQ); wc.WRID != 1 || wc.Status != verbs.WCSuccess {
 			t.Fatalf("write completion %+v", wc)
 		}
-		if wc := waitWC(t, b.cq); wc.WRID != 2 || wc.Opcode != WCRecvRDMAWithImm || wc.ImmData != 5 || wc.ByteLen != 100 {
+		if wc := rdmatest.WaitOne(t, b.CQ); wc.WRID != 2 || wc.Opcode != verbs.WCRecvRDMAWithImm || wc.ImmData != 5 || wc.ByteLen != 100 {
 			t.Fatalf("receive completion %+v", wc)
 		}
-		checkBytes(t, "payload", b.buf[dstOff:dstOff+100], a.buf[:100])
+		checkBytes(t, "payload", b.Buf[dstOff:dstOff+100], a.Buf[:100])
 	})
 }
 
 // TestE2EPeerGone: when the remote device disappears, the oldest request
 // exhausts its retries and the rest flush, in bounded time.
 func TestE2EPeerGone(t *testing.T) {
-	a, b := newEnd(t, "127.0.1.1", endOpts{}), newEnd(t, "127.0.1.2", endOpts{})
-	la := defaultLink()
+	a, b := newEnd(t, 1, rdmatest.EndOptions{}), newEnd(t, 2, rdmatest.EndOptions{})
+	la := rdmatest.DefaultLink()
 	// 4.096 µs × 2^12 ≈ 17 ms, 2 retries: the failure takes about 50 ms.
 	// A shorter timeout (8, about 1 ms) makes the connection itself
 	// flaky under -race on two cores, where a receive goroutine can wait
 	// that long for the scheduler to run it.
-	la.timeout, la.retryCnt = 12, 2
-	connect(t, a, b, la, defaultLink())
-	mustPostSend(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMAWrite, SendFlags: SendSignaled, SGList: []SGE{a.mr.SGE(0, 8)},
-		RDMA: RDMAParams{RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()}})
-	if wc := waitWC(t, a.cq); wc.Status != WCSuccess {
+	la.Timeout, la.RetryCnt = 12, 2
+	rdmatest.Connect(t, a, b, la, rdmatest.DefaultLink())
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 8)},
+		RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA(), RKey: b.MR.RKey()}})
+	if wc := rdmatest.WaitOne(t, a.CQ); wc.Status != verbs.WCSuccess {
 		t.Fatalf("completion %+v before the peer left", wc)
 	}
-	raddr, rkey := b.mr.IOVA(), b.mr.RKey()
-	if err := b.dev.Close(); err != nil {
+	raddr, rkey := b.MR.IOVA(), b.MR.RKey()
+	if err := b.Dev.Close(); err != nil {
 		t.Fatal(err)
 	}
-	ops := []WROpcode{WRRDMAWrite, WRSend, WRRDMARead, WRAtomicFetchAndAdd}
+	ops := []verbs.WROpcode{verbs.WRRDMAWrite, verbs.WRSend, verbs.WRRDMARead, verbs.WRAtomicFetchAndAdd}
 	for i, op := range ops {
-		wr := SendWR{WRID: uint64(10 + i), Opcode: op, SGList: []SGE{a.mr.SGE(8*i, 8)},
-			RDMA:   RDMAParams{RemoteAddr: raddr, RKey: rkey},
-			Atomic: AtomicParams{RemoteAddr: raddr, RKey: rkey}}
+		wr := verbs.SendWR{WRID: uint64(10 + i), Opcode: op, SGList: []verbs.SGE{a.MR.SGE(8*i, 8)},
+			RDMA:   verbs.RDMAParams{RemoteAddr: raddr, RKey: rkey},
+			Atomic: verbs.AtomicParams{RemoteAddr: raddr, RKey: rkey}}
 		if i == 0 {
-			wr.SendFlags = SendSignaled
+			wr.SendFlags = verbs.SendSignaled
 		}
-		mustPostSend(t, a.qp, wr)
+		rdmatest.PostSend(t, a.QP, wr)
 	}
 	start := time.Now()
-	wcs := waitN(t, a.cq, len(ops)) // within 10 s
+	wcs := rdmatest.WaitN(t, a.CQ, len(ops)) // within 10 s
 	t.Logf("failed after %v", time.Since(start))
-	if wcs[0].WRID != 10 || wcs[0].Status != WCRetryExcErr {
+	if wcs[0].WRID != 10 || wcs[0].Status != verbs.WCRetryExcErr {
 		t.Fatalf("oldest request completed %+v, want RETRY_EXC_ERR", wcs[0])
 	}
 	for i, wc := range wcs[1:] {
-		if wc.WRID != uint64(11+i) || wc.Status != WCWRFlushErr {
+		if wc.WRID != uint64(11+i) || wc.Status != verbs.WCWRFlushErr {
 			t.Fatalf("request %d completed %+v, want WR_FLUSH_ERR", 11+i, wc)
 		}
 	}
@@ -328,30 +332,30 @@ func TestE2EErrorBehindRead(t *testing.T) {
 	// second burst is pending. Posting them in SQD and moving to RTS sends
 	// all three in one batch.
 	const n = 80 * 256
-	for _, bad := range []WROpcode{WRRDMARead, WRRDMAWrite, WRAtomicFetchAndAdd} {
+	for _, bad := range []verbs.WROpcode{verbs.WRRDMARead, verbs.WRRDMAWrite, verbs.WRAtomicFetchAndAdd} {
 		t.Run(bad.String(), func(t *testing.T) {
-			a, b := newEnd(t, "127.0.1.1", endOpts{bufSize: 2*n + 4096}), newEnd(t, "127.0.1.2", endOpts{bufSize: n + 4096})
-			l := defaultLink()
-			l.mtu = MTU256
-			connect(t, a, b, l, l)
-			fill(b.buf[:n], 0x61)
-			mustModify(t, a.qp, step{QPAttr{QPState: QPStateSQD}, QPAttrState})
-			mustPostSend(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMARead, SendFlags: SendSignaled,
-				SGList: []SGE{a.mr.SGE(0, n)}, RDMA: RDMAParams{RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()}})
-			mustPostSend(t, a.qp, SendWR{WRID: 2, Opcode: WRRDMAWrite, SendFlags: SendSignaled,
-				SGList: []SGE{a.mr.SGE(n, 100)}, RDMA: RDMAParams{RemoteAddr: b.mr.IOVA() + n, RKey: b.mr.RKey()}})
-			mustPostSend(t, a.qp, SendWR{WRID: 3, Opcode: bad, SendFlags: SendSignaled,
-				SGList: []SGE{a.mr.SGE(n+200, 8)},
-				RDMA:   RDMAParams{RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey() ^ 0x22},
-				Atomic: AtomicParams{RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey() ^ 0x22}})
-			mustModify(t, a.qp, step{QPAttr{QPState: QPStateRTS}, QPAttrState})
-			wcs := waitN(t, a.cq, 3)
-			if wcs[0].WRID != 1 || wcs[0].Status != WCSuccess || wcs[0].ByteLen != n ||
-				wcs[1].WRID != 2 || wcs[1].Status != WCSuccess ||
-				wcs[2].WRID != 3 || wcs[2].Status != WCRemAccessErr {
+			a, b := newEnd(t, 1, rdmatest.EndOptions{BufSize: 2*n + 4096}), newEnd(t, 2, rdmatest.EndOptions{BufSize: n + 4096})
+			l := rdmatest.DefaultLink()
+			l.MTU = verbs.MTU256
+			rdmatest.Connect(t, a, b, l, l)
+			fill(b.Buf[:n], 0x61)
+			rdmatest.Modify(t, a.QP, rdmatest.Transition{Attr: verbs.QPAttr{QPState: verbs.QPStateSQD}, Mask: verbs.QPAttrState})
+			rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMARead, SendFlags: verbs.SendSignaled,
+				SGList: []verbs.SGE{a.MR.SGE(0, n)}, RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA(), RKey: b.MR.RKey()}})
+			rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 2, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+				SGList: []verbs.SGE{a.MR.SGE(n, 100)}, RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA() + n, RKey: b.MR.RKey()}})
+			rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 3, Opcode: bad, SendFlags: verbs.SendSignaled,
+				SGList: []verbs.SGE{a.MR.SGE(n+200, 8)},
+				RDMA:   verbs.RDMAParams{RemoteAddr: b.MR.IOVA(), RKey: b.MR.RKey() ^ 0x22},
+				Atomic: verbs.AtomicParams{RemoteAddr: b.MR.IOVA(), RKey: b.MR.RKey() ^ 0x22}})
+			rdmatest.Modify(t, a.QP, rdmatest.Transition{Attr: verbs.QPAttr{QPState: verbs.QPStateRTS}, Mask: verbs.QPAttrState})
+			wcs := rdmatest.WaitN(t, a.CQ, 3)
+			if wcs[0].WRID != 1 || wcs[0].Status != verbs.WCSuccess || wcs[0].ByteLen != n ||
+				wcs[1].WRID != 2 || wcs[1].Status != verbs.WCSuccess ||
+				wcs[2].WRID != 3 || wcs[2].Status != verbs.WCRemAccessErr {
 				t.Fatalf("completions %+v, want READ and WRITE successful, then REM_ACCESS_ERR", wcs)
 			}
-			checkBytes(t, "READ data", a.buf[:n], b.buf[:n])
+			checkBytes(t, "READ data", a.Buf[:n], b.Buf[:n])
 			checkFlushed(t, a)
 			checkFlushed(t, b)
 		})
@@ -365,33 +369,33 @@ func TestE2EErrorBehindRead(t *testing.T) {
 // peer must still fail after its own retries, not at the first QP's
 // deadline.
 func TestTimerWakesForEarlierDeadline(t *testing.T) {
-	a := newEnd(t, "127.0.1.1", endOpts{})
-	b, c := newEnd(t, "127.0.1.2", endOpts{}), newEnd(t, "127.0.1.3", endOpts{})
-	slow, fast := defaultLink(), defaultLink()
-	slow.timeout = 18 // 4.096 µs × 2^18 ≈ 1.07 s
-	fast.timeout, fast.retryCnt = 12, 1
-	connect(t, a, b, slow, defaultLink())
-	qp2, err := a.pd.CreateQP(QPInitAttr{QPType: QPTypeRC, SendCQ: a.cq, RecvCQ: a.cq,
-		Cap: QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	a := newEnd(t, 1, rdmatest.EndOptions{})
+	b, c := newEnd(t, 2, rdmatest.EndOptions{}), newEnd(t, 3, rdmatest.EndOptions{})
+	slow, fast := rdmatest.DefaultLink(), rdmatest.DefaultLink()
+	slow.Timeout = 18 // 4.096 µs × 2^18 ≈ 1.07 s
+	fast.Timeout, fast.RetryCnt = 12, 1
+	rdmatest.Connect(t, a, b, slow, rdmatest.DefaultLink())
+	qp2, err := a.PD.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: a.CQ, RecvCQ: a.CQ,
+		Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	linkQP(t, qp2, c.qp, c.dev, fast, 0x100, 0x200)
-	linkQP(t, c.qp, qp2, a.dev, defaultLink(), 0x200, 0x100)
-	for _, e := range []*rcEnd{b, c} {
-		if err := e.dev.Close(); err != nil {
+	rdmatest.LinkQP(t, qp2, fast, 0x100, rdmatest.PeerOf(t, c.QP, 0x200))
+	rdmatest.LinkQP(t, c.QP, rdmatest.DefaultLink(), 0x200, rdmatest.PeerOf(t, qp2, 0x100))
+	for _, e := range []*rdmatest.End{b, c} {
+		if err := e.Dev.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	mustPostSend(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMAWrite, SendFlags: SendSignaled, SGList: []SGE{a.mr.SGE(0, 8)},
-		RDMA: RDMAParams{RemoteAddr: 0x1000, RKey: 1}})
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 8)},
+		RDMA: verbs.RDMAParams{RemoteAddr: 0x1000, RKey: 1}})
 	time.Sleep(20 * time.Millisecond) // the timer goroutine now sleeps until about 1 s
 	start := time.Now()
-	mustPostSend(t, qp2, SendWR{WRID: 2, Opcode: WRRDMAWrite, SendFlags: SendSignaled, SGList: []SGE{a.mr.SGE(8, 8)},
-		RDMA: RDMAParams{RemoteAddr: 0x1000, RKey: 1}})
-	wc := waitWC(t, a.cq)
+	rdmatest.PostSend(t, qp2, verbs.SendWR{WRID: 2, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(8, 8)},
+		RDMA: verbs.RDMAParams{RemoteAddr: 0x1000, RKey: 1}})
+	wc := rdmatest.WaitOne(t, a.CQ)
 	took := time.Since(start)
-	if wc.WRID != 2 || wc.Status != WCRetryExcErr {
+	if wc.WRID != 2 || wc.Status != verbs.WCRetryExcErr {
 		t.Fatalf("first completion %+v, want wr_id 2 with RETRY_EXC_ERR", wc)
 	}
 	// Two timeouts of 17 ms; the other QP's deadline is a second away.

@@ -1,4 +1,4 @@
-package verbs
+package verbs_test
 
 import (
 	"errors"
@@ -6,6 +6,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
+	"github.com/goroce/goroce/verbs"
 )
 
 // hammer runs WRITEs and READs from a to b's region in a loop on its own
@@ -21,29 +25,29 @@ type hammer struct {
 }
 
 type hammerResult struct {
-	wc  WorkCompletion // the first unsuccessful completion
-	err error          // or the first verb error
+	wc  verbs.WorkCompletion // the first unsuccessful completion
+	err error                // or the first verb error
 }
 
-func startHammer(a *rcEnd, raddr uint64, rkey uint32, size, window int) *hammer {
+func startHammer(a *rdmatest.End, raddr uint64, rkey uint32, size, window int) *hammer {
 	h := &hammer{stop: make(chan struct{}), done: make(chan hammerResult, 1), rkey: rkey, raddr: raddr}
-	fill(a.buf[:size], 0x33)
+	fill(a.Buf[:size], 0x33)
 	go func() {
 		var (
-			wcs    [16]WorkCompletion
+			wcs    [16]verbs.WorkCompletion
 			posted int
 			i      uint64
 		)
 		post := func() error {
 			i++
-			op := WRRDMAWrite
-			sge := a.mr.SGE(0, size)
+			op := verbs.WRRDMAWrite
+			sge := a.MR.SGE(0, size)
 			if i%2 == 0 {
-				op, sge = WRRDMARead, a.mr.SGE(size, size)
+				op, sge = verbs.WRRDMARead, a.MR.SGE(size, size)
 			}
-			wr := SendWR{WRID: i, Opcode: op, SendFlags: SendSignaled, SGList: []SGE{sge},
-				RDMA: RDMAParams{RemoteAddr: raddr, RKey: rkey}}
-			return a.qp.PostSend(&wr)
+			wr := verbs.SendWR{WRID: i, Opcode: op, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{sge},
+				RDMA: verbs.RDMAParams{RemoteAddr: raddr, RKey: rkey}}
+			return a.QP.PostSend(&wr)
 		}
 		for {
 			for posted < window {
@@ -53,14 +57,14 @@ func startHammer(a *rcEnd, raddr uint64, rkey uint32, size, window int) *hammer 
 				}
 				posted++
 			}
-			n, err := a.cq.Poll(wcs[:])
+			n, err := a.CQ.Poll(wcs[:])
 			if err != nil {
 				h.done <- hammerResult{err: err}
 				return
 			}
 			for _, wc := range wcs[:n] {
 				posted--
-				if wc.Status != WCSuccess {
+				if wc.Status != verbs.WCSuccess {
 					h.done <- hammerResult{wc: wc}
 					return
 				}
@@ -96,7 +100,7 @@ func (h *hammer) result(t *testing.T) hammerResult {
 func (h *hammer) waitProgress(t *testing.T, n int64) {
 	t.Helper()
 	target := h.ok.Load() + n
-	waitFor(t, fmt.Sprintf("%d completions", n), func() bool {
+	testkit.WaitFor(t, fmt.Sprintf("%d completions", n), func() bool {
 		select {
 		case r := <-h.done:
 			t.Fatalf("traffic ended early: %+v", r)
@@ -112,14 +116,14 @@ func (h *hammer) waitProgress(t *testing.T, n int64) {
 // access fails with REM_ACCESS_ERR.
 func TestE2EDeregUnderTraffic(t *testing.T) {
 	cases := []struct {
-		mtu  MTU
+		mtu  verbs.MTU
 		size int // bytes per WRITE and READ
 	}{
-		{MTU1024, 4000},
+		{verbs.MTU1024, 4000},
 		// READs of 80 packets: the responder sends the reply in two
 		// bursts, the second one from the timer goroutine, so Dereg can
 		// land between the bursts of one READ.
-		{MTU256, 20000},
+		{verbs.MTU256, 20000},
 	}
 	rounds := 3
 	if testing.Short() {
@@ -128,12 +132,12 @@ func TestE2EDeregUnderTraffic(t *testing.T) {
 	for _, c := range cases {
 		for round := range rounds {
 			t.Run(fmt.Sprintf("%v/%d", c.mtu, round), func(t *testing.T) {
-				a, b := newEnd(t, "127.0.1.1", endOpts{}), newEnd(t, "127.0.1.2", endOpts{})
-				l := defaultLink()
-				l.mtu = c.mtu
-				connect(t, a, b, l, l)
+				a, b := newEnd(t, 1, rdmatest.EndOptions{}), newEnd(t, 2, rdmatest.EndOptions{})
+				l := rdmatest.DefaultLink()
+				l.MTU = c.mtu
+				rdmatest.Connect(t, a, b, l, l)
 				target := make([]byte, c.size+200)
-				mr := mustMR2(t, b.pd, target, rcAccess)
+				mr := rdmatest.MR(t, b.PD, target, rdmatest.RCAccess)
 				h := startHammer(a, mr.IOVA()+100, mr.RKey(), c.size, 8)
 				h.waitProgress(t, 10+int64(round)*15)
 				if err := mr.Dereg(); err != nil {
@@ -143,11 +147,11 @@ func TestE2EDeregUnderTraffic(t *testing.T) {
 					target[i] = 0xA5
 				}
 				r := h.result(t)
-				if r.err != nil || r.wc.Status != WCRemAccessErr {
+				if r.err != nil || r.wc.Status != verbs.WCRemAccessErr {
 					t.Fatalf("traffic ended with %+v, want REM_ACCESS_ERR", r)
 				}
 				// The responder failed the access and went to ERR, as rxe.
-				waitFor(t, "responder in ERR", func() bool { return b.qp.State() == QPStateErr })
+				testkit.WaitFor(t, "responder in ERR", func() bool { return b.QP.State() == verbs.QPStateErr })
 				for i, c := range target {
 					if c != 0xA5 {
 						t.Fatalf("byte %d of the deregistered buffer changed to %#x", i, c)
@@ -162,43 +166,43 @@ func TestE2EDeregUnderTraffic(t *testing.T) {
 // in flight.
 func TestE2EDestroyQPUnderTraffic(t *testing.T) {
 	t.Run("responder", func(t *testing.T) {
-		a, b := newEnd(t, "127.0.1.1", endOpts{}), newEnd(t, "127.0.1.2", endOpts{})
-		la := defaultLink()
-		la.timeout, la.retryCnt = 12, 1 // about 17 ms (see TestE2EPeerGone)
-		connect(t, a, b, la, defaultLink())
-		h := startHammer(a, b.mr.IOVA()+dstOff, b.mr.RKey(), 3000, 8)
+		a, b := newEnd(t, 1, rdmatest.EndOptions{}), newEnd(t, 2, rdmatest.EndOptions{})
+		la := rdmatest.DefaultLink()
+		la.Timeout, la.RetryCnt = 12, 1 // about 17 ms (see TestE2EPeerGone)
+		rdmatest.Connect(t, a, b, la, rdmatest.DefaultLink())
+		h := startHammer(a, b.MR.IOVA()+dstOff, b.MR.RKey(), 3000, 8)
 		h.waitProgress(t, 20)
-		if err := b.qp.Destroy(); err != nil {
+		if err := b.QP.Destroy(); err != nil {
 			t.Fatal(err)
 		}
 		// With the responder gone, requests go unanswered.
-		if r := h.result(t); r.err != nil || r.wc.Status != WCRetryExcErr {
+		if r := h.result(t); r.err != nil || r.wc.Status != verbs.WCRetryExcErr {
 			t.Fatalf("traffic ended with %+v, want RETRY_EXC_ERR", r)
 		}
-		if err := b.qp.PostSend(&SendWR{Opcode: WRSend}); !errors.Is(err, ErrClosed) {
+		if err := b.QP.PostSend(&verbs.SendWR{Opcode: verbs.WRSend}); !errors.Is(err, verbs.ErrClosed) {
 			t.Fatalf("PostSend on a destroyed QP: %v", err)
 		}
 	})
 	t.Run("requester", func(t *testing.T) {
-		a, b := newPair(t, endOpts{}, endOpts{})
-		h := startHammer(a, b.mr.IOVA()+dstOff, b.mr.RKey(), 3000, 8)
+		a, b := rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{})
+		h := startHammer(a, b.MR.IOVA()+dstOff, b.MR.RKey(), 3000, 8)
 		h.waitProgress(t, 20)
-		if err := a.qp.Destroy(); err != nil {
+		if err := a.QP.Destroy(); err != nil {
 			t.Fatal(err)
 		}
 		// The loop learns of it from PostSend, unless it is waiting for
 		// completions that will never come: then it is told to stop.
 		close(h.stop)
-		if r := h.result(t); r.err != nil && !errors.Is(r.err, ErrClosed) || r.wc.Status != WCSuccess {
+		if r := h.result(t); r.err != nil && !errors.Is(r.err, verbs.ErrClosed) || r.wc.Status != verbs.WCSuccess {
 			t.Fatalf("traffic ended with %+v, want ErrClosed or no error", r)
 		}
 		// Work requests of a destroyed QP are discarded: nothing more
 		// completes, even after retransmit timeouts would have passed.
-		pollAll(t, a.cq)
+		rdmatest.Poll(t, a.CQ)
 		time.Sleep(5 * time.Millisecond)
-		expectEmpty(t, a.cq)
+		rdmatest.ExpectEmpty(t, a.CQ)
 		// The responder is unharmed and can be used by a new QP.
-		if s := b.qp.State(); s != QPStateRTS {
+		if s := b.QP.State(); s != verbs.QPStateRTS {
 			t.Fatalf("responder in %v", s)
 		}
 	})
@@ -207,15 +211,15 @@ func TestE2EDestroyQPUnderTraffic(t *testing.T) {
 // TestE2ECloseUnderTraffic closes both devices while traffic runs, and
 // checks that every goroutine the devices started has ended.
 func TestE2ECloseUnderTraffic(t *testing.T) {
-	checkGoroutines := goroutineBaseline(t)
+	checkGoroutines := testkit.CheckLeaks(t)
 	for _, first := range []string{"requester", "responder"} {
 		t.Run(first, func(t *testing.T) {
-			a, b := newPair(t, endOpts{}, endOpts{})
-			h := startHammer(a, b.mr.IOVA()+dstOff, b.mr.RKey(), 3000, 8)
+			a, b := rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{})
+			h := startHammer(a, b.MR.IOVA()+dstOff, b.MR.RKey(), 3000, 8)
 			h.waitProgress(t, 20)
-			devs := []*Device{a.dev, b.dev}
+			devs := []*verbs.Device{a.Dev, b.Dev}
 			if first == "responder" {
-				devs[0], devs[1] = b.dev, a.dev
+				devs[0], devs[1] = b.Dev, a.Dev
 			}
 			for _, d := range devs {
 				if err := d.Close(); err != nil {
@@ -223,10 +227,10 @@ func TestE2ECloseUnderTraffic(t *testing.T) {
 				}
 			}
 			r := h.result(t)
-			if !errors.Is(r.err, ErrClosed) && r.wc.Status == WCSuccess {
+			if !errors.Is(r.err, verbs.ErrClosed) && r.wc.Status == verbs.WCSuccess {
 				t.Fatalf("traffic ended with %+v", r)
 			}
-			if err := a.dev.Close(); !errors.Is(err, ErrClosed) {
+			if err := a.Dev.Close(); !errors.Is(err, verbs.ErrClosed) {
 				t.Fatalf("second Close: %v", err)
 			}
 		})
@@ -237,28 +241,28 @@ func TestE2ECloseUnderTraffic(t *testing.T) {
 // TestE2ENoGoroutineLeak opens, uses and closes devices several times and
 // checks that the goroutine count returns to where it was.
 func TestE2ENoGoroutineLeak(t *testing.T) {
-	checkGoroutines := goroutineBaseline(t)
+	checkGoroutines := testkit.CheckLeaks(t)
 	for range 3 {
-		a, b := newEnd(t, "127.0.1.1", endOpts{channel: true}), newEnd(t, "127.0.1.2", endOpts{})
-		connect(t, a, b, defaultLink(), defaultLink())
-		mustPostSend(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMAWrite, SendFlags: SendSignaled, SGList: []SGE{a.mr.SGE(0, 5000)},
-			RDMA: RDMAParams{RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()}})
-		waitWC(t, a.cq)
+		a, b := newEnd(t, 1, rdmatest.EndOptions{Channel: true}), newEnd(t, 2, rdmatest.EndOptions{})
+		rdmatest.Connect(t, a, b, rdmatest.DefaultLink(), rdmatest.DefaultLink())
+		rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 5000)},
+			RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA(), RKey: b.MR.RKey()}})
+		rdmatest.WaitOne(t, a.CQ)
 		// A GetEvent blocked at Close returns as well.
 		got := make(chan error, 1)
 		go func() {
-			_, err := a.cq.Channel().GetEvent(t.Context())
+			_, err := a.CQ.Channel().GetEvent(t.Context())
 			got <- err
 		}()
-		if err := a.dev.Close(); err != nil {
+		if err := a.Dev.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.dev.Close(); err != nil {
+		if err := b.Dev.Close(); err != nil {
 			t.Fatal(err)
 		}
 		select {
 		case err := <-got:
-			if !errors.Is(err, ErrClosed) {
+			if !errors.Is(err, verbs.ErrClosed) {
 				t.Fatalf("GetEvent after Close: %v", err)
 			}
 		case <-time.After(10 * time.Second):

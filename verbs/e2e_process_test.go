@@ -1,4 +1,4 @@
-package verbs
+package verbs_test
 
 import (
 	"bufio"
@@ -10,6 +10,10 @@ import (
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
+	"github.com/goroce/goroce/verbs"
 )
 
 // The two-process test re-executes the test binary as the target of the
@@ -27,8 +31,8 @@ import (
 
 const (
 	helperRoleEnv = "GOROCE_E2E_HELPER_ROLE"
-	targetAddr    = "127.0.1.11"
-	initiatorAddr = "127.0.1.12"
+	targetHost    = 11 // testkit.Addr(11), shared with the child through testkit.HelperEnv
+	initiatorHost = 12
 	targetPSN     = 0x5A5A5A
 	initiatorPSN  = 0xFFFFFE
 	targetLen     = 1 << 16
@@ -51,7 +55,7 @@ func TestHelperProcess(t *testing.T) {
 // runTarget is the child's side: it opens a device, registers memory and
 // waits while the parent works on it.
 func runTarget(in io.Reader, out io.Writer) error {
-	dev, err := Open(DeviceConfig{Addr: mustAddr(targetAddr)})
+	dev, err := verbs.Open(verbs.DeviceConfig{Addr: testkit.Addr(targetHost)})
 	if err != nil {
 		return err
 	}
@@ -66,12 +70,12 @@ func runTarget(in io.Reader, out io.Writer) error {
 	}
 	buf := make([]byte, targetLen)
 	binary.NativeEndian.PutUint64(buf, atomicInitial)
-	mr, err := pd.RegMR(buf, rcAccess)
+	mr, err := pd.RegMR(buf, rdmatest.RCAccess)
 	if err != nil {
 		return err
 	}
-	qp, err := pd.CreateQP(QPInitAttr{QPType: QPTypeRC, SendCQ: cq, RecvCQ: cq,
-		Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	qp, err := pd.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		return err
 	}
@@ -85,7 +89,7 @@ func runTarget(in io.Reader, out io.Writer) error {
 	if _, err := fmt.Sscanf(lines.Text(), "initiator %d %d", &rqpn, &rpsn); err != nil {
 		return fmt.Errorf("initiator line %q: %v", lines.Text(), err)
 	}
-	if err := bringUp(qp, rqpn, rpsn, targetPSN, mustAddr(initiatorAddr)); err != nil {
+	if err := bringUp(qp, rqpn, rpsn, targetPSN, testkit.Addr(initiatorHost)); err != nil {
 		return err
 	}
 	fmt.Fprintln(out, "ready")
@@ -102,22 +106,10 @@ func runTarget(in io.Reader, out io.Writer) error {
 
 // bringUp moves qp through INIT and RTR to RTS toward the QP rqpn of the
 // device at peer, without a testing.T (the child has none to fail).
-func bringUp(qp *QP, rqpn, rpsn, lpsn uint32, peer netip.Addr) error {
-	steps := []step{
-		{QPAttr{QPState: QPStateInit, PortNum: 1, QPAccessFlags: rcAccess},
-			QPAttrState | QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags},
-		{QPAttr{QPState: QPStateRTR, PathMTU: MTU1024, DestQPNum: rqpn, RQPSN: rpsn, MaxDestRdAtomic: 4, MinRNRTimer: 12,
-			AHAttr: AddressVector{DGID: GIDFromAddr(peer), SGIDIndex: 1, HopLimit: 64, IsGlobal: true, PortNum: 1}},
-			QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer},
-		{QPAttr{QPState: QPStateRTS, SQPSN: lpsn, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
-			QPAttrState | QPAttrSQPSN | QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrMaxQPRdAtomic},
-	}
-	for _, s := range steps {
-		if err := qp.Modify(&s.attr, s.mask); err != nil {
-			return err
-		}
-	}
-	return nil
+func bringUp(qp *verbs.QP, rqpn, rpsn, lpsn uint32, peer netip.Addr) error {
+	l := rdmatest.Link{MTU: verbs.MTU1024, Access: rdmatest.RCAccess, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
+		MinRNRTimer: 12, MaxRdAtomic: 4, MaxDestRdAtomic: 4}
+	return rdmatest.BringUp(qp, l, lpsn, rdmatest.Peer{GID: verbs.GIDFromAddr(peer), QPN: rqpn, PSN: rpsn})
 }
 
 // TestE2ETwoProcesses writes a pattern into another process's memory,
@@ -127,7 +119,7 @@ func TestE2ETwoProcesses(t *testing.T) {
 		t.Skip("starts a second process")
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), helperRoleEnv+"=target")
+	cmd.Env = append(os.Environ(), helperRoleEnv+"=target", testkit.HelperEnv())
 	cmd.Stderr = os.Stderr
 	toChild, err := cmd.StdinPipe()
 	if err != nil {
@@ -188,33 +180,33 @@ func TestE2ETwoProcesses(t *testing.T) {
 	if rpsn != targetPSN || length != targetLen {
 		t.Fatalf("target advertises psn %#x, %d bytes", rpsn, length)
 	}
-	a := newEnd(t, initiatorAddr, endOpts{})
-	if err := bringUp(a.qp, rqpn, rpsn, initiatorPSN, mustAddr(targetAddr)); err != nil {
+	a := newEnd(t, initiatorHost, rdmatest.EndOptions{})
+	if err := bringUp(a.QP, rqpn, rpsn, initiatorPSN, testkit.Addr(targetHost)); err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintf(toChild, "initiator %d %d\n", a.qp.QPN(), initiatorPSN)
+	fmt.Fprintf(toChild, "initiator %d %d\n", a.QP.QPN(), initiatorPSN)
 	if l := readLine(); l != "ready" {
 		t.Fatalf("target says %q", l)
 	}
 
 	// WRITE a pattern across several packets, READ it back elsewhere.
 	const n = 5000
-	fill(a.buf[:n], 0x42)
-	mustPostSend(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMAWrite, SendFlags: SendSignaled,
-		SGList: []SGE{a.mr.SGE(0, n)}, RDMA: RDMAParams{RemoteAddr: va + 4096, RKey: rkey}})
-	mustPostSend(t, a.qp, SendWR{WRID: 2, Opcode: WRRDMARead, SendFlags: SendSignaled,
-		SGList: []SGE{a.mr.SGE(dstOff, n)}, RDMA: RDMAParams{RemoteAddr: va + 4096, RKey: rkey}})
-	mustPostSend(t, a.qp, SendWR{WRID: 3, Opcode: WRAtomicFetchAndAdd, SendFlags: SendSignaled,
-		SGList: []SGE{a.mr.SGE(recvOff, 8)}, Atomic: AtomicParams{RemoteAddr: va, RKey: rkey, CompareAdd: 23}})
-	mustPostSend(t, a.qp, SendWR{WRID: 4, Opcode: WRRDMARead, SendFlags: SendSignaled | SendFence,
-		SGList: []SGE{a.mr.SGE(recvOff+8, 8)}, RDMA: RDMAParams{RemoteAddr: va, RKey: rkey}})
-	for i, wc := range waitN(t, a.cq, 4) {
-		if wc.WRID != uint64(i+1) || wc.Status != WCSuccess {
+	fill(a.Buf[:n], 0x42)
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.MR.SGE(0, n)}, RDMA: verbs.RDMAParams{RemoteAddr: va + 4096, RKey: rkey}})
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 2, Opcode: verbs.WRRDMARead, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.MR.SGE(dstOff, n)}, RDMA: verbs.RDMAParams{RemoteAddr: va + 4096, RKey: rkey}})
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 3, Opcode: verbs.WRAtomicFetchAndAdd, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.MR.SGE(recvOff, 8)}, Atomic: verbs.AtomicParams{RemoteAddr: va, RKey: rkey, CompareAdd: 23}})
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 4, Opcode: verbs.WRRDMARead, SendFlags: verbs.SendSignaled | verbs.SendFence,
+		SGList: []verbs.SGE{a.MR.SGE(recvOff+8, 8)}, RDMA: verbs.RDMAParams{RemoteAddr: va, RKey: rkey}})
+	for i, wc := range rdmatest.WaitN(t, a.CQ, 4) {
+		if wc.WRID != uint64(i+1) || wc.Status != verbs.WCSuccess {
 			t.Fatalf("completion %d: %+v", i, wc)
 		}
 	}
-	checkBytes(t, "read back", a.buf[dstOff:dstOff+n], a.buf[:n])
-	if orig, now := binary.NativeEndian.Uint64(a.buf[recvOff:]), binary.NativeEndian.Uint64(a.buf[recvOff+8:]); orig != atomicInitial || now != atomicInitial+23 {
+	checkBytes(t, "read back", a.Buf[dstOff:dstOff+n], a.Buf[:n])
+	if orig, now := binary.NativeEndian.Uint64(a.Buf[recvOff:]), binary.NativeEndian.Uint64(a.Buf[recvOff+8:]); orig != atomicInitial || now != atomicInitial+23 {
 		t.Fatalf("fetch-add returned %d and left %d, want %d and %d", orig, now, atomicInitial, atomicInitial+23)
 	}
 

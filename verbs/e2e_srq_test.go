@@ -1,12 +1,15 @@
-package verbs
+package verbs_test
 
 import (
 	"encoding/binary"
 	"fmt"
-	"net/netip"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
+	"github.com/goroce/goroce/verbs"
 )
 
 // TestE2ESRQTraffic follows rdma-core's test_srq: two RC QPs of one device
@@ -20,34 +23,34 @@ func TestE2ESRQTraffic(t *testing.T) {
 		limit   = 10
 	)
 	total := 2 * perPeer
-	dev := openDevice(t, DeviceConfig{Addr: netip.MustParseAddr("127.0.1.2")})
-	pd := mustPD(t, dev)
-	cq := mustCQ(t, dev, 2*total)
+	dev := rdmatest.OpenDevice(t, verbs.DeviceConfig{Addr: testkit.Addr(2)})
+	pd := rdmatest.PD(t, dev)
+	cq := rdmatest.CQ(t, dev, 2*total)
 	buf := make([]byte, total*slot)
-	mr := mustMR2(t, pd, buf, rcAccess)
-	srq, err := pd.CreateSRQ(SRQInitAttr{MaxWR: total, MaxSGE: 2})
+	mr := rdmatest.MR(t, pd, buf, rdmatest.RCAccess)
+	srq, err := pd.CreateSRQ(verbs.SRQInitAttr{MaxWR: total, MaxSGE: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Receives come from two SGEs, as in test_srq.
 	for i := range total {
-		mustPostSRQ(t, srq, RecvWR{WRID: uint64(i), SGList: []SGE{mr.SGE(i*slot, 16), mr.SGE(i*slot+16, slot-16)}})
+		mustPostSRQ(t, srq, verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{mr.SGE(i*slot, 16), mr.SGE(i*slot+16, slot-16)}})
 	}
-	if err := srq.Modify(SRQAttr{SRQLimit: limit}, SRQLimit); err != nil {
+	if err := srq.Modify(&verbs.SRQAttr{SRQLimit: limit}, verbs.SRQLimit); err != nil {
 		t.Fatal(err)
 	}
 
 	// Two responder QPs on dev, each connected to a peer of its own.
-	peers := []*rcEnd{newEnd(t, "127.0.1.3", endOpts{}), newEnd(t, "127.0.1.4", endOpts{})}
-	locals := make([]*rcEnd, len(peers))
+	peers := []*rdmatest.End{newEnd(t, 3, rdmatest.EndOptions{}), newEnd(t, 4, rdmatest.EndOptions{})}
+	locals := make([]*rdmatest.End, len(peers))
 	for i, p := range peers {
-		qp, err := pd.CreateQP(QPInitAttr{QPType: QPTypeRC, SendCQ: cq, RecvCQ: cq, SRQ: srq,
-			Cap: QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
+		qp, err := pd.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq, SRQ: srq,
+			Cap: verbs.QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		locals[i] = &rcEnd{dev: dev, pd: pd, cq: cq, qp: qp, buf: buf, mr: mr}
-		connect(t, p, locals[i], defaultLink(), defaultLink())
+		locals[i] = &rdmatest.End{Dev: dev, PD: pd, CQ: cq, QP: qp, Buf: buf, MR: mr}
+		rdmatest.Connect(t, p, locals[i], rdmatest.DefaultLink(), rdmatest.DefaultLink())
 	}
 
 	// Each peer sends perPeer messages, one in flight at a time, each
@@ -60,16 +63,16 @@ func TestE2ESRQTraffic(t *testing.T) {
 			defer wg.Done()
 			for seq := range perPeer {
 				n := 8 + (seq*37)%(slot-8)
-				binary.BigEndian.PutUint32(p.buf[0:], uint32(pi))
-				binary.BigEndian.PutUint32(p.buf[4:], uint32(seq))
-				fill(p.buf[8:n], byte(pi*100+seq))
-				wr := SendWR{WRID: uint64(seq), Opcode: WRSendWithImm, SendFlags: SendSignaled, ImmData: uint32(n),
-					SGList: []SGE{p.mr.SGE(0, n)}}
-				if err := p.qp.PostSend(&wr); err != nil {
+				binary.BigEndian.PutUint32(p.Buf[0:], uint32(pi))
+				binary.BigEndian.PutUint32(p.Buf[4:], uint32(seq))
+				fill(p.Buf[8:n], byte(pi*100+seq))
+				wr := verbs.SendWR{WRID: uint64(seq), Opcode: verbs.WRSendWithImm, SendFlags: verbs.SendSignaled, ImmData: uint32(n),
+					SGList: []verbs.SGE{p.MR.SGE(0, n)}}
+				if err := p.QP.PostSend(&wr); err != nil {
 					errs <- err
 					return
 				}
-				if wc := pollOne(p.cq); wc.Status != WCSuccess || wc.WRID != uint64(seq) {
+				if wc := pollOne(p.CQ); wc.Status != verbs.WCSuccess || wc.WRID != uint64(seq) {
 					errs <- fmt.Errorf("peer %d: send %d completed %+v", pi, seq, wc)
 					return
 				}
@@ -82,11 +85,11 @@ func TestE2ESRQTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	wcs := waitN(t, cq, total)
+	wcs := rdmatest.WaitN(t, cq, total)
 	seen := make([]bool, total)
 	next := []int{0, 0} // messages arrive in order per connection
 	for _, wc := range wcs {
-		if wc.Status != WCSuccess || wc.Opcode != WCRecv || wc.WCFlags&WCWithImm == 0 || wc.WRID >= uint64(total) {
+		if wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCRecv || wc.WCFlags&verbs.WCWithImm == 0 || wc.WRID >= uint64(total) {
 			t.Fatalf("receive completion %+v", wc)
 		}
 		if seen[wc.WRID] {
@@ -100,50 +103,46 @@ func TestE2ESRQTraffic(t *testing.T) {
 		}
 		next[pi]++
 		n := int(wc.ImmData)
-		if wc.ByteLen != uint32(n) || wc.QPNum != locals[pi].qp.QPN() || wc.SrcQP != peers[pi].qp.QPN() {
-			t.Fatalf("receive %+v for peer %d: want byte_len %d qp %d src_qp %d", wc, pi, n, locals[pi].qp.QPN(), peers[pi].qp.QPN())
+		if wc.ByteLen != uint32(n) || wc.QPNum != locals[pi].QP.QPN() || wc.SrcQP != peers[pi].QP.QPN() {
+			t.Fatalf("receive %+v for peer %d: want byte_len %d qp %d src_qp %d", wc, pi, n, locals[pi].QP.QPN(), peers[pi].QP.QPN())
 		}
 		want := make([]byte, n-8)
 		fill(want, byte(pi*100+seq))
 		checkBytes(t, fmt.Sprintf("peer %d message %d", pi, seq), msg[8:n], want)
 	}
-	expectEmpty(t, cq)
+	rdmatest.ExpectEmpty(t, cq)
 
 	// The limit fired exactly once (fewer than 10 left) and disarmed.
 	attr, err := srq.Query()
 	if err != nil {
 		t.Fatal(err)
 	}
-	srq.mu.Lock()
-	events := srq.limitEvents
-	srq.mu.Unlock()
+	events := verbs.SRQLimitEvents(srq)
 	if attr.SRQLimit != 0 || events != 1 {
 		t.Fatalf("SRQ limit %d with %d events, want disarmed after one event", attr.SRQLimit, events)
 	}
 
 	// The SRQ is empty now: a further SEND waits (RNR) until a receive is
 	// posted, then lands in it; re-armed, the limit fires again.
-	if err := srq.Modify(SRQAttr{SRQLimit: 1}, SRQLimit); err != nil {
+	if err := srq.Modify(&verbs.SRQAttr{SRQLimit: 1}, verbs.SRQLimit); err != nil {
 		t.Fatal(err)
 	}
 	p := peers[1]
-	mustPostSend(t, p.qp, SendWR{WRID: 99, Opcode: WRSend, SendFlags: SendSignaled, SGList: []SGE{p.mr.SGE(0, 8)}})
-	mustPostSRQ(t, srq, RecvWR{WRID: 500, SGList: []SGE{mr.SGE(0, slot)}})
-	if wc := waitWC(t, cq); wc.WRID != 500 || wc.Status != WCSuccess || wc.QPNum != locals[1].qp.QPN() {
+	rdmatest.PostSend(t, p.QP, verbs.SendWR{WRID: 99, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{p.MR.SGE(0, 8)}})
+	mustPostSRQ(t, srq, verbs.RecvWR{WRID: 500, SGList: []verbs.SGE{mr.SGE(0, slot)}})
+	if wc := rdmatest.WaitOne(t, cq); wc.WRID != 500 || wc.Status != verbs.WCSuccess || wc.QPNum != locals[1].QP.QPN() {
 		t.Fatalf("late receive %+v", wc)
 	}
-	if wc := waitWC(t, p.cq); wc.WRID != 99 || wc.Status != WCSuccess {
+	if wc := rdmatest.WaitOne(t, p.CQ); wc.WRID != 99 || wc.Status != verbs.WCSuccess {
 		t.Fatalf("late send %+v", wc)
 	}
-	srq.mu.Lock()
-	events = srq.limitEvents
-	srq.mu.Unlock()
+	events = verbs.SRQLimitEvents(srq)
 	if events != 2 {
 		t.Fatalf("%d SRQ limit events, want 2", events)
 	}
 }
 
-func mustPostSRQ(t testing.TB, srq *SRQ, wr RecvWR) {
+func mustPostSRQ(t testing.TB, srq *verbs.SRQ, wr verbs.RecvWR) {
 	t.Helper()
 	if err := srq.PostRecv(&wr); err != nil {
 		t.Fatalf("SRQ.PostRecv(wr_id %d): %v", wr.WRID, err)
@@ -153,8 +152,8 @@ func mustPostSRQ(t testing.TB, srq *SRQ, wr RecvWR) {
 // pollOne polls cq until a completion arrives, without a testing.T, for
 // goroutines other than the test's. It gives up after 10 s with a
 // completion of status WCGeneralErr.
-func pollOne(cq *CQ) WorkCompletion {
-	var wc [1]WorkCompletion
+func pollOne(cq *verbs.CQ) verbs.WorkCompletion {
+	var wc [1]verbs.WorkCompletion
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		n, err := cq.Poll(wc[:])
@@ -166,5 +165,5 @@ func pollOne(cq *CQ) WorkCompletion {
 		}
 		time.Sleep(50 * time.Microsecond)
 	}
-	return WorkCompletion{Status: WCGeneralErr}
+	return verbs.WorkCompletion{Status: verbs.WCGeneralErr}
 }

@@ -1,52 +1,37 @@
-package verbs
+package verbs_test
 
 import (
 	"bytes"
 	"fmt"
 	"testing"
+
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
+	"github.com/goroce/goroce/verbs"
 )
 
-// newTypedEnd is newEnd with a QP of type typ (UC or UD) in place of the RC
-// one, which stays unused in RESET.
-func newTypedEnd(t testing.TB, addr string, typ QPType, o endOpts) *rcEnd {
+// newTypedEnd is newEnd with a QP of type typ.
+func newTypedEnd(t testing.TB, host int, typ verbs.QPType, o rdmatest.EndOptions) *rdmatest.End {
 	t.Helper()
-	e := newEnd(t, addr, o)
-	c := o.cap
-	if c == (QPCap{}) {
-		c = QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}
-	}
-	qp, err := e.pd.CreateQP(QPInitAttr{QPType: typ, SendCQ: e.cq, RecvCQ: e.cq, Cap: c, SQSigAll: o.sqSigAll})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.qp = qp
-	return e
+	o.Type = typ
+	return newEnd(t, host, o)
 }
 
 // linkUC moves a UC QP from RESET to RTS toward remote with exactly the
 // attributes the kernel requires of UC: no timeout, retry counts,
 // rd_atomic values or RNR timer, which RC needs and UC does not have.
-func linkUC(t testing.TB, local, remote *QP, remoteDev *Device, mtu MTU, lpsn, rpsn uint32) {
+func linkUC(t testing.TB, local, remote *verbs.QP, mtu verbs.MTU, lpsn, rpsn uint32) {
 	t.Helper()
-	gid, err := remoteDev.QueryGID(1, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustModify(t, local, step{QPAttr{QPState: QPStateInit, PortNum: 1, QPAccessFlags: AccessRemoteWrite},
-		QPAttrState | QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags})
-	mustModify(t, local, step{QPAttr{QPState: QPStateRTR, PathMTU: mtu, DestQPNum: remote.QPN(), RQPSN: rpsn,
-		AHAttr: AddressVector{DGID: gid, SGIDIndex: 1, HopLimit: 64, IsGlobal: true, PortNum: 1}},
-		QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN})
-	mustModify(t, local, step{QPAttr{QPState: QPStateRTS, SQPSN: lpsn}, QPAttrState | QPAttrSQPSN})
+	rdmatest.LinkQP(t, local, rdmatest.Link{MTU: mtu, Access: verbs.AccessRemoteWrite}, lpsn, rdmatest.PeerOf(t, remote, rpsn))
 }
 
-// newUCPair opens two UC ends on 127.0.1.1 and 127.0.1.2, connected with
-// path MTU mtu; a's PSNs cross the 2^24 wrap.
-func newUCPair(t testing.TB, mtu MTU, o endOpts) (a, b *rcEnd) {
+// newUCPair opens two UC ends on testkit.Addr(1) and Addr(2), connected
+// with path MTU mtu; a's PSNs cross the 2^24 wrap.
+func newUCPair(t testing.TB, mtu verbs.MTU, o rdmatest.EndOptions) (a, b *rdmatest.End) {
 	t.Helper()
-	a, b = newTypedEnd(t, "127.0.1.1", QPTypeUC, o), newTypedEnd(t, "127.0.1.2", QPTypeUC, o)
-	linkUC(t, a.qp, b.qp, b.dev, mtu, 0xFFFFFE, 0x3000)
-	linkUC(t, b.qp, a.qp, a.dev, mtu, 0x3000, 0xFFFFFE)
+	a, b = newTypedEnd(t, 1, verbs.QPTypeUC, o), newTypedEnd(t, 2, verbs.QPTypeUC, o)
+	linkUC(t, a.QP, b.QP, mtu, 0xFFFFFE, 0x3000)
+	linkUC(t, b.QP, a.QP, mtu, 0x3000, 0xFFFFFE)
 	return a, b
 }
 
@@ -56,65 +41,65 @@ func newUCPair(t testing.TB, mtu MTU, o endOpts) (a, b *rcEnd) {
 // keeps order) tells when its data is in place.
 func TestE2EUC(t *testing.T) {
 	const mtu = 1024
-	a, b := newUCPair(t, MTU1024, endOpts{})
+	a, b := newUCPair(t, verbs.MTU1024, rdmatest.EndOptions{})
 	const srcOff, dstOff, recvOff = 0, 16 << 10, 32 << 10
 	fence := func(id uint64) {
-		mustPostRecv(t, b.qp, RecvWR{WRID: id, SGList: []SGE{b.mr.SGE(recvOff+8192, 64)}})
-		mustPostSend(t, a.qp, SendWR{WRID: id, Opcode: WRSend, SGList: []SGE{a.mr.SGE(srcOff, 4)}})
-		got := waitN(t, b.cq, 1)
-		if got[0].WRID != id || got[0].Status != WCSuccess {
+		rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: id, SGList: []verbs.SGE{b.MR.SGE(recvOff+8192, 64)}})
+		rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: id, Opcode: verbs.WRSend, SGList: []verbs.SGE{a.MR.SGE(srcOff, 4)}})
+		got := rdmatest.WaitN(t, b.CQ, 1)
+		if got[0].WRID != id || got[0].Status != verbs.WCSuccess {
 			t.Fatalf("fence: %+v", got)
 		}
 	}
 	id := uint64(100)
-	for _, op := range []WROpcode{WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm} {
+	for _, op := range []verbs.WROpcode{verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRSend, verbs.WRSendWithImm} {
 		for _, n := range []int{0, 1, mtu - 1, mtu, mtu + 1, 3*mtu + 7} {
 			t.Run(fmt.Sprintf("%v/%d", op, n), func(t *testing.T) {
 				id++
-				fill(a.buf[srcOff:srcOff+n], byte(id))
-				clear(b.buf[dstOff : dstOff+4*mtu])
-				clear(b.buf[recvOff : recvOff+4*mtu])
-				recvs := op != WRRDMAWrite
+				fill(a.Buf[srcOff:srcOff+n], byte(id))
+				clear(b.Buf[dstOff : dstOff+4*mtu])
+				clear(b.Buf[recvOff : recvOff+4*mtu])
+				recvs := op != verbs.WRRDMAWrite
 				if recvs {
-					mustPostRecv(t, b.qp, RecvWR{WRID: id, SGList: []SGE{b.mr.SGE(recvOff, 4*mtu)}})
+					rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: id, SGList: []verbs.SGE{b.MR.SGE(recvOff, 4*mtu)}})
 				}
-				mustPostSend(t, a.qp, SendWR{WRID: id, Opcode: op, SendFlags: SendSignaled, ImmData: uint32(id),
-					SGList: []SGE{a.mr.SGE(srcOff, n)}, RDMA: RDMAParams{RemoteAddr: b.mr.IOVA() + dstOff, RKey: b.mr.RKey()}})
-				sent := waitN(t, a.cq, 1)[0]
-				wantOp := map[WROpcode]WCOpcode{WRRDMAWrite: WCRDMAWrite, WRRDMAWriteWithImm: WCRDMAWrite, WRSend: WCSend, WRSendWithImm: WCSend}[op]
-				if sent.WRID != id || sent.Status != WCSuccess || sent.Opcode != wantOp || sent.ByteLen != uint32(n) {
+				rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: id, Opcode: op, SendFlags: verbs.SendSignaled, ImmData: uint32(id),
+					SGList: []verbs.SGE{a.MR.SGE(srcOff, n)}, RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA() + dstOff, RKey: b.MR.RKey()}})
+				sent := rdmatest.WaitN(t, a.CQ, 1)[0]
+				wantOp := map[verbs.WROpcode]verbs.WCOpcode{verbs.WRRDMAWrite: verbs.WCRDMAWrite, verbs.WRRDMAWriteWithImm: verbs.WCRDMAWrite, verbs.WRSend: verbs.WCSend, verbs.WRSendWithImm: verbs.WCSend}[op]
+				if sent.WRID != id || sent.Status != verbs.WCSuccess || sent.Opcode != wantOp || sent.ByteLen != uint32(n) {
 					t.Fatalf("send completion %+v", sent)
 				}
 				at := dstOff
 				if !recvs {
 					fence(id + 1000)
 				} else {
-					wc := waitN(t, b.cq, 1)[0]
-					want := WorkCompletion{WRID: id, Opcode: WCRecv, ByteLen: uint32(n), QPNum: b.qp.QPN(), SrcQP: a.qp.QPN()}
-					if op == WRRDMAWriteWithImm {
-						want.Opcode = WCRecvRDMAWithImm
+					wc := rdmatest.WaitN(t, b.CQ, 1)[0]
+					want := verbs.WorkCompletion{WRID: id, Opcode: verbs.WCRecv, ByteLen: uint32(n), QPNum: b.QP.QPN(), SrcQP: a.QP.QPN()}
+					if op == verbs.WRRDMAWriteWithImm {
+						want.Opcode = verbs.WCRecvRDMAWithImm
 					}
-					if op != WRSend {
-						want.ImmData, want.WCFlags = uint32(id), WCWithImm
+					if op != verbs.WRSend {
+						want.ImmData, want.WCFlags = uint32(id), verbs.WCWithImm
 					}
 					if wc != want {
 						t.Fatalf("receive completion\n got %+v\nwant %+v", wc, want)
 					}
-					if op != WRRDMAWriteWithImm {
+					if op != verbs.WRRDMAWriteWithImm {
 						at = recvOff
 					}
 				}
-				if !bytes.Equal(b.buf[at:at+n], a.buf[srcOff:srcOff+n]) {
+				if !bytes.Equal(b.Buf[at:at+n], a.Buf[srcOff:srcOff+n]) {
 					t.Fatalf("data differs")
 				}
 			})
 		}
 	}
 	// Nothing was ever answered: UC has no ACKs.
-	if c := b.qp.Counters(); c.SentPkts != 0 {
+	if c := b.QP.Counters(); c.SentPkts != 0 {
 		t.Errorf("the receiving UC QP sent %d packets", c.SentPkts)
 	}
-	if c := a.dev.Counters(); c.RcvdPkts != 0 {
+	if c := a.Dev.Counters(); c.RcvdPkts != 0 {
 		t.Errorf("the sending device received %d packets", c.RcvdPkts)
 	}
 }
@@ -123,18 +108,18 @@ func TestE2EUC(t *testing.T) {
 // counted), not RNR NAKed; the sender completed it; the next one, with a
 // receive posted, arrives.
 func TestE2EUCNoReceive(t *testing.T) {
-	a, b := newUCPair(t, MTU1024, endOpts{})
-	mustPostSend(t, a.qp, SendWR{WRID: 1, Opcode: WRSend, SendFlags: SendSignaled, SGList: []SGE{a.mr.SGE(0, 3000)}})
-	if wc := waitN(t, a.cq, 1)[0]; wc.Status != WCSuccess {
+	a, b := newUCPair(t, verbs.MTU1024, rdmatest.EndOptions{})
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 3000)}})
+	if wc := rdmatest.WaitN(t, a.CQ, 1)[0]; wc.Status != verbs.WCSuccess {
 		t.Fatalf("%+v", wc)
 	}
-	waitFor(t, "the drop", func() bool { return b.dev.Counters().DroppedNoRecv == 1 })
-	mustPostRecv(t, b.qp, RecvWR{WRID: 2, SGList: []SGE{b.mr.SGE(0, 4096)}})
-	mustPostSend(t, a.qp, SendWR{WRID: 3, Opcode: WRSend, SGList: []SGE{a.mr.SGE(0, 3000)}})
-	if wc := waitN(t, b.cq, 1)[0]; wc.WRID != 2 || wc.ByteLen != 3000 {
+	testkit.WaitFor(t, "the drop", func() bool { return b.Dev.Counters().DroppedNoRecv == 1 })
+	rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: 2, SGList: []verbs.SGE{b.MR.SGE(0, 4096)}})
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 3, Opcode: verbs.WRSend, SGList: []verbs.SGE{a.MR.SGE(0, 3000)}})
+	if wc := rdmatest.WaitN(t, b.CQ, 1)[0]; wc.WRID != 2 || wc.ByteLen != 3000 {
 		t.Fatalf("%+v", wc)
 	}
-	if c := b.dev.Counters(); c.SendRNRErr != 0 || c.SentPkts != 0 {
+	if c := b.Dev.Counters(); c.SendRNRErr != 0 || c.SentPkts != 0 {
 		t.Errorf("counters %+v", c)
 	}
 }

@@ -1,4 +1,4 @@
-package verbs
+package verbs_test
 
 import (
 	"bytes"
@@ -7,36 +7,47 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
+	"github.com/goroce/goroce/verbs"
 )
 
-// udQKey is the Q_Key of rdma-core's tools (ibv_ud_pingpong, pyverbs).
-const udQKey = 0x11111111
-
-// linkUD moves a UD QP from RESET to RTS with Q_Key qkey.
-func linkUD(t testing.TB, qp *QP, qkey uint32) {
+// activeMTU is the active MTU of d's port, in bytes.
+func activeMTU(t testing.TB, d *verbs.Device) int {
 	t.Helper()
-	mustModify(t, qp, step{QPAttr{QPState: QPStateInit, PortNum: 1, QKey: qkey},
-		QPAttrState | QPAttrPKeyIndex | QPAttrPort | QPAttrQKey})
-	mustModify(t, qp, step{QPAttr{QPState: QPStateRTR}, QPAttrState})
-	mustModify(t, qp, step{QPAttr{QPState: QPStateRTS, SQPSN: 0xFFFFFF}, QPAttrState | QPAttrSQPSN})
+	p, err := d.QueryPort(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.ActiveMTU.Bytes()
 }
 
-// newUDEnd opens a device on addr with a UD QP in RTS.
-func newUDEnd(t testing.TB, addr string, o endOpts) *rcEnd {
+// linkUD moves a UD QP from RESET to RTS with Q_Key qkey.
+func linkUD(t testing.TB, qp *verbs.QP, qkey uint32) {
 	t.Helper()
-	e := newTypedEnd(t, addr, QPTypeUD, o)
-	linkUD(t, e.qp, udQKey)
+	l := rdmatest.DefaultLink()
+	l.QKey = qkey
+	rdmatest.LinkQP(t, qp, l, 0xFFFFFF, rdmatest.Peer{})
+}
+
+// newUDEnd opens a device on testkit's address number host with a UD QP
+// in RTS.
+func newUDEnd(t testing.TB, host int, o rdmatest.EndOptions) *rdmatest.End {
+	t.Helper()
+	e := newTypedEnd(t, host, verbs.QPTypeUD, o)
+	linkUD(t, e.QP, rdmatest.UDQKey)
 	return e
 }
 
 // ahTo returns an address handle on e toward the device of peer.
-func ahTo(t testing.TB, e, peer *rcEnd) *AH {
+func ahTo(t testing.TB, e, peer *rdmatest.End) *verbs.AH {
 	t.Helper()
-	gid, err := peer.dev.QueryGID(1, 1)
+	gid, err := peer.Dev.QueryGID(1, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ah, err := e.pd.CreateAH(AddressVector{DGID: gid, SGIDIndex: 1, HopLimit: 64, IsGlobal: true, PortNum: 1})
+	ah, err := e.PD.CreateAH(verbs.AddressVector{DGID: gid, SGIDIndex: 1, HopLimit: 64, IsGlobal: true, PortNum: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +56,7 @@ func ahTo(t testing.TB, e, peer *rcEnd) *AH {
 
 // checkGRH checks the GRH area of a UD receive from device src to device
 // dst carrying a UD packet of the given transport length (BTH to ICRC).
-func checkGRH(t testing.TB, grh []byte, src, dst *Device, transportLen int) {
+func checkGRH(t testing.TB, grh []byte, src, dst *verbs.Device, transportLen int) {
 	t.Helper()
 	if !bytes.Equal(grh[:20], make([]byte, 20)) {
 		t.Fatalf("GRH bytes 0-19 not zero: % x", grh[:20])
@@ -63,48 +74,48 @@ func checkGRH(t testing.TB, grh []byte, src, dst *Device, transportLen int) {
 // addresses, the payload after it, byte_len counting the GRH, the source
 // QP; then answers through an address handle made from the completion.
 func TestE2EUD(t *testing.T) {
-	a, b := newUDEnd(t, "127.0.1.1", endOpts{}), newUDEnd(t, "127.0.1.2", endOpts{})
-	mtu := a.dev.port.ActiveMTU.Bytes()
+	a, b := newUDEnd(t, 1, rdmatest.EndOptions{}), newUDEnd(t, 2, rdmatest.EndOptions{})
+	mtu := activeMTU(t, a.Dev)
 	ah := ahTo(t, a, b)
 	id := uint64(0)
-	for _, op := range []WROpcode{WRSend, WRSendWithImm} {
+	for _, op := range []verbs.WROpcode{verbs.WRSend, verbs.WRSendWithImm} {
 		for _, n := range []int{0, mtu} {
 			t.Run(fmt.Sprintf("%v/%d", op, n), func(t *testing.T) {
 				id++
-				fill(a.buf[:n], byte(id))
-				clear(b.buf[:GRHSize+mtu])
-				mustPostRecv(t, b.qp, RecvWR{WRID: id, SGList: []SGE{b.mr.SGE(0, GRHSize+n)}})
-				mustPostSend(t, a.qp, SendWR{WRID: id, Opcode: op, SendFlags: SendSignaled, ImmData: 0xA0 + uint32(id),
-					SGList: []SGE{a.mr.SGE(0, n)}, UD: UDParams{AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: udQKey}})
-				if wc := waitN(t, a.cq, 1)[0]; wc.WRID != id || wc.Status != WCSuccess || wc.Opcode != WCSend || wc.ByteLen != uint32(n) {
+				fill(a.Buf[:n], byte(id))
+				clear(b.Buf[:verbs.GRHSize+mtu])
+				rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: id, SGList: []verbs.SGE{b.MR.SGE(0, verbs.GRHSize+n)}})
+				rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: id, Opcode: op, SendFlags: verbs.SendSignaled, ImmData: 0xA0 + uint32(id),
+					SGList: []verbs.SGE{a.MR.SGE(0, n)}, UD: verbs.UDParams{AH: ah, RemoteQPN: b.QP.QPN(), RemoteQKey: rdmatest.UDQKey}})
+				if wc := rdmatest.WaitN(t, a.CQ, 1)[0]; wc.WRID != id || wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCSend || wc.ByteLen != uint32(n) {
 					t.Fatalf("send completion %+v", wc)
 				}
-				wc := waitN(t, b.cq, 1)[0]
-				want := WorkCompletion{WRID: id, Opcode: WCRecv, ByteLen: uint32(GRHSize + n), QPNum: b.qp.QPN(), SrcQP: a.qp.QPN(), WCFlags: WCGRH}
+				wc := rdmatest.WaitN(t, b.CQ, 1)[0]
+				want := verbs.WorkCompletion{WRID: id, Opcode: verbs.WCRecv, ByteLen: uint32(verbs.GRHSize + n), QPNum: b.QP.QPN(), SrcQP: a.QP.QPN(), WCFlags: verbs.WCGRH}
 				tlen := 12 + 8 + n + 4
-				if op == WRSendWithImm {
-					want.ImmData, want.WCFlags = 0xA0+uint32(id), WCGRH|WCWithImm
+				if op == verbs.WRSendWithImm {
+					want.ImmData, want.WCFlags = 0xA0+uint32(id), verbs.WCGRH|verbs.WCWithImm
 					tlen += 4
 				}
 				if wc != want {
 					t.Fatalf("receive completion\n got %+v\nwant %+v", wc, want)
 				}
-				checkGRH(t, b.buf[:GRHSize], a.dev, b.dev, tlen)
-				if !bytes.Equal(b.buf[GRHSize:GRHSize+n], a.buf[:n]) {
+				checkGRH(t, b.Buf[:verbs.GRHSize], a.Dev, b.Dev, tlen)
+				if !bytes.Equal(b.Buf[verbs.GRHSize:verbs.GRHSize+n], a.Buf[:n]) {
 					t.Fatal("payload differs")
 				}
 				// Answer the sender through an AH built from the receive.
-				back, err := b.pd.CreateAHFromWC(&wc, b.buf[:GRHSize], 1)
+				back, err := b.PD.CreateAHFromWC(1, &wc, b.Buf[:verbs.GRHSize])
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := back.Attr(); got.DGID != GIDFromAddr(a.dev.Addr()) || got.SGIDIndex != 1 || got.HopLimit == 0 {
+				if got := back.Attr(); got.DGID != verbs.GIDFromAddr(a.Dev.Addr()) || got.SGIDIndex != 1 || got.HopLimit == 0 {
 					t.Fatalf("AH from the completion: %+v", got)
 				}
-				mustPostRecv(t, a.qp, RecvWR{WRID: id, SGList: []SGE{a.mr.SGE(8192, GRHSize+4)}})
-				mustPostSend(t, b.qp, SendWR{WRID: id, Opcode: WRSend, SGList: []SGE{b.mr.SGE(GRHSize, min(n, 4))},
-					UD: UDParams{AH: back, RemoteQPN: wc.SrcQP, RemoteQKey: udQKey}})
-				if wc := waitN(t, a.cq, 1)[0]; wc.WRID != id || wc.SrcQP != b.qp.QPN() || wc.Status != WCSuccess {
+				rdmatest.PostRecv(t, a.QP, verbs.RecvWR{WRID: id, SGList: []verbs.SGE{a.MR.SGE(8192, verbs.GRHSize+4)}})
+				rdmatest.PostSend(t, b.QP, verbs.SendWR{WRID: id, Opcode: verbs.WRSend, SGList: []verbs.SGE{b.MR.SGE(verbs.GRHSize, min(n, 4))},
+					UD: verbs.UDParams{AH: back, RemoteQPN: wc.SrcQP, RemoteQKey: rdmatest.UDQKey}})
+				if wc := rdmatest.WaitN(t, a.CQ, 1)[0]; wc.WRID != id || wc.SrcQP != b.QP.QPN() || wc.Status != verbs.WCSuccess {
 					t.Fatalf("reply %+v", wc)
 				}
 				if err := back.Destroy(); err != nil {
@@ -118,28 +129,28 @@ func TestE2EUD(t *testing.T) {
 // TestE2EUDTwoDestinations sends from one UD QP to the QPs of two other
 // devices, alternating per work request.
 func TestE2EUDTwoDestinations(t *testing.T) {
-	a := newUDEnd(t, "127.0.1.1", endOpts{})
-	peers := []*rcEnd{newUDEnd(t, "127.0.1.2", endOpts{}), newUDEnd(t, "127.0.1.3", endOpts{})}
-	ahs := []*AH{ahTo(t, a, peers[0]), ahTo(t, a, peers[1])}
+	a := newUDEnd(t, 1, rdmatest.EndOptions{})
+	peers := []*rdmatest.End{newUDEnd(t, 2, rdmatest.EndOptions{}), newUDEnd(t, 3, rdmatest.EndOptions{})}
+	ahs := []*verbs.AH{ahTo(t, a, peers[0]), ahTo(t, a, peers[1])}
 	const rounds = 8
 	for _, p := range peers {
 		for i := range rounds {
-			mustPostRecv(t, p.qp, RecvWR{WRID: uint64(i), SGList: []SGE{p.mr.SGE(i*256, 256)}})
+			rdmatest.PostRecv(t, p.QP, verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{p.MR.SGE(i*256, 256)}})
 		}
 	}
 	for i := range 2 * rounds {
-		binary.BigEndian.PutUint32(a.buf[i*8:], uint32(i))
-		mustPostSend(t, a.qp, SendWR{WRID: uint64(i), Opcode: WRSend, SGList: []SGE{a.mr.SGE(i*8, 4)},
-			UD: UDParams{AH: ahs[i%2], RemoteQPN: peers[i%2].qp.QPN(), RemoteQKey: udQKey}})
+		binary.BigEndian.PutUint32(a.Buf[i*8:], uint32(i))
+		rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRSend, SGList: []verbs.SGE{a.MR.SGE(i*8, 4)},
+			UD: verbs.UDParams{AH: ahs[i%2], RemoteQPN: peers[i%2].QP.QPN(), RemoteQKey: rdmatest.UDQKey}})
 	}
 	for j, p := range peers {
-		wcs := waitN(t, p.cq, rounds)
+		wcs := rdmatest.WaitN(t, p.CQ, rounds)
 		for i, wc := range wcs {
-			got := binary.BigEndian.Uint32(p.buf[i*256+GRHSize:])
-			if wc.Status != WCSuccess || wc.SrcQP != a.qp.QPN() || got != uint32(2*i+j) {
+			got := binary.BigEndian.Uint32(p.Buf[i*256+verbs.GRHSize:])
+			if wc.Status != verbs.WCSuccess || wc.SrcQP != a.QP.QPN() || got != uint32(2*i+j) {
 				t.Fatalf("peer %d, receive %d: %+v, payload %d", j, i, wc, got)
 			}
-			checkGRH(t, p.buf[i*256:i*256+GRHSize], a.dev, p.dev, 12+8+4+4)
+			checkGRH(t, p.Buf[i*256:i*256+verbs.GRHSize], a.Dev, p.Dev, 12+8+4+4)
 		}
 	}
 }
@@ -147,22 +158,22 @@ func TestE2EUDTwoDestinations(t *testing.T) {
 // TestE2EUDQKey: a datagram with another Q_Key is dropped and counted; a
 // work request Q_Key with the high bit set sends the QP's own.
 func TestE2EUDQKey(t *testing.T) {
-	a, b := newUDEnd(t, "127.0.1.1", endOpts{}), newUDEnd(t, "127.0.1.2", endOpts{})
+	a, b := newUDEnd(t, 1, rdmatest.EndOptions{}), newUDEnd(t, 2, rdmatest.EndOptions{})
 	ah := ahTo(t, a, b)
-	mustPostRecv(t, b.qp, RecvWR{WRID: 1, SGList: []SGE{b.mr.SGE(0, 256)}})
+	rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{b.MR.SGE(0, 256)}})
 	send := func(qkey uint32) {
-		mustPostSend(t, a.qp, SendWR{Opcode: WRSend, SGList: []SGE{a.mr.SGE(0, 8)},
-			UD: UDParams{AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: qkey}})
+		rdmatest.PostSend(t, a.QP, verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{a.MR.SGE(0, 8)},
+			UD: verbs.UDParams{AH: ah, RemoteQPN: b.QP.QPN(), RemoteQKey: qkey}})
 	}
-	send(udQKey + 1)
-	waitFor(t, "the Q_Key violation", func() bool { return b.dev.Counters().QKeyViolations == 1 })
-	expectEmpty(t, b.cq)
-	// a's own Q_Key is udQKey too.
+	send(rdmatest.UDQKey + 1)
+	testkit.WaitFor(t, "the Q_Key violation", func() bool { return b.Dev.Counters().QKeyViolations == 1 })
+	rdmatest.ExpectEmpty(t, b.CQ)
+	// a's own Q_Key is rdmatest.UDQKey too.
 	send(0x80000000)
-	if wc := waitN(t, b.cq, 1)[0]; wc.WRID != 1 || wc.Status != WCSuccess {
+	if wc := rdmatest.WaitN(t, b.CQ, 1)[0]; wc.WRID != 1 || wc.Status != verbs.WCSuccess {
 		t.Fatalf("%+v", wc)
 	}
-	if c := b.qp.Counters(); c.QKeyViolations != 1 || c.RDMARecvs != 1 {
+	if c := b.QP.Counters(); c.QKeyViolations != 1 || c.RDMARecvs != 1 {
 		t.Fatalf("counters %+v", c)
 	}
 }
@@ -171,57 +182,57 @@ func TestE2EUDQKey(t *testing.T) {
 // a receive buffer without room for the GRH and the payload completes with
 // LOC_LEN_ERR; a datagram finding no receive is dropped and counted.
 func TestE2EUDLimits(t *testing.T) {
-	a, b := newUDEnd(t, "127.0.1.1", endOpts{}), newUDEnd(t, "127.0.1.2", endOpts{})
+	a, b := newUDEnd(t, 1, rdmatest.EndOptions{}), newUDEnd(t, 2, rdmatest.EndOptions{})
 	ah := ahTo(t, a, b)
-	mtu := a.dev.port.ActiveMTU.Bytes()
-	ud := UDParams{AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: udQKey}
-	err := a.qp.PostSend(&SendWR{Opcode: WRSend, SGList: []SGE{a.mr.SGE(0, mtu+1)}, UD: ud})
-	wantErr(t, err, ErrInvalidArgument, "sg_list")
-	mustPostSend(t, a.qp, SendWR{Opcode: WRSend, SGList: []SGE{a.mr.SGE(0, 100)}, UD: ud})
-	waitFor(t, "the drop", func() bool { return b.dev.Counters().DroppedNoRecv == 1 })
-	mustPostRecv(t, b.qp, RecvWR{WRID: 1, SGList: []SGE{b.mr.SGE(0, GRHSize+99)}})
-	mustPostRecv(t, b.qp, RecvWR{WRID: 2, SGList: []SGE{b.mr.SGE(4096, GRHSize+100)}})
-	mustPostSend(t, a.qp, SendWR{Opcode: WRSend, SGList: []SGE{a.mr.SGE(0, 100)}, UD: ud})
-	mustPostSend(t, a.qp, SendWR{Opcode: WRSend, SGList: []SGE{a.mr.SGE(0, 100)}, UD: ud})
-	wcs := waitN(t, b.cq, 2)
-	if wcs[0].WRID != 1 || wcs[0].Status != WCLocLenErr || wcs[1].WRID != 2 || wcs[1].Status != WCSuccess || wcs[1].ByteLen != GRHSize+100 {
+	mtu := activeMTU(t, a.Dev)
+	ud := verbs.UDParams{AH: ah, RemoteQPN: b.QP.QPN(), RemoteQKey: rdmatest.UDQKey}
+	err := a.QP.PostSend(&verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{a.MR.SGE(0, mtu+1)}, UD: ud})
+	rdmatest.WantError(t, err, verbs.ErrInvalidArgument, "sg_list")
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{a.MR.SGE(0, 100)}, UD: ud})
+	testkit.WaitFor(t, "the drop", func() bool { return b.Dev.Counters().DroppedNoRecv == 1 })
+	rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{b.MR.SGE(0, verbs.GRHSize+99)}})
+	rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: 2, SGList: []verbs.SGE{b.MR.SGE(4096, verbs.GRHSize+100)}})
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{a.MR.SGE(0, 100)}, UD: ud})
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{a.MR.SGE(0, 100)}, UD: ud})
+	wcs := rdmatest.WaitN(t, b.CQ, 2)
+	if wcs[0].WRID != 1 || wcs[0].Status != verbs.WCLocLenErr || wcs[1].WRID != 2 || wcs[1].Status != verbs.WCSuccess || wcs[1].ByteLen != verbs.GRHSize+100 {
 		t.Fatalf("%+v", wcs)
 	}
-	if b.qp.State() != QPStateRTS {
-		t.Fatalf("state %v after a short receive buffer", b.qp.State())
+	if b.QP.State() != verbs.QPStateRTS {
+		t.Fatalf("state %v after a short receive buffer", b.QP.State())
 	}
 }
 
 // TestE2EUDSRQ: UD QPs receive through a shared receive queue.
 func TestE2EUDSRQ(t *testing.T) {
-	a := newUDEnd(t, "127.0.1.1", endOpts{})
-	b := newEnd(t, "127.0.1.2", endOpts{})
-	srq, err := b.pd.CreateSRQ(SRQInitAttr{MaxWR: 16, MaxSGE: 1})
+	a := newUDEnd(t, 1, rdmatest.EndOptions{})
+	b := newEnd(t, 2, rdmatest.EndOptions{})
+	srq, err := b.PD.CreateSRQ(verbs.SRQInitAttr{MaxWR: 16, MaxSGE: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var qps []*QP
+	var qps []*verbs.QP
 	for range 2 {
-		qp, err := b.pd.CreateQP(QPInitAttr{QPType: QPTypeUD, SendCQ: b.cq, RecvCQ: b.cq, SRQ: srq, Cap: QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
+		qp, err := b.PD.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeUD, SendCQ: b.CQ, RecvCQ: b.CQ, SRQ: srq, Cap: verbs.QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		linkUD(t, qp, udQKey)
+		linkUD(t, qp, rdmatest.UDQKey)
 		qps = append(qps, qp)
 	}
 	for i := range 4 {
-		if err := srq.PostRecv(&RecvWR{WRID: uint64(i), SGList: []SGE{b.mr.SGE(i*128, 128)}}); err != nil {
+		if err := srq.PostRecv(&verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{b.MR.SGE(i*128, 128)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	ah := ahTo(t, a, b)
 	for i := range 4 {
-		mustPostSend(t, a.qp, SendWR{Opcode: WRSend, SGList: []SGE{a.mr.SGE(0, 16)},
-			UD: UDParams{AH: ah, RemoteQPN: qps[i%2].QPN(), RemoteQKey: udQKey}})
+		rdmatest.PostSend(t, a.QP, verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{a.MR.SGE(0, 16)},
+			UD: verbs.UDParams{AH: ah, RemoteQPN: qps[i%2].QPN(), RemoteQKey: rdmatest.UDQKey}})
 	}
-	wcs := waitN(t, b.cq, 4)
+	wcs := rdmatest.WaitN(t, b.CQ, 4)
 	for i, wc := range wcs {
-		if wc.WRID != uint64(i) || wc.QPNum != qps[i%2].QPN() || wc.ByteLen != GRHSize+16 {
+		if wc.WRID != uint64(i) || wc.QPNum != qps[i%2].QPN() || wc.ByteLen != verbs.GRHSize+16 {
 			t.Fatalf("%d: %+v", i, wc)
 		}
 	}
@@ -230,22 +241,22 @@ func TestE2EUDSRQ(t *testing.T) {
 // TestE2EUDAllocs: a steady state of UD sends and receives allocates
 // nothing, on the posting goroutine or on the device's receive path.
 func TestE2EUDAllocs(t *testing.T) {
-	a, b := newUDEnd(t, "127.0.1.1", endOpts{}), newUDEnd(t, "127.0.1.2", endOpts{})
+	a, b := newUDEnd(t, 1, rdmatest.EndOptions{}), newUDEnd(t, 2, rdmatest.EndOptions{})
 	ah := ahTo(t, a, b)
-	send := &SendWR{Opcode: WRSendWithImm, SGList: []SGE{a.mr.SGE(0, 512)}, UD: UDParams{AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: udQKey}}
-	recv := &RecvWR{SGList: []SGE{b.mr.SGE(0, GRHSize+512)}}
-	wcs := make([]WorkCompletion, 1)
+	send := &verbs.SendWR{Opcode: verbs.WRSendWithImm, SGList: []verbs.SGE{a.MR.SGE(0, 512)}, UD: verbs.UDParams{AH: ah, RemoteQPN: b.QP.QPN(), RemoteQKey: rdmatest.UDQKey}}
+	recv := &verbs.RecvWR{SGList: []verbs.SGE{b.MR.SGE(0, verbs.GRHSize+512)}}
+	wcs := make([]verbs.WorkCompletion, 1)
 	round := func() {
-		if err := b.qp.PostRecv(recv); err != nil {
+		if err := b.QP.PostRecv(recv); err != nil {
 			t.Fatal(err)
 		}
-		if err := a.qp.PostSend(send); err != nil {
+		if err := a.QP.PostSend(send); err != nil {
 			t.Fatal(err)
 		}
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			n, err := b.cq.Poll(wcs)
-			if err != nil || n == 1 && wcs[0].Status != WCSuccess {
+			n, err := b.CQ.Poll(wcs)
+			if err != nil || n == 1 && wcs[0].Status != verbs.WCSuccess {
 				t.Fatalf("%v %+v", err, wcs)
 			}
 			if n == 1 {

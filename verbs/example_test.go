@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -14,7 +15,7 @@ import (
 // memory, create a CQ and an RC QP, and walk the QP through INIT, RTR and
 // RTS with the attributes ibv_rc_pingpong uses.
 func Example() {
-	dev, err := verbs.Open(verbs.DeviceConfig{Addr: netip.MustParseAddr("127.0.1.1")})
+	dev, err := verbs.Open(verbs.DeviceConfig{Addr: exampleAddr})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func Example() {
 
 // Waiting for completions through a completion channel instead of polling.
 func ExampleCompChannel_GetEvent() {
-	dev, err := verbs.Open(verbs.DeviceConfig{Addr: netip.MustParseAddr("127.0.1.1")})
+	dev, err := verbs.Open(verbs.DeviceConfig{Addr: exampleAddr})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func ExampleCompChannel_GetEvent() {
 // region's owner, which posts nothing, parks in WaitRemoteWrite until the
 // bytes land instead of spinning on a flag.
 func ExampleMR_WaitRemoteWrite() {
-	owner, writer := openRCEnd("127.0.1.1"), openRCEnd("127.0.1.2")
+	owner, writer := openRCEnd(exampleAddr), openRCEnd(examplePeerAddr)
 	defer owner.dev.Close()
 	defer writer.dev.Close()
 	owner.connect(writer)
@@ -161,6 +162,11 @@ func ExampleMR_WaitRemoteWrite() {
 	// Output: hello, mailbox
 }
 
+// The examples' devices bind loopback addresses of this test process's
+// own, so that two runs of the tests at once do not take each other's; a
+// program binds the address of its network interface (192.0.2.1, say).
+var exampleAddr, examplePeerAddr = testkit.Addr(1), testkit.Addr(2)
+
 // rcEnd is one side of the examples' RC connections.
 type rcEnd struct {
 	dev *verbs.Device
@@ -170,8 +176,8 @@ type rcEnd struct {
 }
 
 // openRCEnd opens a device on addr with a registered buffer and an RC QP.
-func openRCEnd(addr string) *rcEnd {
-	dev, err := verbs.Open(verbs.DeviceConfig{Addr: netip.MustParseAddr(addr)})
+func openRCEnd(addr netip.Addr) *rcEnd {
+	dev, err := verbs.Open(verbs.DeviceConfig{Addr: addr})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -1,3 +1,5 @@
+//go:build goroce_faults
+
 package verbs
 
 import (
@@ -6,17 +8,15 @@ import (
 	"github.com/goroce/goroce/internal/netio"
 )
 
+// This file exists only in binaries built with the goroce_faults tag (go
+// test -tags goroce_faults): fault injection is for tests, and a production
+// binary has no way to turn it on, not even by mistake.
+
 // Faults configures fault injection on a device's receive path, for
-// testing only: DeviceConfig.FaultInjection makes the device drop,
-// duplicate, corrupt, delay and reorder the packets it receives, before
-// they are parsed, so that tests can exercise the transport's recovery
+// testing only: OpenWithFaults opens a device that drops, duplicates,
+// corrupts, delays and reorders the packets it receives, before they are
+// parsed, so that tests can exercise the transport's recovery
 // (retransmission, duplicate detection, the ICRC check) over loopback.
-//
-// Fault injection exists only in binaries built with the goroce_faults
-// build tag (go test -tags goroce_faults); elsewhere Open refuses a
-// DeviceConfig with FaultInjection set, so a production binary cannot turn
-// it on by accident (FaultInjectionBuilt reports which kind of binary this
-// is).
 //
 // Each received datagram is dropped with probability Drop; otherwise
 // duplicated with probability Duplicate (the copy arrives right after it).
@@ -38,12 +38,20 @@ type Faults struct {
 	Delay, Jitter time.Duration
 }
 
-// FaultInjectionBuilt reports whether this binary was built with the
-// goroce_faults tag, that is whether DeviceConfig.FaultInjection may be set.
-const FaultInjectionBuilt = netio.FaultInjectionBuilt
+// OpenWithFaults is Open for a device whose receive path injects faults
+// (see Faults). It fails with ErrInvalidArgument, naming "Faults", if a
+// probability or delay is out of range.
+func OpenWithFaults(cfg DeviceConfig, f Faults) (*Device, error) {
+	const op = "OpenWithFaults"
+	nf := netio.Faults(f)
+	if err := nf.Validate(); err != nil {
+		return nil, errorf(op, "Faults", ErrInvalidArgument, "%v", err)
+	}
+	return open(op, cfg, &nf)
+}
 
 // FaultCounters count the faults a device's fault injection applied to the
-// packets it received (see Faults). They are zero without fault injection.
+// packets it received (see Faults).
 type FaultCounters struct {
 	// Dropped counts packets dropped.
 	Dropped uint64
@@ -56,7 +64,8 @@ type FaultCounters struct {
 	Delayed uint64
 }
 
-// FaultCounters returns the counts of the faults injected so far.
+// FaultCounters returns the counts of the faults injected so far; they are
+// zero on a device opened without faults.
 func (d *Device) FaultCounters() FaultCounters {
 	c := d.eng.conn.Counters()
 	return FaultCounters{
@@ -65,27 +74,4 @@ func (d *Device) FaultCounters() FaultCounters {
 		Corrupted:  c.FaultCorrupted.Load(),
 		Delayed:    c.FaultDelayed.Load(),
 	}
-}
-
-// checkFaults validates DeviceConfig.FaultInjection for Open.
-func checkFaults(op string, f *Faults) error {
-	if f == nil {
-		return nil
-	}
-	if !FaultInjectionBuilt {
-		return newError(op, "FaultInjection", ErrInvalidArgument, "fault injection needs a binary built with -tags goroce_faults")
-	}
-	if err := (*netio.Faults)(f).Validate(); err != nil {
-		return errorf(op, "FaultInjection", ErrInvalidArgument, "%v", err)
-	}
-	return nil
-}
-
-// netioFaults converts f for netio.Config; nil stays nil.
-func netioFaults(f *Faults) *netio.Faults {
-	if f == nil {
-		return nil
-	}
-	nf := netio.Faults(*f)
-	return &nf
 }

@@ -1,37 +1,31 @@
 //go:build goroce_faults
 
-package verbs
+package verbs_test
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
+	"github.com/goroce/goroce/verbs"
 )
 
-// These tests run only in binaries built with the goroce_faults tag; they
-// use addresses 127.0.1.15 to 127.0.1.19.
+// These tests run only in binaries built with the goroce_faults tag.
 
-// newFaultyEnd is newEnd on a device with fault injection f.
-func newFaultyEnd(t *testing.T, addr string, f Faults, bufSize int) *rcEnd {
+// withFaults opens devices with fault injection f.
+func withFaults(f verbs.Faults) func(verbs.DeviceConfig) (*verbs.Device, error) {
+	return func(c verbs.DeviceConfig) (*verbs.Device, error) { return verbs.OpenWithFaults(c, f) }
+}
+
+// newFaultyEnd is newEnd on a device with fault injection f, with one SGE
+// per work request and a buffer of bufSize bytes.
+func newFaultyEnd(t *testing.T, host int, f verbs.Faults, bufSize int) *rdmatest.End {
 	t.Helper()
-	e := &rcEnd{dev: openDevice(t, DeviceConfig{Addr: netip.MustParseAddr(addr), FaultInjection: &f})}
-	e.pd = mustPD(t, e.dev)
-	cq, err := e.dev.CreateCQ(512, nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.cq = cq
-	e.buf = make([]byte, bufSize)
-	e.mr = mustMR2(t, e.pd, e.buf, rcAccess)
-	e.qp, err = e.pd.CreateQP(QPInitAttr{QPType: QPTypeRC, SendCQ: cq, RecvCQ: cq,
-		Cap: QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e
+	return newEnd(t, host, rdmatest.EndOptions{Open: withFaults(f), BufSize: bufSize,
+		Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
 }
 
 // TestE2EFaults runs a mixed workload of WRITEs, READs, SENDs and
@@ -40,17 +34,17 @@ func newFaultyEnd(t *testing.T, addr string, f Faults, bufSize int) *rcEnd {
 // work request must complete exactly once, successfully, with the right
 // data, and each atomic must have run exactly once.
 func TestE2EFaults(t *testing.T) {
-	f := Faults{Drop: 0.05, Duplicate: 0.05, Corrupt: 0.02, Reorder: 0.05, Jitter: 100 * time.Microsecond}
+	f := verbs.Faults{Drop: 0.05, Duplicate: 0.05, Corrupt: 0.02, Reorder: 0.05, Jitter: 100 * time.Microsecond}
 	fa, fb := f, f
 	fa.Seed, fb.Seed = 1, 2
-	a := newFaultyEnd(t, "127.0.1.15", fa, 1<<20)
-	b := newFaultyEnd(t, "127.0.1.16", fb, 1<<20)
+	a := newFaultyEnd(t, 15, fa, 1<<20)
+	b := newFaultyEnd(t, 16, fb, 1<<20)
 	// Losses are recovered by timeouts too: 67 ms (perftest's 14), as in
 	// TestSoakFaults. With 4 ms (10), a receiver waiting (retry_cnt+1) × 4
 	// ms for a CPU on a loaded machine ended the run in RETRY_EXC_ERR.
-	link := defaultLink()
-	link.timeout = 14
-	connect(t, a, b, link, link)
+	link := rdmatest.DefaultLink()
+	link.Timeout = 14
+	rdmatest.Connect(t, a, b, link, link)
 
 	// Each work request of a round has a slot: 4 KiB in each area.
 	const (
@@ -64,14 +58,14 @@ func TestE2EFaults(t *testing.T) {
 		counter = 512 << 10 // b: the FETCH_ADD target
 	)
 	const initial = 0x0100_0000_0000_0000
-	binary.NativeEndian.PutUint64(b.buf[counter:], initial)
+	binary.NativeEndian.PutUint64(b.Buf[counter:], initial)
 	sum := uint64(initial)
-	ops := []WROpcode{WRRDMAWrite, WRRDMARead, WRSend, WRAtomicFetchAndAdd}
-	wantWC := map[WROpcode]WCOpcode{WRRDMAWrite: WCRDMAWrite, WRRDMARead: WCRDMARead, WRSend: WCSend, WRAtomicFetchAndAdd: WCFetchAdd}
+	ops := []verbs.WROpcode{verbs.WRRDMAWrite, verbs.WRRDMARead, verbs.WRSend, verbs.WRAtomicFetchAndAdd}
+	wantWC := map[verbs.WROpcode]verbs.WCOpcode{verbs.WRRDMAWrite: verbs.WCRDMAWrite, verbs.WRRDMARead: verbs.WCRDMARead, verbs.WRSend: verbs.WCSend, verbs.WRAtomicFetchAndAdd: verbs.WCFetchAdd}
 	seen := make(map[uint64]bool)
 	for r := range rounds {
 		type posted struct {
-			op   WROpcode
+			op   verbs.WROpcode
 			n    int
 			want []byte // the data expected at the destination
 			orig uint64 // FETCH_ADD: the value expected back
@@ -84,95 +78,95 @@ func TestE2EFaults(t *testing.T) {
 			n := 1 + int(k*997)%(3*1024) // up to 3 packets of 1024 bytes
 			off := j * slot
 			p := posted{op: op, n: n}
-			wr := SendWR{WRID: k, Opcode: op, SendFlags: SendSignaled}
+			wr := verbs.SendWR{WRID: k, Opcode: op, SendFlags: verbs.SendSignaled}
 			switch op {
-			case WRRDMAWrite, WRSend:
-				fill(a.buf[srcArea+off:srcArea+off+n], byte(k))
-				p.want = append([]byte(nil), a.buf[srcArea+off:srcArea+off+n]...)
-				wr.SGList = []SGE{a.mr.SGE(srcArea+off, n)}
-				wr.RDMA = RDMAParams{RemoteAddr: b.mr.IOVA() + uint64(dstArea+off), RKey: b.mr.RKey()}
-				if op == WRSend {
-					clear(b.buf[atArea+off : atArea+off+slot])
-					mustPostRecv(t, b.qp, RecvWR{WRID: k, SGList: []SGE{b.mr.SGE(atArea+off, slot)}})
+			case verbs.WRRDMAWrite, verbs.WRSend:
+				fill(a.Buf[srcArea+off:srcArea+off+n], byte(k))
+				p.want = append([]byte(nil), a.Buf[srcArea+off:srcArea+off+n]...)
+				wr.SGList = []verbs.SGE{a.MR.SGE(srcArea+off, n)}
+				wr.RDMA = verbs.RDMAParams{RemoteAddr: b.MR.IOVA() + uint64(dstArea+off), RKey: b.MR.RKey()}
+				if op == verbs.WRSend {
+					clear(b.Buf[atArea+off : atArea+off+slot])
+					rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: k, SGList: []verbs.SGE{b.MR.SGE(atArea+off, slot)}})
 					sends++
 				} else {
-					clear(b.buf[dstArea+off : dstArea+off+slot])
+					clear(b.Buf[dstArea+off : dstArea+off+slot])
 				}
-			case WRRDMARead:
-				fill(b.buf[rdArea+off:rdArea+off+n], byte(k))
-				p.want = append([]byte(nil), b.buf[rdArea+off:rdArea+off+n]...)
-				clear(a.buf[rdArea+off : rdArea+off+slot])
-				wr.SGList = []SGE{a.mr.SGE(rdArea+off, n)}
-				wr.RDMA = RDMAParams{RemoteAddr: b.mr.IOVA() + uint64(rdArea+off), RKey: b.mr.RKey()}
-			case WRAtomicFetchAndAdd:
+			case verbs.WRRDMARead:
+				fill(b.Buf[rdArea+off:rdArea+off+n], byte(k))
+				p.want = append([]byte(nil), b.Buf[rdArea+off:rdArea+off+n]...)
+				clear(a.Buf[rdArea+off : rdArea+off+slot])
+				wr.SGList = []verbs.SGE{a.MR.SGE(rdArea+off, n)}
+				wr.RDMA = verbs.RDMAParams{RemoteAddr: b.MR.IOVA() + uint64(rdArea+off), RKey: b.MR.RKey()}
+			case verbs.WRAtomicFetchAndAdd:
 				p.n = 8
 				p.orig = sum
 				sum += k + 1
-				wr.SGList = []SGE{a.mr.SGE(atArea+off, 8)}
-				wr.Atomic = AtomicParams{RemoteAddr: b.mr.IOVA() + counter, RKey: b.mr.RKey(), CompareAdd: k + 1}
+				wr.SGList = []verbs.SGE{a.MR.SGE(atArea+off, 8)}
+				wr.Atomic = verbs.AtomicParams{RemoteAddr: b.MR.IOVA() + counter, RKey: b.MR.RKey(), CompareAdd: k + 1}
 			}
 			wrs[j] = p
-			mustPostSend(t, a.qp, wr)
+			rdmatest.PostSend(t, a.QP, wr)
 		}
-		for _, wc := range waitN(t, a.cq, perRnd) {
+		for _, wc := range rdmatest.WaitN(t, a.CQ, perRnd) {
 			j := int(wc.WRID) - r*perRnd
 			if j < 0 || j >= perRnd || seen[wc.WRID] {
 				t.Fatalf("round %d: unexpected or repeated completion %+v", r, wc)
 			}
 			seen[wc.WRID] = true
 			p := wrs[j]
-			if wc.Status != WCSuccess || wc.Opcode != wantWC[p.op] {
+			if wc.Status != verbs.WCSuccess || wc.Opcode != wantWC[p.op] {
 				t.Fatalf("wr %d (%v): completion %+v", wc.WRID, p.op, wc)
 			}
 			off := j * slot
 			what := fmt.Sprintf("wr %d (%v, %d bytes)", wc.WRID, p.op, p.n)
 			switch p.op {
-			case WRRDMAWrite:
-				checkBytes(t, what, b.buf[dstArea+off:dstArea+off+p.n], p.want)
-			case WRRDMARead:
-				checkBytes(t, what, a.buf[rdArea+off:rdArea+off+p.n], p.want)
-			case WRAtomicFetchAndAdd:
-				if got := binary.NativeEndian.Uint64(a.buf[atArea+off:]); got != p.orig {
+			case verbs.WRRDMAWrite:
+				checkBytes(t, what, b.Buf[dstArea+off:dstArea+off+p.n], p.want)
+			case verbs.WRRDMARead:
+				checkBytes(t, what, a.Buf[rdArea+off:rdArea+off+p.n], p.want)
+			case verbs.WRAtomicFetchAndAdd:
+				if got := binary.NativeEndian.Uint64(a.Buf[atArea+off:]); got != p.orig {
 					t.Fatalf("%s: original value %#x, want %#x", what, got, p.orig)
 				}
 			}
 		}
-		for _, wc := range waitN(t, b.cq, sends) {
+		for _, wc := range rdmatest.WaitN(t, b.CQ, sends) {
 			j := int(wc.WRID) - r*perRnd
-			if j < 0 || j >= perRnd || wrs[j].op != WRSend || seen[wc.WRID|1<<63] {
+			if j < 0 || j >= perRnd || wrs[j].op != verbs.WRSend || seen[wc.WRID|1<<63] {
 				t.Fatalf("round %d: unexpected or repeated receive completion %+v", r, wc)
 			}
 			seen[wc.WRID|1<<63] = true
 			p := wrs[j]
-			if wc.Status != WCSuccess || wc.Opcode != WCRecv || wc.ByteLen != uint32(p.n) {
+			if wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCRecv || wc.ByteLen != uint32(p.n) {
 				t.Fatalf("receive of wr %d: completion %+v, want %d bytes", wc.WRID, wc, p.n)
 			}
-			checkBytes(t, fmt.Sprintf("SEND %d", wc.WRID), b.buf[atArea+j*slot:atArea+j*slot+p.n], p.want)
+			checkBytes(t, fmt.Sprintf("SEND %d", wc.WRID), b.Buf[atArea+j*slot:atArea+j*slot+p.n], p.want)
 		}
 	}
-	if got := binary.NativeEndian.Uint64(b.buf[counter:]); got != sum {
+	if got := binary.NativeEndian.Uint64(b.Buf[counter:]); got != sum {
 		t.Errorf("counter %#x after every FETCH_ADD, want %#x: an atomic ran twice or never", got, sum)
 	}
-	expectEmpty(t, a.cq)
-	expectEmpty(t, b.cq)
+	rdmatest.ExpectEmpty(t, a.CQ)
+	rdmatest.ExpectEmpty(t, b.CQ)
 
 	var icrc uint64
-	for _, e := range []*rcEnd{a, b} {
-		fc := e.dev.FaultCounters()
+	for _, e := range []*rdmatest.End{a, b} {
+		fc := e.Dev.FaultCounters()
 		if fc.Dropped == 0 || fc.Duplicated == 0 || fc.Corrupted == 0 || fc.Delayed == 0 {
-			t.Errorf("%v: not every fault was injected: %+v", e.dev.Addr(), fc)
+			t.Errorf("%v: not every fault was injected: %+v", e.Dev.Addr(), fc)
 		}
 		// The tap counts a corruption when it flips the bit; the
 		// ICRC check that drops the packet may come later: after the
 		// hold of a delayed packet, and the socket's counters after
 		// the end of the packet's batch.
-		var c Counters
-		waitFor(t, "every corrupted packet checked", func() bool {
-			c, fc = e.dev.Counters(), e.dev.FaultCounters()
+		var c verbs.Counters
+		testkit.WaitFor(t, "every corrupted packet checked", func() bool {
+			c, fc = e.Dev.Counters(), e.Dev.FaultCounters()
 			return c.ICRCErrors+c.Malformed >= fc.Corrupted
 		})
 		t.Logf("%v: %+v, ICRC errors %d, malformed %d, retries %d, duplicate requests %d",
-			e.dev.Addr(), fc, c.ICRCErrors, c.Malformed, c.CompleterRetryErr, c.DuplicateRequest)
+			e.Dev.Addr(), fc, c.ICRCErrors, c.Malformed, c.CompleterRetryErr, c.DuplicateRequest)
 		if c.ICRCErrors+c.Malformed != fc.Corrupted {
 			t.Errorf("ICRCErrors %d + Malformed %d, want the %d corrupted packets", c.ICRCErrors, c.Malformed, fc.Corrupted)
 		}
@@ -181,26 +175,27 @@ func TestE2EFaults(t *testing.T) {
 	if icrc == 0 {
 		t.Error("no corrupted packet was caught by the ICRC")
 	}
-	if ca, cb := a.dev.Counters(), b.dev.Counters(); ca.CompleterRetryErr == 0 || cb.DuplicateRequest == 0 {
+	if ca, cb := a.Dev.Counters(), b.Dev.Counters(); ca.CompleterRetryErr == 0 || cb.DuplicateRequest == 0 {
 		t.Errorf("recovery was not exercised: requester retries %d, duplicate requests %d", ca.CompleterRetryErr, cb.DuplicateRequest)
 	}
 }
 
-// TestOpenFaultsInvalid checks that Open validates the fault injection
-// settings.
+// TestOpenFaultsInvalid checks that OpenWithFaults validates the fault
+// injection settings. (Without the goroce_faults tag, OpenWithFaults does
+// not exist: no binary built without it can inject faults.)
 func TestOpenFaultsInvalid(t *testing.T) {
-	for _, f := range []Faults{{Drop: 1.5}, {Corrupt: -1}, {Jitter: -time.Second}, {Delay: time.Hour}} {
-		d, err := Open(DeviceConfig{Addr: mustAddr("127.0.1.17"), FaultInjection: &f})
+	for _, f := range []verbs.Faults{{Drop: 1.5}, {Corrupt: -1}, {Jitter: -time.Second}, {Delay: time.Hour}} {
+		d, err := verbs.OpenWithFaults(verbs.DeviceConfig{Addr: testkit.Addr(17)}, f)
 		if err == nil {
 			d.Close()
 		}
-		wantErr(t, err, ErrInvalidArgument, "FaultInjection")
+		rdmatest.WantError(t, err, verbs.ErrInvalidArgument, "Faults")
 	}
-	if !FaultInjectionBuilt {
-		t.Error("FaultInjectionBuilt is false under the goroce_faults tag")
+	d, err := verbs.OpenWithFaults(verbs.DeviceConfig{Addr: testkit.Addr(17)}, verbs.Faults{Drop: 0.5})
+	if err != nil {
+		t.Fatalf("valid faults: %v", err)
 	}
-	var e *Error
-	if _, err := Open(DeviceConfig{Addr: mustAddr("127.0.1.17"), FaultInjection: &Faults{Drop: 2}}); !errors.As(err, &e) {
-		t.Errorf("Open error %v is not an *Error", err)
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,236 +1,115 @@
-package verbs
+package verbs_test
 
 import (
-	"errors"
-	"net/netip"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 
-	"github.com/goroce/goroce/internal/transport"
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
+	"github.com/goroce/goroce/verbs"
 )
 
-// testNet is the third octet of the loopback addresses the tests' devices
-// bind (127.0.testNet.x): 1 unless GOROCE_TEST_NET says otherwise, so that
-// two runs of this package on one machine (say, with and without
-// -tags goroce_faults, or by two developers) don't fight over the ports.
-var testNet = func() byte {
-	if n, err := strconv.Atoi(os.Getenv("GOROCE_TEST_NET")); err == nil && n > 0 && n < 255 {
-		return byte(n)
-	}
-	return 1
-}()
+// The black-box tests run on devices that internal/rdmatest opens on
+// loopback addresses of the test process's own (testkit.Addr(1), Addr(2),
+// ...), one test at a time: no test here calls t.Parallel, so a test may
+// reuse the addresses of the one before once its devices are closed.
 
-// testAddr moves an address of 127.0.1.0/24 to 127.0.testNet.0/24.
-func testAddr(a netip.Addr) netip.Addr {
-	if !a.Is4() {
-		return a
-	}
-	if b := a.As4(); b[0] == 127 && b[1] == 0 && b[2] == 1 {
-		b[2] = testNet
-		return netip.AddrFrom4(b)
-	}
-	return a
+// newEnd is rdmatest.NewEnd on testkit's address number host.
+func newEnd(t testing.TB, host int, o rdmatest.EndOptions) *rdmatest.End {
+	t.Helper()
+	o.Addr = testkit.Addr(host)
+	return rdmatest.NewEnd(t, o)
 }
 
-// openDevice opens a loopback device closed at the end of the test.
-func openDevice(t testing.TB, cfg DeviceConfig) *Device {
+// newDevice opens a device on testkit.Addr(1).
+func newDevice(t testing.TB) *verbs.Device {
 	t.Helper()
-	if !cfg.Addr.IsValid() {
-		cfg.Addr = netip.MustParseAddr("127.0.1.1")
-	}
-	cfg.Addr = testAddr(cfg.Addr)
-	d, err := Open(cfg)
-	if err != nil {
-		t.Fatalf("Open(%+v): %v", cfg, err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
-	return d
+	return rdmatest.OpenDevice(t, verbs.DeviceConfig{})
 }
 
-func mustAddr(s string) netip.Addr { return testAddr(netip.MustParseAddr(s)) }
-
-func newDevice(t testing.TB) *Device { return openDevice(t, DeviceConfig{}) }
-
-func mustPD(t testing.TB, d *Device) *PD {
+// mustMR registers n fresh bytes with access in pd.
+func mustMR(t testing.TB, pd *verbs.PD, n int, access verbs.AccessFlags) *verbs.MR {
 	t.Helper()
-	pd, err := d.AllocPD()
-	if err != nil {
-		t.Fatalf("AllocPD: %v", err)
-	}
-	return pd
-}
-
-func mustCQ(t testing.TB, d *Device, cqe int) *CQ {
-	t.Helper()
-	cq, err := d.CreateCQ(cqe, nil, 0)
-	if err != nil {
-		t.Fatalf("CreateCQ(%d): %v", cqe, err)
-	}
-	return cq
-}
-
-func mustMR(t testing.TB, pd *PD, n int, access AccessFlags) *MR {
-	t.Helper()
-	mr, err := pd.RegMR(make([]byte, n), access)
-	if err != nil {
-		t.Fatalf("RegMR(%d, %v): %v", n, access, err)
-	}
-	return mr
+	return rdmatest.MR(t, pd, make([]byte, n), access)
 }
 
 // defaultCap is a small, valid set of queue capacities.
-var defaultCap = QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}
+var defaultCap = verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}
 
-func mustQP(t testing.TB, pd *PD, typ QPType, cq *CQ) *QP {
+// mustQP creates a QP of type typ with defaultCap on cq.
+func mustQP(t testing.TB, pd *verbs.PD, typ verbs.QPType, cq *verbs.CQ) *verbs.QP {
 	t.Helper()
-	qp, err := pd.CreateQP(QPInitAttr{QPType: typ, SendCQ: cq, RecvCQ: cq, Cap: defaultCap})
-	if err != nil {
-		t.Fatalf("CreateQP(%v): %v", typ, err)
-	}
-	return qp
+	return rdmatest.QP(t, pd, verbs.QPInitAttr{QPType: typ, SendCQ: cq, RecvCQ: cq, Cap: defaultCap})
 }
 
-// remoteAV is a valid address vector toward 127.0.1.2 for a loopback
-// (IPv4) device.
-func remoteAV() AddressVector {
-	return AddressVector{
-		DGID:      GIDFromAddr(netip.MustParseAddr("127.0.1.2")),
-		SGIDIndex: 1,
-		HopLimit:  64,
-		IsGlobal:  true,
-		PortNum:   1,
-	}
+// The state tests' QPs are moved with exactly the attributes each
+// transition requires, with the values of rdma-core's tools, toward a QP
+// 0x123 on testkit.Addr(2) that need not exist.
+var (
+	stateLink = rdmatest.Link{MTU: verbs.MTU1024, Access: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic,
+		QKey: rdmatest.UDQKey, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 12, MaxRdAtomic: 1, MaxDestRdAtomic: 1}
+	statePeer = rdmatest.Peer{GID: verbs.GIDFromAddr(testkit.Addr(2)), QPN: 0x123, PSN: 0x42}
+)
+
+const stateSQPSN = 0x77
+
+func stateSteps(typ verbs.QPType) [3]rdmatest.Transition {
+	return rdmatest.Transitions(typ, stateLink, stateSQPSN, statePeer)
 }
 
-// step is one ModifyQP call with its attributes.
-type step struct {
-	attr QPAttr
-	mask QPAttrMask
-}
+// initStep, rtrStep and rtsStep are the RESET->INIT, INIT->RTR and
+// RTR->RTS calls of a QP of type typ.
+func initStep(typ verbs.QPType) rdmatest.Transition { return stateSteps(typ)[0] }
+func rtrStep(typ verbs.QPType) rdmatest.Transition  { return stateSteps(typ)[1] }
+func rtsStep(typ verbs.QPType) rdmatest.Transition  { return stateSteps(typ)[2] }
 
-// initStep, rtrStep and rtsStep carry exactly the required attributes of
-// RESET->INIT, INIT->RTR and RTR->RTS for each QP type, with the values
-// rdma-core's tools use.
-func initStep(t QPType) step {
-	a := QPAttr{QPState: QPStateInit, PKeyIndex: 0, PortNum: 1}
-	m := QPAttrState | QPAttrPKeyIndex | QPAttrPort
-	if t == QPTypeUD {
-		a.QKey = 0x11111111
-		return step{a, m | QPAttrQKey}
-	}
-	a.QPAccessFlags = AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
-	return step{a, m | QPAttrAccessFlags}
-}
-
-func rtrStep(t QPType) step {
-	a := QPAttr{QPState: QPStateRTR}
-	m := QPAttrState
-	switch t {
-	case QPTypeRC:
-		a.AHAttr, a.PathMTU, a.DestQPNum, a.RQPSN = remoteAV(), MTU1024, 0x123, 0x42
-		a.MaxDestRdAtomic, a.MinRNRTimer = 1, 12
-		m |= QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer
-	case QPTypeUC:
-		a.AHAttr, a.PathMTU, a.DestQPNum, a.RQPSN = remoteAV(), MTU1024, 0x123, 0x42
-		m |= QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN
-	}
-	return step{a, m}
-}
-
-func rtsStep(t QPType) step {
-	a := QPAttr{QPState: QPStateRTS, SQPSN: 0x77}
-	m := QPAttrState | QPAttrSQPSN
-	if t == QPTypeRC {
-		a.Timeout, a.RetryCnt, a.RNRRetry, a.MaxRdAtomic = 14, 7, 7, 1
-		m |= QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrMaxQPRdAtomic
-	}
-	return step{a, m}
-}
-
-func mustModify(t testing.TB, qp *QP, s step) {
-	t.Helper()
-	if err := qp.Modify(&s.attr, s.mask); err != nil {
-		t.Fatalf("Modify(%v, %v) from %v: %v", s.attr.QPState, s.mask, qp.State(), err)
-	}
-}
+// remoteAV is the address vector of rtrStep.
+func remoteAV() verbs.AddressVector { return rtrStep(verbs.QPTypeRC).Attr.AHAttr }
 
 // toState moves a fresh QP to RESET, INIT, RTR or RTS.
-func toState(t testing.TB, qp *QP, target QPState) {
+func toState(t testing.TB, qp *verbs.QP, target verbs.QPState) {
 	t.Helper()
-	steps := []step{initStep(qp.Type()), rtrStep(qp.Type()), rtsStep(qp.Type())}
+	steps := stateSteps(qp.Type())
 	for _, s := range steps[:target] {
-		mustModify(t, qp, s)
+		rdmatest.Modify(t, qp, s)
 	}
 }
 
-// forceState puts a QP in a state no verb reaches directly (SQE), as the
-// transport will on a send error.
-func forceState(qp *QP, s QPState) {
-	qp.mu.Lock()
-	qp.xmu.Lock()
-	qp.state.Store(int32(s))
-	if qp.tq != nil {
-		qp.tq.SetState(s)
+// fill writes a pattern derived from seed, so that data from an earlier
+// step can never pass for the current one.
+func fill(b []byte, seed byte) {
+	for i := range b {
+		b[i] = byte(i*31) ^ byte(i>>8) + seed
 	}
-	qp.xmu.Unlock()
-	qp.mu.Unlock()
 }
 
-// wantErr checks that err wraps sentinel and names field (if field is not
-// empty); a nil sentinel expects success.
-func wantErr(t testing.TB, err, sentinel error, field string) {
-	t.Helper()
-	if sentinel == nil {
-		if err != nil {
-			t.Fatalf("unexpected error: %v", err)
+// sgeList cuts n bytes at offset off of mr into up to parts SGEs of uneven
+// lengths, leaving gap bytes between them, and returns the SGEs and the
+// offsets (in mr) they cover. n = 0 gives no SGE at all.
+func sgeList(mr *verbs.MR, off, n, parts, gap int) ([]verbs.SGE, [][2]int) {
+	var (
+		sges   []verbs.SGE
+		ranges [][2]int
+	)
+	left := n
+	for i := 0; left > 0; i++ {
+		k := left
+		if i < parts-1 {
+			k = max(1, left/(parts-i)+i*3-1)
+			k = min(k, left)
 		}
-		return
+		sges = append(sges, mr.SGE(off, k))
+		ranges = append(ranges, [2]int{off, off + k})
+		off += k + gap
+		left -= k
 	}
-	if !errors.Is(err, sentinel) {
-		t.Fatalf("error %v, want %v", err, sentinel)
-	}
-	var e *Error
-	if !errors.As(err, &e) {
-		t.Fatalf("error %T %v is not an *Error", err, err)
-	}
-	if field != "" && e.Field != field {
-		t.Fatalf("error %q names field %q, want %q", err, e.Field, field)
-	}
-	if !strings.HasPrefix(err.Error(), "verbs: ") {
-		t.Fatalf("error %q lacks the package prefix", err)
-	}
+	return sges, ranges
 }
 
-// pollAll drains a CQ.
-func pollAll(t testing.TB, cq *CQ) []WorkCompletion {
-	t.Helper()
-	var out []WorkCompletion
-	buf := make([]WorkCompletion, 4)
-	for {
-		n, err := cq.Poll(buf)
-		if err != nil {
-			t.Fatalf("Poll: %v", err)
-		}
-		out = append(out, buf[:n]...)
-		if n < len(buf) {
-			return out
-		}
+// gather concatenates the bytes of buf that ranges cover.
+func gather(buf []byte, ranges [][2]int) []byte {
+	var out []byte
+	for _, r := range ranges {
+		out = append(out, buf[r[0]:r[1]]...)
 	}
-}
-
-// srqTake takes a receive work request from srq as a QP's responder does.
-func srqTake(s *SRQ, dst *recvWQE) bool {
-	w := transport.RecvWQE{SGL: make([]transport.SGE, 0, 8)}
-	if !(*srqSource)(s).TakeRecv(&w) {
-		return false
-	}
-	dst.wrID = w.WRID
-	dst.sge = dst.sge[:0]
-	for _, g := range w.SGL {
-		dst.sge = append(dst.sge, SGE{Addr: g.Addr, Length: g.Length, LKey: g.LKey})
-	}
-	dst.length = sgListLength(dst.sge)
-	return true
+	return out
 }

@@ -1,4 +1,4 @@
-package verbs
+package verbs_test
 
 import (
 	"context"
@@ -11,10 +11,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/goroce/goroce/internal/psn"
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/internal/transport"
 	"github.com/goroce/goroce/internal/wire"
+	"github.com/goroce/goroce/verbs"
 )
 
 // The hostile tests play a remote peer by hand: a plain UDP socket sends
@@ -31,9 +35,9 @@ type rawPeer struct {
 	buf  []byte
 }
 
-func newRawPeer(t testing.TB, addr string, port uint16) *rawPeer {
+func newRawPeer(t testing.TB, addr netip.Addr, port uint16) *rawPeer {
 	t.Helper()
-	ap := netip.AddrPortFrom(mustAddr(addr), port)
+	ap := netip.AddrPortFrom(addr, port)
 	c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(ap))
 	if err != nil {
 		t.Fatalf("peer socket on %v: %v", ap, err)
@@ -139,19 +143,19 @@ const (
 
 // hostileTarget is a device with an RC QP in RTS "connected" to a rawPeer.
 type hostileTarget struct {
-	dev   *Device
-	pd    *PD
-	cq    *CQ
-	qp    *QP
+	dev   *verbs.Device
+	pd    *verbs.PD
+	cq    *verbs.CQ
+	qp    *verbs.QP
 	peer  *rawPeer
 	other *rawPeer // a third address, not the QP's peer
 	dst   netip.AddrPort
 
 	arena   []byte
 	initial []byte // the arena as it was before any packet
-	rw, ro  *MR
-	noRem   *MR
-	otherMR *MR
+	rw, ro  *verbs.MR
+	noRem   *verbs.MR
+	otherMR *verbs.MR
 	stale   uint32 // rkey of the deregistered region
 
 	// rqpsn is the PSN the responder expects first. Each reset moves it
@@ -165,9 +169,9 @@ type hostileTarget struct {
 func newHostileTarget(t testing.TB, port uint16) *hostileTarget {
 	t.Helper()
 	h := &hostileTarget{
-		dev:   openDevice(t, DeviceConfig{Addr: netip.MustParseAddr("127.0.1.1"), Port: port}),
-		peer:  newRawPeer(t, "127.0.1.2", port),
-		other: newRawPeer(t, "127.0.1.3", port),
+		dev:   rdmatest.OpenDevice(t, verbs.DeviceConfig{Addr: testkit.Addr(1), Port: port}),
+		peer:  newRawPeer(t, testkit.Addr(2), port),
+		other: newRawPeer(t, testkit.Addr(3), port),
 		arena: make([]byte, arenaLen),
 	}
 	h.dst = netip.AddrPortFrom(h.dev.Addr(), h.dev.UDPPort())
@@ -176,21 +180,21 @@ func newHostileTarget(t testing.TB, port uint16) *hostileTarget {
 		h.arena[i] = byte(i*7) ^ 0xA5
 	}
 	h.initial = append([]byte(nil), h.arena...)
-	h.pd = mustPD(t, h.dev)
-	pd2 := mustPD(t, h.dev)
-	h.cq = mustCQ(t, h.dev, 256)
-	h.rw = mustMR2(t, h.pd, h.arena[rwOff:rwOff+rwLen], rcAccess)
-	h.ro = mustMR2(t, h.pd, h.arena[roOff:roOff+roLen], AccessRemoteRead)
-	h.noRem = mustMR2(t, h.pd, h.arena[noRemOff:noRemOff+noRemLen], AccessLocalWrite)
-	h.otherMR = mustMR2(t, pd2, h.arena[otherPDOff:otherPDOff+otherPDLen], rcAccess)
-	stale := mustMR2(t, h.pd, h.arena[staleOff:staleOff+staleLen], rcAccess)
+	h.pd = rdmatest.PD(t, h.dev)
+	pd2 := rdmatest.PD(t, h.dev)
+	h.cq = rdmatest.CQ(t, h.dev, 256)
+	h.rw = rdmatest.MR(t, h.pd, h.arena[rwOff:rwOff+rwLen], rdmatest.RCAccess)
+	h.ro = rdmatest.MR(t, h.pd, h.arena[roOff:roOff+roLen], verbs.AccessRemoteRead)
+	h.noRem = rdmatest.MR(t, h.pd, h.arena[noRemOff:noRemOff+noRemLen], verbs.AccessLocalWrite)
+	h.otherMR = rdmatest.MR(t, pd2, h.arena[otherPDOff:otherPDOff+otherPDLen], rdmatest.RCAccess)
+	stale := rdmatest.MR(t, h.pd, h.arena[staleOff:staleOff+staleLen], rdmatest.RCAccess)
 	h.stale = stale.RKey()
 	if err := stale.Dereg(); err != nil {
 		t.Fatal(err)
 	}
 	var err error
-	h.qp, err = h.pd.CreateQP(QPInitAttr{QPType: QPTypeRC, SendCQ: h.cq, RecvCQ: h.cq,
-		Cap: QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2}})
+	h.qp, err = h.pd.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: h.cq, RecvCQ: h.cq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,17 +206,17 @@ func newHostileTarget(t testing.TB, port uint16) *hostileTarget {
 // receives into the slots at the end of rw.
 func (h *hostileTarget) connect(t testing.TB, n int) {
 	t.Helper()
-	mustModify(t, h.qp, step{QPAttr{QPState: QPStateInit, PortNum: 1, QPAccessFlags: rcAccess},
-		QPAttrState | QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags})
-	mustModify(t, h.qp, step{QPAttr{QPState: QPStateRTR, PathMTU: MTU1024, DestQPNum: hostilePeerQPN,
+	rdmatest.Modify(t, h.qp, rdmatest.Transition{Attr: verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QPAccessFlags: rdmatest.RCAccess},
+		Mask: verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags})
+	rdmatest.Modify(t, h.qp, rdmatest.Transition{Attr: verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: verbs.MTU1024, DestQPNum: hostilePeerQPN,
 		RQPSN: uint32(h.rqpsn), MaxDestRdAtomic: 4, MinRNRTimer: 1,
-		AHAttr: AddressVector{DGID: GIDFromAddr(h.peer.addr.Addr()), SGIDIndex: 1, HopLimit: 64, IsGlobal: true, PortNum: 1,
+		AHAttr: verbs.AddressVector{DGID: verbs.GIDFromAddr(h.peer.addr.Addr()), SGIDIndex: 1, HopLimit: 64, IsGlobal: true, PortNum: 1,
 			UDPPort: h.peer.addr.Port()}},
-		QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer})
-	mustModify(t, h.qp, step{QPAttr{QPState: QPStateRTS, SQPSN: 0x100, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
-		QPAttrState | QPAttrSQPSN | QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrMaxQPRdAtomic})
+		Mask: verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN | verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer})
+	rdmatest.Modify(t, h.qp, rdmatest.Transition{Attr: verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: 0x100, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
+		Mask: verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic})
 	for i := range n {
-		mustPostRecv(t, h.qp, RecvWR{WRID: uint64(100 + i), SGList: []SGE{h.rw.SGE(recvBase-rwOff+i*recvSlot, recvSlot)}})
+		rdmatest.PostRecv(t, h.qp, verbs.RecvWR{WRID: uint64(100 + i), SGList: []verbs.SGE{h.rw.SGE(recvBase-rwOff+i*recvSlot, recvSlot)}})
 	}
 }
 
@@ -220,8 +224,8 @@ func (h *hostileTarget) connect(t testing.TB, n int) {
 // empties the CQ and the event queue.
 func (h *hostileTarget) reset(t testing.TB, n int) {
 	t.Helper()
-	mustModify(t, h.qp, step{QPAttr{QPState: QPStateReset}, QPAttrState})
-	pollAll(t, h.cq)
+	rdmatest.Modify(t, h.qp, rdmatest.Transition{Attr: verbs.QPAttr{QPState: verbs.QPStateReset}, Mask: verbs.QPAttrState})
+	rdmatest.Poll(t, h.cq)
 	h.drainEvents()
 	h.rqpsn = h.rqpsn.Add(0x20_0000 + 0x1357)
 	h.connect(t, n)
@@ -229,8 +233,8 @@ func (h *hostileTarget) reset(t testing.TB, n int) {
 	h.other.drain(t)
 }
 
-func (h *hostileTarget) drainEvents() []AsyncEvent {
-	var evs []AsyncEvent
+func (h *hostileTarget) drainEvents() []verbs.AsyncEvent {
+	var evs []verbs.AsyncEvent
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	for {
@@ -250,7 +254,7 @@ func (h *hostileTarget) fence(t testing.TB) []*wire.Packet {
 	t.Helper()
 	p := h.request(wire.RCRDMAReadRequest, 0)
 	var got []*wire.Packet
-	waitFor(t, "the fence's response", func() bool {
+	testkit.WaitFor(t, "the fence's response", func() bool {
 		// Sent again until answered, since the socket may drop it; a copy
 		// is a duplicate READ, answered again with the same PSN.
 		h.peer.send(t, h.dst, p.build(), false)
@@ -281,7 +285,7 @@ func (h *hostileTarget) current(pkts []*wire.Packet) []*wire.Packet {
 func (h *hostileTarget) awaitAnswer(t testing.TB) []*wire.Packet {
 	t.Helper()
 	var got []*wire.Packet
-	waitFor(t, "an answer", func() bool {
+	testkit.WaitFor(t, "an answer", func() bool {
 		got = append(got, h.peer.drain(t)...)
 		return len(got) > 0
 	})
@@ -289,15 +293,11 @@ func (h *hostileTarget) awaitAnswer(t testing.TB) []*wire.Packet {
 }
 
 // snapshot is the transport state the packet builders and checks need.
-func (h *hostileTarget) snapshot() transport.Snapshot {
-	h.qp.xmu.Lock()
-	defer h.qp.xmu.Unlock()
-	return h.qp.tq.Snapshot()
-}
+func (h *hostileTarget) snapshot() transport.Snapshot { return verbs.QPSnapshot(h.qp) }
 
 // fate is what one delivered datagram did, as the counters tell it.
 type fate struct {
-	dev, qp Counters
+	dev, qp verbs.Counters
 	epsn    psn.PSN // the responder's expected PSN afterwards
 }
 
@@ -307,32 +307,23 @@ type fate struct {
 func (h *hostileTarget) deliver(t testing.TB, pkt []byte, badICRC, fromOther bool) fate {
 	t.Helper()
 	d0, q0 := h.dev.Counters(), h.qp.Counters()
-	seen := func(c Counters) uint64 { return c.RcvdPkts + c.Malformed + c.ICRCErrors }
+	seen := func(c verbs.Counters) uint64 { return c.RcvdPkts + c.Malformed + c.ICRCErrors }
 	if fromOther {
 		h.other.send(t, h.dst, pkt, badICRC)
 	} else {
 		h.peer.send(t, h.dst, pkt, badICRC)
 	}
-	var d1 Counters
-	waitFor(t, "the device read the datagram", func() bool {
+	var d1 verbs.Counters
+	testkit.WaitFor(t, "the device read the datagram", func() bool {
 		d1 = h.dev.Counters()
 		return seen(d1) > seen(d0)
 	})
-	waitFor(t, "the QP sent its queued responses", func() bool {
+	testkit.WaitFor(t, "the QP sent its queued responses", func() bool {
 		s := h.snapshot()
 		return s.RepliesQueued == 0 && !s.AckOwed
 	})
 	q1 := h.qp.Counters()
-	return fate{dev: sub(d1, d0), qp: sub(q1, q0), epsn: h.snapshot().ExpectedPSN}
-}
-
-// sub returns a-b field by field.
-func sub(a, b Counters) Counters {
-	var c Counters
-	for _, f := range counterFields {
-		*f.ptr(&c) = *f.ptr(&a) - *f.ptr(&b)
-	}
-	return c
+	return fate{dev: verbs.SubCounters(d1, d0), qp: verbs.SubCounters(q1, q0), epsn: h.snapshot().ExpectedPSN}
 }
 
 // checkMemory fails if a byte the QP may not write changed: everything of
@@ -363,7 +354,7 @@ type readReq struct {
 // newReadReq records a READ request of n bytes at va through rkey.
 func (h *hostileTarget) newReadReq(first psn.PSN, va uint64, rkey uint32, n uint32) readReq {
 	r := readReq{first: first, n: n}
-	for _, mr := range []*MR{h.rw, h.ro} {
+	for _, mr := range []*verbs.MR{h.rw, h.ro} {
 		if mr.RKey() != rkey || va < mr.IOVA() {
 			continue
 		}
@@ -449,7 +440,7 @@ func (p *hostilePkt) build() []byte {
 // request returns a well-formed request to the target QP at its expected
 // PSN: the rows of the table test start from it.
 func (h *hostileTarget) request(op wire.Opcode, payload int) hostilePkt {
-	return hostilePkt{op: op, qpn: h.qp.QPN(), pkey: defaultPKey, psn: h.snapshot().ExpectedPSN, ackReq: true,
+	return hostilePkt{op: op, qpn: h.qp.QPN(), pkey: verbs.DefaultPKey, psn: h.snapshot().ExpectedPSN, ackReq: true,
 		va: h.rw.IOVA(), rkey: h.rw.RKey(), dmaLen: uint32(payload),
 		payload: make([]byte, payload), pad: wire.PadCount(payload)}
 }
@@ -471,7 +462,7 @@ const (
 // the asynchronous event of a responder error that no completion reports,
 // and that no byte outside what the QP may write changed.
 func TestHostileReceive(t *testing.T) {
-	h := newHostileTarget(t, DefaultUDPPort)
+	h := newHostileTarget(t, verbs.DefaultUDPPort)
 	type row struct {
 		name      string
 		pkt       func() hostilePkt
@@ -483,7 +474,7 @@ func TestHostileReceive(t *testing.T) {
 		nak       wire.NAKCode
 		counter   string // the counter that moves by one
 		err       bool   // the QP ends in ERR
-		events    []AsyncEventType
+		events    []verbs.AsyncEventType
 	}
 	rows := []row{
 		{name: "unknown QP", want: replyNone, counter: "dropped_unknown_qp",
@@ -512,53 +503,53 @@ func TestHostileReceive(t *testing.T) {
 				p.psn, p.dmaLen = p.psn.Add(psn.Mask), 64
 				return p
 			}},
-		{name: "forged rkey WRITE", want: replyNAK, nak: wire.NAKRemoteAccessError, counter: "sent_naks", err: true, events: []AsyncEventType{EventQPAccessErr},
+		{name: "forged rkey WRITE", want: replyNAK, nak: wire.NAKRemoteAccessError, counter: "sent_naks", err: true, events: []verbs.AsyncEventType{verbs.EventQPAccessErr},
 			pkt: func() hostilePkt { p := h.request(wire.RCRDMAWriteOnly, 8); p.rkey = 0x7F00_0012; return p }},
-		{name: "stale rkey READ", want: replyNAK, nak: wire.NAKRemoteAccessError, counter: "sent_naks", err: true, events: []AsyncEventType{EventQPAccessErr},
+		{name: "stale rkey READ", want: replyNAK, nak: wire.NAKRemoteAccessError, counter: "sent_naks", err: true, events: []verbs.AsyncEventType{verbs.EventQPAccessErr},
 			pkt: func() hostilePkt {
 				p := h.request(wire.RCRDMAReadRequest, 0)
-				p.rkey, p.va, p.dmaLen = h.stale, uint64(bufAddr(h.arena[staleOff:])), 16
+				p.rkey, p.va, p.dmaLen = h.stale, uint64(uintptr(unsafe.Pointer(&h.arena[staleOff]))), 16
 				return p
 			}},
-		{name: "rkey of another PD", want: replyNAK, nak: wire.NAKRemoteAccessError, counter: "sent_naks", err: true, events: []AsyncEventType{EventQPAccessErr},
+		{name: "rkey of another PD", want: replyNAK, nak: wire.NAKRemoteAccessError, counter: "sent_naks", err: true, events: []verbs.AsyncEventType{verbs.EventQPAccessErr},
 			pkt: func() hostilePkt {
 				p := h.request(wire.RCRDMAWriteOnly, 8)
 				p.rkey, p.va = h.otherMR.RKey(), h.otherMR.IOVA()
 				return p
 			}},
-		{name: "WRITE to a read-only region", want: replyNAK, nak: wire.NAKRemoteAccessError, counter: "sent_naks", err: true, events: []AsyncEventType{EventQPAccessErr},
+		{name: "WRITE to a read-only region", want: replyNAK, nak: wire.NAKRemoteAccessError, counter: "sent_naks", err: true, events: []verbs.AsyncEventType{verbs.EventQPAccessErr},
 			pkt: func() hostilePkt {
 				p := h.request(wire.RCRDMAWriteOnly, 8)
 				p.rkey, p.va = h.ro.RKey(), h.ro.IOVA()
 				return p
 			}},
-		{name: "READ of a region without remote rights", want: replyNAK, nak: wire.NAKRemoteAccessError, counter: "sent_naks", err: true, events: []AsyncEventType{EventQPAccessErr},
+		{name: "READ of a region without remote rights", want: replyNAK, nak: wire.NAKRemoteAccessError, counter: "sent_naks", err: true, events: []verbs.AsyncEventType{verbs.EventQPAccessErr},
 			pkt: func() hostilePkt {
 				p := h.request(wire.RCRDMAReadRequest, 0)
 				p.rkey, p.va, p.dmaLen = h.noRem.RKey(), h.noRem.IOVA(), 8
 				return p
 			}},
-		{name: "WRITE past the region's end", want: replyNAK, nak: wire.NAKRemoteAccessError, counter: "sent_naks", err: true, events: []AsyncEventType{EventQPAccessErr},
+		{name: "WRITE past the region's end", want: replyNAK, nak: wire.NAKRemoteAccessError, counter: "sent_naks", err: true, events: []verbs.AsyncEventType{verbs.EventQPAccessErr},
 			pkt: func() hostilePkt { p := h.request(wire.RCRDMAWriteOnly, 8); p.va += rwLen - 4; return p }},
-		{name: "READ with VA + length overflowing 2^64", want: replyNAK, nak: wire.NAKRemoteAccessError, counter: "sent_naks", err: true, events: []AsyncEventType{EventQPAccessErr},
+		{name: "READ with VA + length overflowing 2^64", want: replyNAK, nak: wire.NAKRemoteAccessError, counter: "sent_naks", err: true, events: []verbs.AsyncEventType{verbs.EventQPAccessErr},
 			pkt: func() hostilePkt {
 				p := h.request(wire.RCRDMAReadRequest, 0)
 				p.va, p.dmaLen = ^uint64(0)-15, 64
 				return p
 			}},
-		{name: "huge WRITE length", want: replyNAK, nak: wire.NAKInvalidRequest, counter: "sent_naks", err: true, events: []AsyncEventType{EventQPReqErr},
+		{name: "huge WRITE length", want: replyNAK, nak: wire.NAKInvalidRequest, counter: "sent_naks", err: true, events: []verbs.AsyncEventType{verbs.EventQPReqErr},
 			pkt: func() hostilePkt { p := h.request(wire.RCRDMAWriteFirst, hostileMTU); p.dmaLen = 0xFFFF_FFF0; return p }},
-		{name: "huge READ length", want: replyNAK, nak: wire.NAKInvalidRequest, counter: "sent_naks", err: true, events: []AsyncEventType{EventQPReqErr},
+		{name: "huge READ length", want: replyNAK, nak: wire.NAKInvalidRequest, counter: "sent_naks", err: true, events: []verbs.AsyncEventType{verbs.EventQPReqErr},
 			pkt: func() hostilePkt { p := h.request(wire.RCRDMAReadRequest, 0); p.dmaLen = 0xFFFF_FFFF; return p }},
-		{name: "payload beyond the RETH length", want: replyNAK, nak: wire.NAKInvalidRequest, counter: "sent_naks", err: true, events: []AsyncEventType{EventQPReqErr},
+		{name: "payload beyond the RETH length", want: replyNAK, nak: wire.NAKInvalidRequest, counter: "sent_naks", err: true, events: []verbs.AsyncEventType{verbs.EventQPReqErr},
 			pkt: func() hostilePkt { p := h.request(wire.RCRDMAWriteOnly, 64); p.dmaLen = 8; return p }},
-		{name: "payload beyond the path MTU", want: replyNAK, nak: wire.NAKInvalidRequest, counter: "sent_naks", err: true, events: []AsyncEventType{EventQPReqErr},
+		{name: "payload beyond the path MTU", want: replyNAK, nak: wire.NAKInvalidRequest, counter: "sent_naks", err: true, events: []verbs.AsyncEventType{verbs.EventQPReqErr},
 			pkt: func() hostilePkt { return h.request(wire.RCRDMAWriteOnly, 2*hostileMTU) }},
-		{name: "MIDDLE without FIRST", want: replyNAK, nak: wire.NAKInvalidRequest, counter: "sent_naks", err: true, events: []AsyncEventType{EventQPReqErr},
+		{name: "MIDDLE without FIRST", want: replyNAK, nak: wire.NAKInvalidRequest, counter: "sent_naks", err: true, events: []verbs.AsyncEventType{verbs.EventQPReqErr},
 			pkt: func() hostilePkt { return h.request(wire.RCRDMAWriteMiddle, hostileMTU) }},
-		{name: "misaligned atomic", want: replyNAK, nak: wire.NAKInvalidRequest, counter: "sent_naks", err: true, events: []AsyncEventType{EventQPReqErr},
+		{name: "misaligned atomic", want: replyNAK, nak: wire.NAKInvalidRequest, counter: "sent_naks", err: true, events: []verbs.AsyncEventType{verbs.EventQPReqErr},
 			pkt: func() hostilePkt { p := h.request(wire.RCFetchAdd, 0); p.va += 4; return p }},
-		{name: "atomic on a region without remote atomic", want: replyNAK, nak: wire.NAKRemoteAccessError, counter: "sent_naks", err: true, events: []AsyncEventType{EventQPAccessErr},
+		{name: "atomic on a region without remote atomic", want: replyNAK, nak: wire.NAKRemoteAccessError, counter: "sent_naks", err: true, events: []verbs.AsyncEventType{verbs.EventQPAccessErr},
 			pkt: func() hostilePkt {
 				p := h.request(wire.RCCompareSwap, 0)
 				p.rkey, p.va = h.ro.RKey(), h.ro.IOVA()
@@ -634,7 +625,7 @@ func TestHostileReceive(t *testing.T) {
 					t.Fatalf("acknowledgement to QP %#x", pkts[0].BTH.DestQP())
 				}
 			}
-			if got := h.qp.State() == QPStateErr; got != r.err {
+			if got := h.qp.State() == verbs.QPStateErr; got != r.err {
 				t.Fatalf("QP in %v after the packet", h.qp.State())
 			}
 			evs := h.drainEvents()
@@ -694,7 +685,7 @@ func (h *hostileTarget) decodeFuzzPacket(rec []byte, epsn psn.PSN) (p hostilePkt
 	if flags&1 != 0 {
 		p.qpn ^= 0x00F00F
 	}
-	p.pkey = defaultPKey
+	p.pkey = verbs.DefaultPKey
 	if flags&2 != 0 {
 		p.pkey = 0x1234
 	}

@@ -1,7 +1,10 @@
-package verbs
+package verbs_test
 
 import (
 	"testing"
+
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/verbs"
 )
 
 // TestIsolation checks protection domains and access rights end to end:
@@ -20,157 +23,157 @@ import (
 // flags do not enable is an invalid request (rxe's behaviour):
 // REM_INV_REQ_ERR and QP_REQ_ERR.
 func TestIsolation(t *testing.T) {
-	const none = WCStatus(0xFF) // no completion expected on the responder
+	const none = verbs.WCStatus(0xFF) // no completion expected on the responder
 	type env struct {
-		a, b       *rcEnd
-		aPD2, bPD2 *PD
+		a, b       *rdmatest.End
+		aPD2, bPD2 *verbs.PD
 	}
 	// region registers n bytes of its own in pd with access.
-	region := func(t *testing.T, pd *PD, access AccessFlags) *MR {
-		return mustMR2(t, pd, make([]byte, 64), access)
+	region := func(t *testing.T, pd *verbs.PD, access verbs.AccessFlags) *verbs.MR {
+		return rdmatest.MR(t, pd, make([]byte, 64), access)
 	}
-	write := func(l SGE, raddr uint64, rkey uint32) SendWR {
-		return SendWR{Opcode: WRRDMAWrite, SGList: []SGE{l}, RDMA: RDMAParams{RemoteAddr: raddr, RKey: rkey}}
+	write := func(l verbs.SGE, raddr uint64, rkey uint32) verbs.SendWR {
+		return verbs.SendWR{Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{l}, RDMA: verbs.RDMAParams{RemoteAddr: raddr, RKey: rkey}}
 	}
-	read := func(l SGE, raddr uint64, rkey uint32) SendWR {
-		return SendWR{Opcode: WRRDMARead, SGList: []SGE{l}, RDMA: RDMAParams{RemoteAddr: raddr, RKey: rkey}}
+	read := func(l verbs.SGE, raddr uint64, rkey uint32) verbs.SendWR {
+		return verbs.SendWR{Opcode: verbs.WRRDMARead, SGList: []verbs.SGE{l}, RDMA: verbs.RDMAParams{RemoteAddr: raddr, RKey: rkey}}
 	}
-	atomic := func(l SGE, raddr uint64, rkey uint32) SendWR {
-		return SendWR{Opcode: WRAtomicFetchAndAdd, SGList: []SGE{l}, Atomic: AtomicParams{RemoteAddr: raddr, RKey: rkey, CompareAdd: 1}}
+	atomic := func(l verbs.SGE, raddr uint64, rkey uint32) verbs.SendWR {
+		return verbs.SendWR{Opcode: verbs.WRAtomicFetchAndAdd, SGList: []verbs.SGE{l}, Atomic: verbs.AtomicParams{RemoteAddr: raddr, RKey: rkey, CompareAdd: 1}}
 	}
 	cases := []struct {
 		name    string
-		bAccess AccessFlags // the responder QP's access flags; default rcAccess
+		bAccess verbs.AccessFlags // the responder QP's access flags; default rdmatest.RCAccess
 		// wr returns the request; recv, if set, replaces the responder's
 		// receive (WRID 500).
-		wr     func(t *testing.T, e *env) SendWR
-		recv   func(t *testing.T, e *env) SGE
-		wantA  WCStatus
-		wantB  WCStatus // the receive's completion; none if it stays posted
+		wr     func(t *testing.T, e *env) verbs.SendWR
+		recv   func(t *testing.T, e *env) verbs.SGE
+		wantA  verbs.WCStatus
+		wantB  verbs.WCStatus // the receive's completion; none if it stays posted
 		bErr   bool
-		events []AsyncEventType
+		events []verbs.AsyncEventType
 	}{
-		{name: "send from an lkey of another PD", wantA: WCLocProtErr, wantB: none,
-			wr: func(t *testing.T, e *env) SendWR {
-				return SendWR{Opcode: WRSend, SGList: []SGE{region(t, e.aPD2, AccessLocalWrite).SGE(0, 8)}}
+		{name: "send from an lkey of another PD", wantA: verbs.WCLocProtErr, wantB: none,
+			wr: func(t *testing.T, e *env) verbs.SendWR {
+				return verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{region(t, e.aPD2, verbs.AccessLocalWrite).SGE(0, 8)}}
 			}},
-		{name: "READ into an lkey of another PD", wantA: WCLocProtErr, wantB: none,
-			wr: func(t *testing.T, e *env) SendWR {
-				return read(region(t, e.aPD2, AccessLocalWrite).SGE(0, 8), e.b.mr.IOVA(), e.b.mr.RKey())
+		{name: "READ into an lkey of another PD", wantA: verbs.WCLocProtErr, wantB: none,
+			wr: func(t *testing.T, e *env) verbs.SendWR {
+				return read(region(t, e.aPD2, verbs.AccessLocalWrite).SGE(0, 8), e.b.MR.IOVA(), e.b.MR.RKey())
 			}},
-		{name: "receive into an lkey of another PD", wantA: WCRemOpErr, wantB: WCLocProtErr, bErr: true,
-			recv: func(t *testing.T, e *env) SGE { return region(t, e.bPD2, AccessLocalWrite).SGE(0, 64) },
-			wr: func(t *testing.T, e *env) SendWR {
-				return SendWR{Opcode: WRSend, SGList: []SGE{e.a.mr.SGE(0, 8)}}
+		{name: "receive into an lkey of another PD", wantA: verbs.WCRemOpErr, wantB: verbs.WCLocProtErr, bErr: true,
+			recv: func(t *testing.T, e *env) verbs.SGE { return region(t, e.bPD2, verbs.AccessLocalWrite).SGE(0, 64) },
+			wr: func(t *testing.T, e *env) verbs.SendWR {
+				return verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{e.a.MR.SGE(0, 8)}}
 			}},
-		{name: "WRITE to an rkey of another PD", wantA: WCRemAccessErr, wantB: WCWRFlushErr, bErr: true, events: []AsyncEventType{EventQPAccessErr},
-			wr: func(t *testing.T, e *env) SendWR {
-				mr := region(t, e.bPD2, rcAccess)
-				return write(e.a.mr.SGE(0, 8), mr.IOVA(), mr.RKey())
+		{name: "WRITE to an rkey of another PD", wantA: verbs.WCRemAccessErr, wantB: verbs.WCWRFlushErr, bErr: true, events: []verbs.AsyncEventType{verbs.EventQPAccessErr},
+			wr: func(t *testing.T, e *env) verbs.SendWR {
+				mr := region(t, e.bPD2, rdmatest.RCAccess)
+				return write(e.a.MR.SGE(0, 8), mr.IOVA(), mr.RKey())
 			}},
-		{name: "READ from an rkey of another PD", wantA: WCRemAccessErr, wantB: WCWRFlushErr, bErr: true, events: []AsyncEventType{EventQPAccessErr},
-			wr: func(t *testing.T, e *env) SendWR {
-				mr := region(t, e.bPD2, rcAccess)
-				return read(e.a.mr.SGE(0, 8), mr.IOVA(), mr.RKey())
+		{name: "READ from an rkey of another PD", wantA: verbs.WCRemAccessErr, wantB: verbs.WCWRFlushErr, bErr: true, events: []verbs.AsyncEventType{verbs.EventQPAccessErr},
+			wr: func(t *testing.T, e *env) verbs.SendWR {
+				mr := region(t, e.bPD2, rdmatest.RCAccess)
+				return read(e.a.MR.SGE(0, 8), mr.IOVA(), mr.RKey())
 			}},
-		{name: "atomic on an rkey of another PD", wantA: WCRemAccessErr, wantB: WCWRFlushErr, bErr: true, events: []AsyncEventType{EventQPAccessErr},
-			wr: func(t *testing.T, e *env) SendWR {
-				mr := region(t, e.bPD2, rcAccess)
-				return atomic(e.a.mr.SGE(0, 8), mr.IOVA(), mr.RKey())
+		{name: "atomic on an rkey of another PD", wantA: verbs.WCRemAccessErr, wantB: verbs.WCWRFlushErr, bErr: true, events: []verbs.AsyncEventType{verbs.EventQPAccessErr},
+			wr: func(t *testing.T, e *env) verbs.SendWR {
+				mr := region(t, e.bPD2, rdmatest.RCAccess)
+				return atomic(e.a.MR.SGE(0, 8), mr.IOVA(), mr.RKey())
 			}},
-		{name: "WRITE without REMOTE_WRITE", wantA: WCRemAccessErr, wantB: WCWRFlushErr, bErr: true, events: []AsyncEventType{EventQPAccessErr},
-			wr: func(t *testing.T, e *env) SendWR {
-				mr := region(t, e.b.pd, AccessLocalWrite|AccessRemoteRead|AccessRemoteAtomic)
-				return write(e.a.mr.SGE(0, 8), mr.IOVA(), mr.RKey())
+		{name: "WRITE without REMOTE_WRITE", wantA: verbs.WCRemAccessErr, wantB: verbs.WCWRFlushErr, bErr: true, events: []verbs.AsyncEventType{verbs.EventQPAccessErr},
+			wr: func(t *testing.T, e *env) verbs.SendWR {
+				mr := region(t, e.b.PD, verbs.AccessLocalWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic)
+				return write(e.a.MR.SGE(0, 8), mr.IOVA(), mr.RKey())
 			}},
-		{name: "WRITE with immediate without REMOTE_WRITE", wantA: WCRemAccessErr, wantB: WCRemAccessErr, bErr: true,
-			wr: func(t *testing.T, e *env) SendWR {
-				mr := region(t, e.b.pd, AccessRemoteRead)
-				wr := write(e.a.mr.SGE(0, 8), mr.IOVA(), mr.RKey())
-				wr.Opcode = WRRDMAWriteWithImm
+		{name: "WRITE with immediate without REMOTE_WRITE", wantA: verbs.WCRemAccessErr, wantB: verbs.WCRemAccessErr, bErr: true,
+			wr: func(t *testing.T, e *env) verbs.SendWR {
+				mr := region(t, e.b.PD, verbs.AccessRemoteRead)
+				wr := write(e.a.MR.SGE(0, 8), mr.IOVA(), mr.RKey())
+				wr.Opcode = verbs.WRRDMAWriteWithImm
 				return wr
 			}},
-		{name: "READ without REMOTE_READ", wantA: WCRemAccessErr, wantB: WCWRFlushErr, bErr: true, events: []AsyncEventType{EventQPAccessErr},
-			wr: func(t *testing.T, e *env) SendWR {
-				mr := region(t, e.b.pd, AccessLocalWrite|AccessRemoteWrite|AccessRemoteAtomic)
-				return read(e.a.mr.SGE(0, 8), mr.IOVA(), mr.RKey())
+		{name: "READ without REMOTE_READ", wantA: verbs.WCRemAccessErr, wantB: verbs.WCWRFlushErr, bErr: true, events: []verbs.AsyncEventType{verbs.EventQPAccessErr},
+			wr: func(t *testing.T, e *env) verbs.SendWR {
+				mr := region(t, e.b.PD, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic)
+				return read(e.a.MR.SGE(0, 8), mr.IOVA(), mr.RKey())
 			}},
-		{name: "atomic without REMOTE_ATOMIC", wantA: WCRemAccessErr, wantB: WCWRFlushErr, bErr: true, events: []AsyncEventType{EventQPAccessErr},
-			wr: func(t *testing.T, e *env) SendWR {
-				mr := region(t, e.b.pd, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
-				return atomic(e.a.mr.SGE(0, 8), mr.IOVA(), mr.RKey())
+		{name: "atomic without REMOTE_ATOMIC", wantA: verbs.WCRemAccessErr, wantB: verbs.WCWRFlushErr, bErr: true, events: []verbs.AsyncEventType{verbs.EventQPAccessErr},
+			wr: func(t *testing.T, e *env) verbs.SendWR {
+				mr := region(t, e.b.PD, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+				return atomic(e.a.MR.SGE(0, 8), mr.IOVA(), mr.RKey())
 			}},
-		{name: "READ into a region without LOCAL_WRITE", wantA: WCLocProtErr, wantB: none,
-			wr: func(t *testing.T, e *env) SendWR {
-				return read(region(t, e.a.pd, AccessRemoteRead).SGE(0, 8), e.b.mr.IOVA(), e.b.mr.RKey())
+		{name: "READ into a region without LOCAL_WRITE", wantA: verbs.WCLocProtErr, wantB: none,
+			wr: func(t *testing.T, e *env) verbs.SendWR {
+				return read(region(t, e.a.PD, verbs.AccessRemoteRead).SGE(0, 8), e.b.MR.IOVA(), e.b.MR.RKey())
 			}},
-		{name: "atomic result into a region without LOCAL_WRITE", wantA: WCLocProtErr, wantB: none,
-			wr: func(t *testing.T, e *env) SendWR {
-				return atomic(region(t, e.a.pd, AccessRemoteRead).SGE(0, 8), e.b.mr.IOVA(), e.b.mr.RKey())
+		{name: "atomic result into a region without LOCAL_WRITE", wantA: verbs.WCLocProtErr, wantB: none,
+			wr: func(t *testing.T, e *env) verbs.SendWR {
+				return atomic(region(t, e.a.PD, verbs.AccessRemoteRead).SGE(0, 8), e.b.MR.IOVA(), e.b.MR.RKey())
 			}},
-		{name: "receive into a region without LOCAL_WRITE", wantA: WCRemOpErr, wantB: WCLocProtErr, bErr: true,
-			recv: func(t *testing.T, e *env) SGE { return region(t, e.b.pd, AccessRemoteRead).SGE(0, 64) },
-			wr: func(t *testing.T, e *env) SendWR {
-				return SendWR{Opcode: WRSend, SGList: []SGE{e.a.mr.SGE(0, 8)}}
+		{name: "receive into a region without LOCAL_WRITE", wantA: verbs.WCRemOpErr, wantB: verbs.WCLocProtErr, bErr: true,
+			recv: func(t *testing.T, e *env) verbs.SGE { return region(t, e.b.PD, verbs.AccessRemoteRead).SGE(0, 64) },
+			wr: func(t *testing.T, e *env) verbs.SendWR {
+				return verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{e.a.MR.SGE(0, 8)}}
 			}},
-		{name: "WRITE on a QP without REMOTE_WRITE", bAccess: AccessRemoteRead | AccessRemoteAtomic,
-			wantA: WCRemInvReqErr, wantB: WCWRFlushErr, bErr: true, events: []AsyncEventType{EventQPReqErr},
-			wr: func(t *testing.T, e *env) SendWR { return write(e.a.mr.SGE(0, 8), e.b.mr.IOVA(), e.b.mr.RKey()) }},
-		{name: "READ on a QP without REMOTE_READ", bAccess: AccessRemoteWrite | AccessRemoteAtomic,
-			wantA: WCRemInvReqErr, wantB: WCWRFlushErr, bErr: true, events: []AsyncEventType{EventQPReqErr},
-			wr: func(t *testing.T, e *env) SendWR { return read(e.a.mr.SGE(0, 8), e.b.mr.IOVA(), e.b.mr.RKey()) }},
-		{name: "atomic on a QP without REMOTE_ATOMIC", bAccess: AccessRemoteWrite | AccessRemoteRead,
-			wantA: WCRemInvReqErr, wantB: WCWRFlushErr, bErr: true, events: []AsyncEventType{EventQPReqErr},
-			wr: func(t *testing.T, e *env) SendWR { return atomic(e.a.mr.SGE(0, 8), e.b.mr.IOVA(), e.b.mr.RKey()) }},
-		{name: "send from a region without any right", wantA: WCSuccess, wantB: WCSuccess,
-			wr: func(t *testing.T, e *env) SendWR {
-				return SendWR{Opcode: WRSend, SGList: []SGE{region(t, e.a.pd, 0).SGE(0, 8)}}
+		{name: "WRITE on a QP without REMOTE_WRITE", bAccess: verbs.AccessRemoteRead | verbs.AccessRemoteAtomic,
+			wantA: verbs.WCRemInvReqErr, wantB: verbs.WCWRFlushErr, bErr: true, events: []verbs.AsyncEventType{verbs.EventQPReqErr},
+			wr: func(t *testing.T, e *env) verbs.SendWR { return write(e.a.MR.SGE(0, 8), e.b.MR.IOVA(), e.b.MR.RKey()) }},
+		{name: "READ on a QP without REMOTE_READ", bAccess: verbs.AccessRemoteWrite | verbs.AccessRemoteAtomic,
+			wantA: verbs.WCRemInvReqErr, wantB: verbs.WCWRFlushErr, bErr: true, events: []verbs.AsyncEventType{verbs.EventQPReqErr},
+			wr: func(t *testing.T, e *env) verbs.SendWR { return read(e.a.MR.SGE(0, 8), e.b.MR.IOVA(), e.b.MR.RKey()) }},
+		{name: "atomic on a QP without REMOTE_ATOMIC", bAccess: verbs.AccessRemoteWrite | verbs.AccessRemoteRead,
+			wantA: verbs.WCRemInvReqErr, wantB: verbs.WCWRFlushErr, bErr: true, events: []verbs.AsyncEventType{verbs.EventQPReqErr},
+			wr: func(t *testing.T, e *env) verbs.SendWR { return atomic(e.a.MR.SGE(0, 8), e.b.MR.IOVA(), e.b.MR.RKey()) }},
+		{name: "send from a region without any right", wantA: verbs.WCSuccess, wantB: verbs.WCSuccess,
+			wr: func(t *testing.T, e *env) verbs.SendWR {
+				return verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{region(t, e.a.PD, 0).SGE(0, 8)}}
 			}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			e := &env{a: newEnd(t, "127.0.1.1", endOpts{}), b: newEnd(t, "127.0.1.2", endOpts{})}
-			e.aPD2, e.bPD2 = mustPD(t, e.a.dev), mustPD(t, e.b.dev)
-			lb := defaultLink()
+			e := &env{a: newEnd(t, 1, rdmatest.EndOptions{}), b: newEnd(t, 2, rdmatest.EndOptions{})}
+			e.aPD2, e.bPD2 = rdmatest.PD(t, e.a.Dev), rdmatest.PD(t, e.b.Dev)
+			lb := rdmatest.DefaultLink()
 			if c.bAccess != 0 {
-				lb.access = c.bAccess
+				lb.Access = c.bAccess
 			}
-			connect(t, e.a, e.b, defaultLink(), lb)
-			recv := e.b.mr.SGE(recvOff, 64)
+			rdmatest.Connect(t, e.a, e.b, rdmatest.DefaultLink(), lb)
+			recv := e.b.MR.SGE(recvOff, 64)
 			if c.recv != nil {
 				recv = c.recv(t, e)
 			}
-			mustPostRecv(t, e.b.qp, RecvWR{WRID: 500, SGList: []SGE{recv}})
+			rdmatest.PostRecv(t, e.b.QP, verbs.RecvWR{WRID: 500, SGList: []verbs.SGE{recv}})
 			wr := c.wr(t, e)
-			wr.WRID, wr.SendFlags = 1, SendSignaled
-			mustPostSend(t, e.a.qp, wr)
+			wr.WRID, wr.SendFlags = 1, verbs.SendSignaled
+			rdmatest.PostSend(t, e.a.QP, wr)
 
-			if wc := waitWC(t, e.a.cq); wc.WRID != 1 || wc.Status != c.wantA {
+			if wc := rdmatest.WaitOne(t, e.a.CQ); wc.WRID != 1 || wc.Status != c.wantA {
 				t.Fatalf("requester completion %+v, want %v", wc, c.wantA)
 			}
-			if c.wantA != WCSuccess {
+			if c.wantA != verbs.WCSuccess {
 				checkFlushed(t, e.a)
 			}
 			if c.wantB == none {
-				expectEmpty(t, e.b.cq)
-			} else if wc := waitWC(t, e.b.cq); wc.WRID != 500 || wc.Status != c.wantB {
+				rdmatest.ExpectEmpty(t, e.b.CQ)
+			} else if wc := rdmatest.WaitOne(t, e.b.CQ); wc.WRID != 500 || wc.Status != c.wantB {
 				t.Fatalf("responder's receive completed %+v, want %v", wc, c.wantB)
 			}
 			if c.bErr {
 				checkFlushed(t, e.b)
-			} else if s := e.b.qp.State(); s != QPStateRTS {
+			} else if s := e.b.QP.State(); s != verbs.QPStateRTS {
 				t.Fatalf("responder in %v, want RTS", s)
 			}
-			evs := pendingEvents(e.b.dev)
+			evs := pendingEvents(e.b.Dev)
 			if len(evs) != len(c.events) {
 				t.Fatalf("responder events %+v, want %v", evs, c.events)
 			}
 			for i, ev := range evs {
-				if ev.Type != c.events[i] || ev.QP != e.b.qp {
+				if ev.Type != c.events[i] || ev.QP != e.b.QP {
 					t.Fatalf("responder event %v, want %v for its QP", ev.Type, c.events[i])
 				}
 			}
-			if evs := pendingEvents(e.a.dev); len(evs) != 0 {
+			if evs := pendingEvents(e.a.Dev); len(evs) != 0 {
 				t.Fatalf("requester events %+v, want none: its completion reports the error", evs)
 			}
 		})

@@ -1,11 +1,14 @@
-package verbs
+package verbs_test
 
 import (
 	"runtime"
 	"testing"
 
 	"github.com/goroce/goroce/internal/psn"
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/internal/wire"
+	"github.com/goroce/goroce/verbs"
 )
 
 // TestLimitsChurn: the device limits count live objects only. Creating up
@@ -14,36 +17,36 @@ import (
 // refused for another reason (a capacity, a key) takes none either; Rereg
 // does not count as a new region.
 func TestLimitsChurn(t *testing.T) {
-	d := openDevice(t, DeviceConfig{Limits: &DeviceAttr{MaxQP: 3, MaxMR: 3, MaxCQ: 2, MaxQPWR: 8, MaxSGE: 2}})
-	pd := mustPD(t, d)
+	d := rdmatest.OpenDevice(t, verbs.DeviceConfig{Limits: &verbs.DeviceAttr{MaxQP: 3, MaxMR: 3, MaxCQ: 2, MaxQPWR: 8, MaxSGE: 2}})
+	pd := rdmatest.PD(t, d)
 	for round := range 50 {
-		cq := mustCQ(t, d, 4)
-		cq2 := mustCQ(t, d, 4)
+		cq := rdmatest.CQ(t, d, 4)
+		cq2 := rdmatest.CQ(t, d, 4)
 		_, err := d.CreateCQ(4, nil, 0)
-		wantErr(t, err, ErrResourceLimit, "max_cq")
+		rdmatest.WantError(t, err, verbs.ErrResourceLimit, "max_cq")
 
-		var qps []*QP
+		var qps []*verbs.QP
 		for range 3 {
 			// Refused on a capacity first: that must not count.
-			_, err := pd.CreateQP(QPInitAttr{QPType: QPTypeRC, SendCQ: cq, RecvCQ: cq2, Cap: QPCap{MaxSendWR: 9}})
-			wantErr(t, err, ErrInvalidArgument, "max_send_wr")
-			_, err = pd.CreateQP(QPInitAttr{QPType: QPTypeRC, SendCQ: cq, RecvCQ: cq2, Cap: QPCap{MaxSendWR: 8, MaxRecvSGE: 3}})
-			wantErr(t, err, ErrInvalidArgument, "max_recv_sge")
-			qps = append(qps, mustQP(t, pd, QPTypeRC, cq))
+			_, err := pd.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq2, Cap: verbs.QPCap{MaxSendWR: 9}})
+			rdmatest.WantError(t, err, verbs.ErrInvalidArgument, "max_send_wr")
+			_, err = pd.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq2, Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvSGE: 3}})
+			rdmatest.WantError(t, err, verbs.ErrInvalidArgument, "max_recv_sge")
+			qps = append(qps, mustQP(t, pd, verbs.QPTypeRC, cq))
 		}
-		_, err = pd.CreateQP(QPInitAttr{QPType: QPTypeRC, SendCQ: cq, RecvCQ: cq})
-		wantErr(t, err, ErrResourceLimit, "max_qp")
+		_, err = pd.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq})
+		rdmatest.WantError(t, err, verbs.ErrResourceLimit, "max_qp")
 
-		var mrs []*MR
+		var mrs []*verbs.MR
 		for range 3 {
-			mr := mustMR(t, pd, 64, AccessLocalWrite)
-			if err := mr.Rereg(ReregChangeTranslation, nil, make([]byte, 32), 0); err != nil {
+			mr := mustMR(t, pd, 64, verbs.AccessLocalWrite)
+			if err := mr.Rereg(verbs.ReregChangeTranslation, nil, make([]byte, 32), 0); err != nil {
 				t.Fatal(err)
 			}
 			mrs = append(mrs, mr)
 		}
 		_, err = pd.RegMR(make([]byte, 8), 0)
-		wantErr(t, err, ErrResourceLimit, "max_mr")
+		rdmatest.WantError(t, err, verbs.ErrResourceLimit, "max_mr")
 
 		for _, qp := range qps {
 			if err := qp.Destroy(); err != nil {
@@ -55,7 +58,7 @@ func TestLimitsChurn(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		for _, c := range []*CQ{cq, cq2} {
+		for _, c := range []*verbs.CQ{cq, cq2} {
 			if err := c.Destroy(); err != nil {
 				t.Fatal(err)
 			}
@@ -65,20 +68,20 @@ func TestLimitsChurn(t *testing.T) {
 
 // linkRdAtomic moves local to RTS toward remote with the given initiator
 // depth (max_rd_atomic) and responder resources (max_dest_rd_atomic).
-func linkRdAtomic(t *testing.T, local, remote *rcEnd, lpsn, rpsn uint32, initiator, responder int) {
+func linkRdAtomic(t *testing.T, local, remote *rdmatest.End, lpsn, rpsn uint32, initiator, responder int) {
 	t.Helper()
-	gid, err := remote.dev.QueryGID(1, 1)
+	gid, err := remote.Dev.QueryGID(1, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustModify(t, local.qp, step{QPAttr{QPState: QPStateInit, PortNum: 1, QPAccessFlags: rcAccess},
-		QPAttrState | QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags})
-	mustModify(t, local.qp, step{QPAttr{QPState: QPStateRTR, PathMTU: MTU1024, DestQPNum: remote.qp.QPN(),
+	rdmatest.Modify(t, local.QP, rdmatest.Transition{Attr: verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QPAccessFlags: rdmatest.RCAccess},
+		Mask: verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags})
+	rdmatest.Modify(t, local.QP, rdmatest.Transition{Attr: verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: verbs.MTU1024, DestQPNum: remote.QP.QPN(),
 		RQPSN: rpsn, MaxDestRdAtomic: responder, MinRNRTimer: 1,
-		AHAttr: AddressVector{DGID: gid, SGIDIndex: 1, HopLimit: 64, IsGlobal: true, PortNum: 1}},
-		QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer})
-	mustModify(t, local.qp, step{QPAttr{QPState: QPStateRTS, SQPSN: lpsn, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: initiator},
-		QPAttrState | QPAttrSQPSN | QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrMaxQPRdAtomic})
+		AHAttr: verbs.AddressVector{DGID: gid, SGIDIndex: 1, HopLimit: 64, IsGlobal: true, PortNum: 1}},
+		Mask: verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN | verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer})
+	rdmatest.Modify(t, local.QP, rdmatest.Transition{Attr: verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: lpsn, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: initiator},
+		Mask: verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic})
 }
 
 // TestLimitsRdAtomic: max_rd_atomic and max_dest_rd_atomic are checked
@@ -88,54 +91,52 @@ func linkRdAtomic(t *testing.T, local, remote *rcEnd, lpsn, rpsn uint32, initiat
 // dropping one for want of a resource, and never more than the depth are
 // outstanding.
 func TestLimitsRdAtomic(t *testing.T) {
-	a, b := newEnd(t, "127.0.1.1", endOpts{}), newEnd(t, "127.0.1.2", endOpts{})
-	attr := a.dev.Query()
-	mustModify(t, a.qp, step{QPAttr{QPState: QPStateInit, PortNum: 1, QPAccessFlags: rcAccess},
-		QPAttrState | QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags})
-	err := a.qp.Modify(&QPAttr{QPState: QPStateRTR, PathMTU: MTU1024, DestQPNum: b.qp.QPN(), MaxDestRdAtomic: attr.MaxQPRdAtom + 1,
-		AHAttr: AddressVector{DGID: GIDFromAddr(b.dev.Addr()), SGIDIndex: 1, HopLimit: 64, IsGlobal: true, PortNum: 1}},
-		QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer)
-	wantErr(t, err, ErrInvalidArgument, "max_dest_rd_atomic")
-	mustModify(t, a.qp, step{QPAttr{QPState: QPStateReset}, QPAttrState})
+	a, b := newEnd(t, 1, rdmatest.EndOptions{}), newEnd(t, 2, rdmatest.EndOptions{})
+	attr := a.Dev.Query()
+	rdmatest.Modify(t, a.QP, rdmatest.Transition{Attr: verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QPAccessFlags: rdmatest.RCAccess},
+		Mask: verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags})
+	err := a.QP.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: verbs.MTU1024, DestQPNum: b.QP.QPN(), MaxDestRdAtomic: attr.MaxQPRdAtom + 1,
+		AHAttr: verbs.AddressVector{DGID: verbs.GIDFromAddr(b.Dev.Addr()), SGIDIndex: 1, HopLimit: 64, IsGlobal: true, PortNum: 1}},
+		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer)
+	rdmatest.WantError(t, err, verbs.ErrInvalidArgument, "max_dest_rd_atomic")
+	rdmatest.Modify(t, a.QP, rdmatest.Transition{Attr: verbs.QPAttr{QPState: verbs.QPStateReset}, Mask: verbs.QPAttrState})
 
 	const depth = 2
 	linkRdAtomic(t, a, b, 0x10, 0x20, depth, 16)
 	linkRdAtomic(t, b, a, 0x20, 0x10, 16, depth)
-	err = a.qp.Modify(&QPAttr{MaxRdAtomic: attr.MaxQPInitRdAtom + 1}, QPAttrMaxQPRdAtomic)
-	wantErr(t, err, ErrInvalidArgument, "max_rd_atomic")
+	err = a.QP.Modify(&verbs.QPAttr{MaxRdAtomic: attr.MaxQPInitRdAtom + 1}, verbs.QPAttrMaxQPRdAtomic)
+	rdmatest.WantError(t, err, verbs.ErrInvalidArgument, "max_rd_atomic")
 
 	const n = 48
 	for i := range n {
-		wr := SendWR{WRID: uint64(i), Opcode: WRRDMARead, SendFlags: SendSignaled,
-			SGList: []SGE{a.mr.SGE(dstOff+16*i, 16)}, RDMA: RDMAParams{RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()}}
+		wr := verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMARead, SendFlags: verbs.SendSignaled,
+			SGList: []verbs.SGE{a.MR.SGE(dstOff+16*i, 16)}, RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA(), RKey: b.MR.RKey()}}
 		if i%3 == 2 {
-			wr = fetchAdd(a, b.mr.IOVA()+8*uint64(i), b.mr.RKey())
+			wr = fetchAdd(a, b.MR.IOVA()+8*uint64(i), b.MR.RKey())
 			wr.WRID = uint64(i)
 		}
-		mustPostSend(t, a.qp, wr)
+		rdmatest.PostSend(t, a.QP, wr)
 	}
 	got := 0
-	buf := make([]WorkCompletion, 8)
-	waitFor(t, "all READs and atomics completed", func() bool {
-		a.qp.xmu.Lock()
-		out := a.qp.tq.Snapshot().RdAtomicOut
-		a.qp.xmu.Unlock()
+	buf := make([]verbs.WorkCompletion, 8)
+	testkit.WaitFor(t, "all READs and atomics completed", func() bool {
+		out := verbs.QPSnapshot(a.QP).RdAtomicOut
 		if out > depth {
 			t.Fatalf("%d READs and atomics outstanding, max_rd_atomic is %d", out, depth)
 		}
-		k, err := a.cq.Poll(buf)
+		k, err := a.CQ.Poll(buf)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, wc := range buf[:k] {
-			if wc.Status != WCSuccess || wc.WRID != uint64(got) {
+			if wc.Status != verbs.WCSuccess || wc.WRID != uint64(got) {
 				t.Fatalf("completion %+v, want %d successful", wc, got)
 			}
 			got++
 		}
 		return got == n
 	})
-	if c := b.qp.Counters(); c.DroppedBusy != 0 {
+	if c := b.QP.Counters(); c.DroppedBusy != 0 {
 		t.Fatalf("responder dropped %d requests for want of a resource", c.DroppedBusy)
 	}
 }
@@ -152,7 +153,7 @@ func TestFloodBoundedMemory(t *testing.T) {
 	if testing.Short() || raceDetector {
 		total = 20_000
 	}
-	h := newHostileTarget(t, DefaultUDPPort)
+	h := newHostileTarget(t, verbs.DefaultUDPPort)
 	h.reset(t, 0)
 
 	// A READ and an atomic the responder will remember, for duplicates.
@@ -192,7 +193,7 @@ func TestFloodBoundedMemory(t *testing.T) {
 		if p.qpn == 0 {
 			p.qpn = h.qp.QPN()
 		}
-		p.pkey, p.ackReq, p.pad = defaultPKey, true, wire.PadCount(len(p.payload))
+		p.pkey, p.ackReq, p.pad = verbs.DefaultPKey, true, wire.PadCount(len(p.payload))
 		pkts[i] = p.build()
 	}
 
@@ -206,11 +207,11 @@ func TestFloodBoundedMemory(t *testing.T) {
 	}
 	// Wait until the device has read what the kernel kept of the flood:
 	// a last, distinct packet (an unknown QP's) shows up in the counters.
-	last := hostilePkt{op: wire.RCSendOnly, qpn: 0x66666, pkey: defaultPKey, psn: epsn}
+	last := hostilePkt{op: wire.RCSendOnly, qpn: 0x66666, pkey: verbs.DefaultPKey, psn: epsn}
 	// The socket may have dropped some of the flood, and may drop the
 	// marker: it is sent again until it arrives.
 	unknown0 := h.dev.Counters().DroppedUnknownQP
-	waitFor(t, "the device read the flood", func() bool {
+	testkit.WaitFor(t, "the device read the flood", func() bool {
 		h.peer.send(t, h.dst, last.build(), false)
 		h.peer.drain(t)
 		return h.dev.Counters().DroppedUnknownQP > unknown0
@@ -219,7 +220,7 @@ func TestFloodBoundedMemory(t *testing.T) {
 	// duplicate WRITE asking for an ACK is answered after all of them.
 	dup := h.request(wire.RCRDMAWriteOnly, 8)
 	dup.psn = epsn.Add(psn.Mask)
-	waitFor(t, "the device's answers to the flood", func() bool {
+	testkit.WaitFor(t, "the device's answers to the flood", func() bool {
 		h.peer.send(t, h.dst, dup.build(), false)
 		for _, p := range h.peer.drain(t) {
 			if p.BTH.Opcode() == wire.RCAcknowledge && p.AETH.Syndrome().Kind() == wire.AETHAck && p.BTH.PSN() == dup.psn {
@@ -229,7 +230,7 @@ func TestFloodBoundedMemory(t *testing.T) {
 		return false
 	})
 	after := heapInUse()
-	c := sub(h.dev.Counters(), c0)
+	c := verbs.SubCounters(h.dev.Counters(), c0)
 	t.Logf("flood of %d datagrams: device read %d (ICRC errors %d), RNR NAKs %d, duplicates %d, out of sequence %d; heap %d -> %d bytes",
 		total, c.RcvdPkts+c.ICRCErrors+c.Malformed, c.ICRCErrors, c.SendRNRErr, c.DuplicateRequest, c.OutOfSeqRequest, before, after)
 	if c.SendRNRErr == 0 || c.DuplicateRequest == 0 {
@@ -239,7 +240,7 @@ func TestFloodBoundedMemory(t *testing.T) {
 	if after > before+bound {
 		t.Fatalf("heap grew from %d to %d bytes under the flood (bound %d)", before, after, bound)
 	}
-	if s := h.qp.State(); s != QPStateRTS {
+	if s := h.qp.State(); s != verbs.QPStateRTS {
 		t.Fatalf("QP in %v after the flood", s)
 	}
 
@@ -252,7 +253,7 @@ func TestFloodBoundedMemory(t *testing.T) {
 	r.dmaLen = 32
 	h.deliver(t, r.build(), false, false)
 	acked, read := false, false
-	waitFor(t, "the WRITE's ACK and the READ's data after the flood", func() bool {
+	testkit.WaitFor(t, "the WRITE's ACK and the READ's data after the flood", func() bool {
 		for _, p := range h.peer.drain(t) {
 			switch {
 			case p.BTH.Opcode() == wire.RCAcknowledge && p.BTH.PSN() == w.psn:

@@ -1,8 +1,12 @@
-package verbs
+package verbs_test
 
 import (
 	"errors"
 	"testing"
+
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
+	"github.com/goroce/goroce/verbs"
 )
 
 // The memory window tests port rdma-core's tests/test_mr.py MWTest (bind,
@@ -10,23 +14,23 @@ import (
 // bind rules of IBA 10.6.7.2 that rxe enforces (rxe_mw.c).
 
 // mwMRAccess is what test_mr's MWRC registers: local write and MW_BIND.
-const mwMRAccess = AccessLocalWrite | AccessMWBind
+const mwMRAccess = verbs.AccessLocalWrite | verbs.AccessMWBind
 
 // mwWindow is what test_mr's MWRC binds: the whole message buffer, remote
 // write.
 const (
 	mwLen    = 4096
-	mwAccess = AccessRemoteWrite | AccessLocalWrite
+	mwAccess = verbs.AccessRemoteWrite | verbs.AccessLocalWrite
 )
 
 // newMWPair opens two connected ends whose buffers are registered with
 // mwMRAccess, like test_mr's MWRC resources.
-func newMWPair(t *testing.T) (a, b *rcEnd) {
+func newMWPair(t *testing.T) (a, b *rdmatest.End) {
 	t.Helper()
-	return newPair(t, endOpts{mrAccess: mwMRAccess}, endOpts{mrAccess: mwMRAccess})
+	return rdmatest.Pair(t, rdmatest.EndOptions{MRAccess: mwMRAccess}, rdmatest.EndOptions{MRAccess: mwMRAccess})
 }
 
-func mustAllocMW(t testing.TB, pd *PD, typ MWType) *MW {
+func mustAllocMW(t testing.TB, pd *verbs.PD, typ verbs.MWType) *verbs.MW {
 	t.Helper()
 	mw, err := pd.AllocMW(typ)
 	if err != nil {
@@ -37,13 +41,13 @@ func mustAllocMW(t testing.TB, pd *PD, typ MWType) *MW {
 
 // bindType1 binds mw over e's buffer [0, mwLen) with ibv_bind_mw semantics
 // and waits for the bind's completion.
-func bindType1(t *testing.T, e *rcEnd, mw *MW, length uint64, access AccessFlags) uint32 {
+func bindType1(t *testing.T, e *rdmatest.End, mw *verbs.MW, length uint64, access verbs.AccessFlags) uint32 {
 	t.Helper()
-	rkey, err := e.qp.BindMW(mw, MWBind{WRID: 0xB1, SendFlags: SendSignaled, MR: e.mr, Addr: e.mr.IOVA(), Length: length, Access: access})
+	rkey, err := e.QP.BindMW(mw, verbs.MWBind{WRID: 0xB1, SendFlags: verbs.SendSignaled, MR: e.MR, Addr: e.MR.IOVA(), Length: length, Access: access})
 	if err != nil {
 		t.Fatalf("BindMW: %v", err)
 	}
-	if wc := waitWC(t, e.cq); wc.WRID != 0xB1 || wc.Status != WCSuccess || wc.Opcode != WCBindMW {
+	if wc := rdmatest.WaitOne(t, e.CQ); wc.WRID != 0xB1 || wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCBindMW {
 		t.Fatalf("bind completion %+v", wc)
 	}
 	if mw.RKey() != rkey {
@@ -54,12 +58,12 @@ func bindType1(t *testing.T, e *rcEnd, mw *MW, length uint64, access AccessFlags
 
 // bindType2 binds mw with a BIND_MW work request over e's buffer at off and
 // waits for its completion.
-func bindType2(t *testing.T, e *rcEnd, mw *MW, off int, length uint64, access AccessFlags) uint32 {
+func bindType2(t *testing.T, e *rdmatest.End, mw *verbs.MW, off int, length uint64, access verbs.AccessFlags) uint32 {
 	t.Helper()
-	rkey := IncRKey(mw.RKey())
-	mustPostSend(t, e.qp, SendWR{WRID: 0xB2, Opcode: WRBindMW, SendFlags: SendSignaled,
-		BindMW: MWBindParams{MW: mw, RKey: rkey, MR: e.mr, Addr: e.mr.IOVA() + uint64(off), Length: length, Access: access}})
-	if wc := waitWC(t, e.cq); wc.WRID != 0xB2 || wc.Status != WCSuccess || wc.Opcode != WCBindMW {
+	rkey := verbs.IncRKey(mw.RKey())
+	rdmatest.PostSend(t, e.QP, verbs.SendWR{WRID: 0xB2, Opcode: verbs.WRBindMW, SendFlags: verbs.SendSignaled,
+		BindMW: verbs.MWBindParams{MW: mw, RKey: rkey, MR: e.MR, Addr: e.MR.IOVA() + uint64(off), Length: length, Access: access}})
+	if wc := rdmatest.WaitOne(t, e.CQ); wc.WRID != 0xB2 || wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCBindMW {
 		t.Fatalf("bind completion %+v", wc)
 	}
 	if mw.RKey() != rkey {
@@ -70,12 +74,12 @@ func bindType2(t *testing.T, e *rcEnd, mw *MW, off int, length uint64, access Ac
 
 // writeThrough RDMA-writes n bytes from a's buffer to b's at raddr under
 // rkey and returns the completion status.
-func writeThrough(t *testing.T, a, b *rcEnd, raddr uint64, rkey uint32, n int, seed byte) WCStatus {
+func writeThrough(t *testing.T, a, b *rdmatest.End, raddr uint64, rkey uint32, n int, seed byte) verbs.WCStatus {
 	t.Helper()
-	fill(a.buf[:n], seed)
-	mustPostSend(t, a.qp, SendWR{WRID: 0x77, Opcode: WRRDMAWrite, SendFlags: SendSignaled,
-		SGList: []SGE{a.mr.SGE(0, n)}, RDMA: RDMAParams{RemoteAddr: raddr, RKey: rkey}})
-	wc := waitWC(t, a.cq)
+	fill(a.Buf[:n], seed)
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 0x77, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.MR.SGE(0, n)}, RDMA: verbs.RDMAParams{RemoteAddr: raddr, RKey: rkey}})
+	wc := rdmatest.WaitOne(t, a.CQ)
 	if wc.WRID != 0x77 {
 		t.Fatalf("write completion %+v", wc)
 	}
@@ -84,42 +88,42 @@ func writeThrough(t *testing.T, a, b *rcEnd, raddr uint64, rkey uint32, n int, s
 
 // rdmaTraffic is test_mr's u.rdma_traffic with RDMA WRITE: both sides write
 // into each other through the windows, several iterations.
-func rdmaTraffic(t *testing.T, a, b *rcEnd, aRKey, bRKey uint32) {
+func rdmaTraffic(t *testing.T, a, b *rdmatest.End, aRKey, bRKey uint32) {
 	t.Helper()
 	for i := range 3 {
-		if st := writeThrough(t, a, b, b.mr.IOVA(), bRKey, mwLen, byte(2*i)); st != WCSuccess {
+		if st := writeThrough(t, a, b, b.MR.IOVA(), bRKey, mwLen, byte(2*i)); st != verbs.WCSuccess {
 			t.Fatalf("iteration %d: client write: %v", i, st)
 		}
-		checkBytes(t, "client to server", b.buf[:mwLen], a.buf[:mwLen])
-		if st := writeThrough(t, b, a, a.mr.IOVA(), aRKey, mwLen, byte(2*i+1)); st != WCSuccess {
+		checkBytes(t, "client to server", b.Buf[:mwLen], a.Buf[:mwLen])
+		if st := writeThrough(t, b, a, a.MR.IOVA(), aRKey, mwLen, byte(2*i+1)); st != verbs.WCSuccess {
 			t.Fatalf("iteration %d: server write: %v", i, st)
 		}
-		checkBytes(t, "server to client", a.buf[:mwLen], b.buf[:mwLen])
+		checkBytes(t, "server to client", a.Buf[:mwLen], b.Buf[:mwLen])
 	}
 }
 
 // wantRemoteAccessError checks that a WRITE through rkey fails with
 // REM_ACCESS_ERR, as test_mr's "Remote access error" assertions.
-func wantRemoteAccessError(t *testing.T, a, b *rcEnd, raddr uint64, rkey uint32) {
+func wantRemoteAccessError(t *testing.T, a, b *rdmatest.End, raddr uint64, rkey uint32) {
 	t.Helper()
-	if st := writeThrough(t, a, b, raddr, rkey, 64, 0x5A); st != WCRemAccessErr {
-		t.Fatalf("write through rkey %#x: %v, want %v", rkey, st, WCRemAccessErr)
+	if st := writeThrough(t, a, b, raddr, rkey, 64, 0x5A); st != verbs.WCRemAccessErr {
+		t.Fatalf("write through rkey %#x: %v, want %v", rkey, st, verbs.WCRemAccessErr)
 	}
 }
 
 func TestMWTestMR(t *testing.T) {
 	cases := []struct {
 		name string
-		typ  MWType
+		typ  verbs.MWType
 		// after runs once traffic succeeded; it reports whether the
 		// windows must now refuse access.
-		after func(t *testing.T, a, b *rcEnd, amw, bmw *MW, aKey, bKey uint32) bool
+		after func(t *testing.T, a, b *rdmatest.End, amw, bmw *verbs.MW, aKey, bKey uint32) bool
 	}{
-		{name: "test_mw_type1", typ: MWType1},
-		{name: "test_mw_type2", typ: MWType2},
+		{name: "test_mw_type1", typ: verbs.MWType1},
+		{name: "test_mw_type2", typ: verbs.MWType2},
 		{
-			name: "test_invalidate_mw_type1", typ: MWType1,
-			after: func(t *testing.T, a, b *rcEnd, amw, bmw *MW, _, _ uint32) bool {
+			name: "test_invalidate_mw_type1", typ: verbs.MWType1,
+			after: func(t *testing.T, a, b *rdmatest.End, amw, bmw *verbs.MW, _, _ uint32) bool {
 				// A zero-length bind unbinds a type 1 window.
 				bindType1(t, a, amw, 0, 0)
 				bindType1(t, b, bmw, 0, 0)
@@ -127,14 +131,14 @@ func TestMWTestMR(t *testing.T) {
 			},
 		},
 		{
-			name: "test_mw_type2_invalidate_local", typ: MWType2,
-			after: func(t *testing.T, a, b *rcEnd, amw, bmw *MW, aKey, bKey uint32) bool {
+			name: "test_mw_type2_invalidate_local", typ: verbs.MWType2,
+			after: func(t *testing.T, a, b *rdmatest.End, amw, bmw *verbs.MW, aKey, bKey uint32) bool {
 				for _, x := range []struct {
-					e   *rcEnd
+					e   *rdmatest.End
 					key uint32
 				}{{a, aKey}, {b, bKey}} {
-					mustPostSend(t, x.e.qp, SendWR{WRID: 0x1C, Opcode: WRLocalInv, SendFlags: SendSignaled, InvalidateRKey: x.key})
-					if wc := waitWC(t, x.e.cq); wc.Status != WCSuccess || wc.Opcode != WCLocalInv {
+					rdmatest.PostSend(t, x.e.QP, verbs.SendWR{WRID: 0x1C, Opcode: verbs.WRLocalInv, SendFlags: verbs.SendSignaled, InvalidateRKey: x.key})
+					if wc := rdmatest.WaitOne(t, x.e.CQ); wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCLocalInv {
 						t.Fatalf("LOCAL_INV completion %+v", wc)
 					}
 				}
@@ -142,41 +146,41 @@ func TestMWTestMR(t *testing.T) {
 			},
 		},
 		{
-			name: "test_mw_type2_invalidate_remote", typ: MWType2,
-			after: func(t *testing.T, a, b *rcEnd, amw, bmw *MW, aKey, bKey uint32) bool {
-				mustPostRecv(t, b.qp, RecvWR{WRID: 0x5E, SGList: []SGE{b.mr.SGE(recvOff, 64)}})
-				mustPostSend(t, a.qp, SendWR{WRID: 0x5D, Opcode: WRSendWithInv, SendFlags: SendSignaled,
-					SGList: []SGE{a.mr.SGE(0, 16)}, InvalidateRKey: bKey})
-				if wc := waitWC(t, a.cq); wc.Status != WCSuccess || wc.Opcode != WCSend {
+			name: "test_mw_type2_invalidate_remote", typ: verbs.MWType2,
+			after: func(t *testing.T, a, b *rdmatest.End, amw, bmw *verbs.MW, aKey, bKey uint32) bool {
+				rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: 0x5E, SGList: []verbs.SGE{b.MR.SGE(recvOff, 64)}})
+				rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 0x5D, Opcode: verbs.WRSendWithInv, SendFlags: verbs.SendSignaled,
+					SGList: []verbs.SGE{a.MR.SGE(0, 16)}, InvalidateRKey: bKey})
+				if wc := rdmatest.WaitOne(t, a.CQ); wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCSend {
 					t.Fatalf("SEND_WITH_INV completion %+v", wc)
 				}
-				wc := waitWC(t, b.cq)
-				if wc.Status != WCSuccess || wc.Opcode != WCRecv || wc.WCFlags&WCWithInv == 0 || wc.InvalidatedRKey != bKey {
+				wc := rdmatest.WaitOne(t, b.CQ)
+				if wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCRecv || wc.WCFlags&verbs.WCWithInv == 0 || wc.InvalidatedRKey != bKey {
 					t.Fatalf("receive completion %+v, want WITH_INV of %#x", wc, bKey)
 				}
 				if bmw.Bound() {
 					t.Fatal("window still bound after SEND_WITH_INV")
 				}
-				mustPostRecv(t, a.qp, RecvWR{WRID: 0x5E, SGList: []SGE{a.mr.SGE(recvOff, 64)}})
-				mustPostSend(t, b.qp, SendWR{WRID: 0x5D, Opcode: WRSendWithInv, SendFlags: SendSignaled,
-					SGList: []SGE{b.mr.SGE(0, 16)}, InvalidateRKey: aKey})
-				if wc := waitWC(t, b.cq); wc.Status != WCSuccess {
+				rdmatest.PostRecv(t, a.QP, verbs.RecvWR{WRID: 0x5E, SGList: []verbs.SGE{a.MR.SGE(recvOff, 64)}})
+				rdmatest.PostSend(t, b.QP, verbs.SendWR{WRID: 0x5D, Opcode: verbs.WRSendWithInv, SendFlags: verbs.SendSignaled,
+					SGList: []verbs.SGE{b.MR.SGE(0, 16)}, InvalidateRKey: aKey})
+				if wc := rdmatest.WaitOne(t, b.CQ); wc.Status != verbs.WCSuccess {
 					t.Fatalf("SEND_WITH_INV completion %+v", wc)
 				}
-				if wc := waitWC(t, a.cq); wc.Status != WCSuccess || wc.InvalidatedRKey != aKey {
+				if wc := rdmatest.WaitOne(t, a.CQ); wc.Status != verbs.WCSuccess || wc.InvalidatedRKey != aKey {
 					t.Fatalf("receive completion %+v", wc)
 				}
 				return true
 			},
 		},
 		{
-			name: "test_mw_type2_invalidate_dealloc", typ: MWType2,
-			after: func(t *testing.T, a, b *rcEnd, amw, bmw *MW, _, _ uint32) bool {
-				for _, mw := range []*MW{amw, bmw} {
+			name: "test_mw_type2_invalidate_dealloc", typ: verbs.MWType2,
+			after: func(t *testing.T, a, b *rdmatest.End, amw, bmw *verbs.MW, _, _ uint32) bool {
+				for _, mw := range []*verbs.MW{amw, bmw} {
 					if err := mw.Dealloc(); err != nil {
 						t.Fatal(err)
 					}
-					if err := mw.Dealloc(); !errors.Is(err, ErrClosed) {
+					if err := mw.Dealloc(); !errors.Is(err, verbs.ErrClosed) {
 						t.Fatalf("second Dealloc: %v", err)
 					}
 				}
@@ -187,12 +191,12 @@ func TestMWTestMR(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			a, b := newMWPair(t)
-			amw, bmw := mustAllocMW(t, a.pd, c.typ), mustAllocMW(t, b.pd, c.typ)
-			if amw.Bound() || amw.Type() != c.typ || !KeyIsMW(amw.RKey()) {
+			amw, bmw := mustAllocMW(t, a.PD, c.typ), mustAllocMW(t, b.PD, c.typ)
+			if amw.Bound() || amw.Type() != c.typ || !verbs.KeyIsMW(amw.RKey()) {
 				t.Fatalf("new window: bound %v, type %v, rkey %#x", amw.Bound(), amw.Type(), amw.RKey())
 			}
 			var aKey, bKey uint32
-			if c.typ == MWType1 {
+			if c.typ == verbs.MWType1 {
 				aKey, bKey = bindType1(t, a, amw, mwLen, mwAccess), bindType1(t, b, bmw, mwLen, mwAccess)
 			} else {
 				aKey, bKey = bindType2(t, a, amw, 0, mwLen, mwAccess), bindType2(t, b, bmw, 0, mwLen, mwAccess)
@@ -203,26 +207,26 @@ func TestMWTestMR(t *testing.T) {
 			}
 			// The old rkeys now give "Remote access error" (new
 			// connections: the failure takes the QPs to ERR).
-			wantRemoteAccessError(t, a, b, b.mr.IOVA(), bKey)
+			wantRemoteAccessError(t, a, b, b.MR.IOVA(), bKey)
 		})
 	}
 }
 
 func TestMWAllocWrongType(t *testing.T) {
 	d := newDevice(t)
-	pd := mustPD(t, d)
-	for _, typ := range []MWType{0, 3, -1} {
-		if _, err := pd.AllocMW(typ); !errors.Is(err, ErrInvalidArgument) {
+	pd := rdmatest.PD(t, d)
+	for _, typ := range []verbs.MWType{0, 3, -1} {
+		if _, err := pd.AllocMW(typ); !errors.Is(err, verbs.ErrInvalidArgument) {
 			t.Errorf("AllocMW(%v): %v, want ErrInvalidArgument", typ, err)
 		}
 	}
 	attr := d.Query()
-	caps := DeviceMemWindow | DeviceMemWindowType2B | DeviceFlushGlobal | DeviceFlushPersistent | DeviceAtomicWrite
+	caps := verbs.DeviceMemWindow | verbs.DeviceMemWindowType2B | verbs.DeviceFlushGlobal | verbs.DeviceFlushPersistent | verbs.DeviceAtomicWrite
 	if attr.MaxMW == 0 || attr.DeviceCapFlags&caps != caps {
 		t.Errorf("max_mw %d, cap flags %#x", attr.MaxMW, uint64(attr.DeviceCapFlags))
 	}
-	mw := mustAllocMW(t, pd, MWType2)
-	if err := pd.Dealloc(); !errors.Is(err, ErrBusy) {
+	mw := mustAllocMW(t, pd, verbs.MWType2)
+	if err := pd.Dealloc(); !errors.Is(err, verbs.ErrBusy) {
 		t.Errorf("Dealloc of a PD with a window: %v, want ErrBusy", err)
 	}
 	if err := mw.Dealloc(); err != nil {
@@ -238,136 +242,136 @@ func TestMWAllocWrongType(t *testing.T) {
 // argument errors PostSend and BindMW report at once.
 func TestMWBindErrors(t *testing.T) {
 	type env struct {
-		a, b  *rcEnd
-		mw    *MW
-		other *MR // b's buffer in a's device, registered in another PD
+		a, b  *rdmatest.End
+		mw    *verbs.MW
+		other *verbs.MR // b's buffer in a's device, registered in another PD
 	}
 	cases := []struct {
 		name    string
-		typ     MWType
-		mrFlags AccessFlags // a's MR; default mwMRAccess
+		typ     verbs.MWType
+		mrFlags verbs.AccessFlags // a's MR; default mwMRAccess
 		post    func(t *testing.T, e *env) error
-		wantErr error    // at post time
-		want    WCStatus // else: the bind's completion
+		wantErr error          // at post time
+		want    verbs.WCStatus // else: the bind's completion
 	}{
 		{
-			name: "MR without MW_BIND (C10-73)", typ: MWType2, mrFlags: AccessLocalWrite,
-			post: func(t *testing.T, e *env) error { return postBind2(e.a, e.mw, e.a.mr, 0, 64, mwAccess) },
-			want: WCMWBindErr,
+			name: "MR without MW_BIND (C10-73)", typ: verbs.MWType2, mrFlags: verbs.AccessLocalWrite,
+			post: func(t *testing.T, e *env) error { return postBind2(e.a, e.mw, e.a.MR, 0, 64, mwAccess) },
+			want: verbs.WCMWBindErr,
 		},
 		{
-			name: "writable window on a region without local write (C10-74)", typ: MWType2, mrFlags: AccessMWBind,
-			post: func(t *testing.T, e *env) error { return postBind2(e.a, e.mw, e.a.mr, 0, 64, AccessRemoteWrite) },
-			want: WCMWBindErr,
+			name: "writable window on a region without local write (C10-74)", typ: verbs.MWType2, mrFlags: verbs.AccessMWBind,
+			post: func(t *testing.T, e *env) error { return postBind2(e.a, e.mw, e.a.MR, 0, 64, verbs.AccessRemoteWrite) },
+			want: verbs.WCMWBindErr,
 		},
 		{
-			name: "window beyond the region (C10-75)", typ: MWType2,
+			name: "window beyond the region (C10-75)", typ: verbs.MWType2,
 			post: func(t *testing.T, e *env) error {
-				return postBind2(e.a, e.mw, e.a.mr, e.a.mr.Len()-64, 65, mwAccess)
+				return postBind2(e.a, e.mw, e.a.MR, e.a.MR.Len()-64, 65, mwAccess)
 			},
-			want: WCMWBindErr,
+			want: verbs.WCMWBindErr,
 		},
 		{
-			name: "window before the region (C10-75)", typ: MWType2,
-			post: func(t *testing.T, e *env) error { return postBind2(e.a, e.mw, e.a.mr, -1, 16, mwAccess) },
-			want: WCMWBindErr,
+			name: "window before the region (C10-75)", typ: verbs.MWType2,
+			post: func(t *testing.T, e *env) error { return postBind2(e.a, e.mw, e.a.MR, -1, 16, mwAccess) },
+			want: verbs.WCMWBindErr,
 		},
 		{
-			name: "zero-based region", typ: MWType2, mrFlags: mwMRAccess | AccessZeroBased,
-			post: func(t *testing.T, e *env) error { return postBind2(e.a, e.mw, e.a.mr, 0, 64, mwAccess) },
-			want: WCMWBindErr,
+			name: "zero-based region", typ: verbs.MWType2, mrFlags: mwMRAccess | verbs.AccessZeroBased,
+			post: func(t *testing.T, e *env) error { return postBind2(e.a, e.mw, e.a.MR, 0, 64, mwAccess) },
+			want: verbs.WCMWBindErr,
 		},
 		{
-			name: "type 2 with zero length (o10-37.2.40)", typ: MWType2,
-			post: func(t *testing.T, e *env) error { return postBind2(e.a, e.mw, e.a.mr, 0, 0, mwAccess) },
-			want: WCMWBindErr,
+			name: "type 2 with zero length (o10-37.2.40)", typ: verbs.MWType2,
+			post: func(t *testing.T, e *env) error { return postBind2(e.a, e.mw, e.a.MR, 0, 0, mwAccess) },
+			want: verbs.WCMWBindErr,
 		},
 		{
-			name: "type 2 bound twice (o10-37.2.30)", typ: MWType2,
+			name: "type 2 bound twice (o10-37.2.30)", typ: verbs.MWType2,
 			post: func(t *testing.T, e *env) error {
-				if err := postBind2(e.a, e.mw, e.a.mr, 0, 64, mwAccess); err != nil {
+				if err := postBind2(e.a, e.mw, e.a.MR, 0, 64, mwAccess); err != nil {
 					return err
 				}
-				if wc := waitWC(t, e.a.cq); wc.Status != WCSuccess {
+				if wc := rdmatest.WaitOne(t, e.a.CQ); wc.Status != verbs.WCSuccess {
 					t.Fatalf("first bind %+v", wc)
 				}
-				return postBind2(e.a, e.mw, e.a.mr, 0, 64, mwAccess)
+				return postBind2(e.a, e.mw, e.a.MR, 0, 64, mwAccess)
 			},
-			want: WCMWBindErr,
+			want: verbs.WCMWBindErr,
 		},
 		{
-			name: "type 2 of another PD than the QP (C10-72)", typ: MWType2,
+			name: "type 2 of another PD than the QP (C10-72)", typ: verbs.MWType2,
 			post: func(t *testing.T, e *env) error {
-				mw := mustAllocMW(t, mustPD(t, e.a.dev), MWType2)
-				return postBind2(e.a, mw, e.a.mr, 0, 64, mwAccess)
+				mw := mustAllocMW(t, rdmatest.PD(t, e.a.Dev), verbs.MWType2)
+				return postBind2(e.a, mw, e.a.MR, 0, 64, mwAccess)
 			},
-			want: WCMWBindErr,
+			want: verbs.WCMWBindErr,
 		},
 		{
-			name: "region of another PD than the window", typ: MWType2,
+			name: "region of another PD than the window", typ: verbs.MWType2,
 			post: func(t *testing.T, e *env) error { return postBind2(e.a, e.mw, e.other, 0, 64, mwAccess) },
-			want: WCMWBindErr,
+			want: verbs.WCMWBindErr,
 		},
 		{
-			name: "deregistered region", typ: MWType2,
+			name: "deregistered region", typ: verbs.MWType2,
 			post: func(t *testing.T, e *env) error {
-				mr := mustMR2(t, e.a.pd, make([]byte, 128), mwMRAccess)
+				mr := rdmatest.MR(t, e.a.PD, make([]byte, 128), mwMRAccess)
 				if err := mr.Dereg(); err != nil {
 					t.Fatal(err)
 				}
 				return postBind2(e.a, e.mw, mr, 0, 64, mwAccess)
 			},
-			want: WCMWBindErr,
+			want: verbs.WCMWBindErr,
 		},
 		{
-			name: "type 1 zero-based (o10-36.2.2)", typ: MWType1,
+			name: "type 1 zero-based (o10-36.2.2)", typ: verbs.MWType1,
 			post: func(t *testing.T, e *env) error {
-				_, err := e.a.qp.BindMW(e.mw, MWBind{MR: e.a.mr, Addr: e.a.mr.IOVA(), Length: 64, Access: mwAccess | AccessZeroBased})
+				_, err := e.a.QP.BindMW(e.mw, verbs.MWBind{MR: e.a.MR, Addr: e.a.MR.IOVA(), Length: 64, Access: mwAccess | verbs.AccessZeroBased})
 				return err
 			},
-			wantErr: ErrInvalidArgument,
+			wantErr: verbs.ErrInvalidArgument,
 		},
 		{
-			name: "type 1 through PostSend", typ: MWType1,
-			post:    func(t *testing.T, e *env) error { return postBind2(e.a, e.mw, e.a.mr, 0, 64, mwAccess) },
-			wantErr: ErrInvalidArgument,
+			name: "type 1 through PostSend", typ: verbs.MWType1,
+			post:    func(t *testing.T, e *env) error { return postBind2(e.a, e.mw, e.a.MR, 0, 64, mwAccess) },
+			wantErr: verbs.ErrInvalidArgument,
 		},
 		{
-			name: "type 2 through BindMW", typ: MWType2,
+			name: "type 2 through BindMW", typ: verbs.MWType2,
 			post: func(t *testing.T, e *env) error {
-				_, err := e.a.qp.BindMW(e.mw, MWBind{MR: e.a.mr, Addr: e.a.mr.IOVA(), Length: 64, Access: mwAccess})
+				_, err := e.a.QP.BindMW(e.mw, verbs.MWBind{MR: e.a.MR, Addr: e.a.MR.IOVA(), Length: 64, Access: mwAccess})
 				return err
 			},
-			wantErr: ErrInvalidArgument,
+			wantErr: verbs.ErrInvalidArgument,
 		},
 		{
-			name: "rkey of another window", typ: MWType2,
+			name: "rkey of another window", typ: verbs.MWType2,
 			post: func(t *testing.T, e *env) error {
-				return e.a.qp.PostSend(&SendWR{WRID: 9, Opcode: WRBindMW, SendFlags: SendSignaled,
-					BindMW: MWBindParams{MW: e.mw, RKey: e.mw.RKey() + 0x100, MR: e.a.mr, Addr: e.a.mr.IOVA(), Length: 64, Access: mwAccess}})
+				return e.a.QP.PostSend(&verbs.SendWR{WRID: 9, Opcode: verbs.WRBindMW, SendFlags: verbs.SendSignaled,
+					BindMW: verbs.MWBindParams{MW: e.mw, RKey: e.mw.RKey() + 0x100, MR: e.a.MR, Addr: e.a.MR.IOVA(), Length: 64, Access: mwAccess}})
 			},
-			wantErr: ErrInvalidArgument,
+			wantErr: verbs.ErrInvalidArgument,
 		},
 		{
-			name: "unknown window rights", typ: MWType2,
-			post:    func(t *testing.T, e *env) error { return postBind2(e.a, e.mw, e.a.mr, 0, 64, AccessOnDemand) },
-			wantErr: ErrInvalidArgument,
+			name: "unknown window rights", typ: verbs.MWType2,
+			post:    func(t *testing.T, e *env) error { return postBind2(e.a, e.mw, e.a.MR, 0, 64, verbs.AccessOnDemand) },
+			wantErr: verbs.ErrInvalidArgument,
 		},
 		{
-			name: "bind with data", typ: MWType2,
+			name: "bind with data", typ: verbs.MWType2,
 			post: func(t *testing.T, e *env) error {
-				return e.a.qp.PostSend(&SendWR{WRID: 9, Opcode: WRBindMW, SGList: []SGE{e.a.mr.SGE(0, 8)},
-					BindMW: MWBindParams{MW: e.mw, RKey: IncRKey(e.mw.RKey()), MR: e.a.mr, Addr: e.a.mr.IOVA(), Length: 64}})
+				return e.a.QP.PostSend(&verbs.SendWR{WRID: 9, Opcode: verbs.WRBindMW, SGList: []verbs.SGE{e.a.MR.SGE(0, 8)},
+					BindMW: verbs.MWBindParams{MW: e.mw, RKey: verbs.IncRKey(e.mw.RKey()), MR: e.a.MR, Addr: e.a.MR.IOVA(), Length: 64}})
 			},
-			wantErr: ErrInvalidArgument,
+			wantErr: verbs.ErrInvalidArgument,
 		},
 		{
-			name: "missing region", typ: MWType2,
+			name: "missing region", typ: verbs.MWType2,
 			post: func(t *testing.T, e *env) error {
-				return e.a.qp.PostSend(&SendWR{WRID: 9, Opcode: WRBindMW,
-					BindMW: MWBindParams{MW: e.mw, RKey: IncRKey(e.mw.RKey()), Length: 64}})
+				return e.a.QP.PostSend(&verbs.SendWR{WRID: 9, Opcode: verbs.WRBindMW,
+					BindMW: verbs.MWBindParams{MW: e.mw, RKey: verbs.IncRKey(e.mw.RKey()), Length: 64}})
 			},
-			wantErr: ErrInvalidArgument,
+			wantErr: verbs.ErrInvalidArgument,
 		},
 	}
 	for _, c := range cases {
@@ -376,29 +380,29 @@ func TestMWBindErrors(t *testing.T) {
 			if flags == 0 {
 				flags = mwMRAccess
 			}
-			a, b := newPair(t, endOpts{mrAccess: flags}, endOpts{mrAccess: mwMRAccess})
-			e := &env{a: a, b: b, mw: mustAllocMW(t, a.pd, c.typ),
-				other: mustMR2(t, mustPD(t, a.dev), make([]byte, 4096), mwMRAccess)}
+			a, b := rdmatest.Pair(t, rdmatest.EndOptions{MRAccess: flags}, rdmatest.EndOptions{MRAccess: mwMRAccess})
+			e := &env{a: a, b: b, mw: mustAllocMW(t, a.PD, c.typ),
+				other: rdmatest.MR(t, rdmatest.PD(t, a.Dev), make([]byte, 4096), mwMRAccess)}
 			err := c.post(t, e)
 			if c.wantErr != nil {
 				if !errors.Is(err, c.wantErr) {
 					t.Fatalf("post: %v, want %v", err, c.wantErr)
 				}
-				expectEmpty(t, a.cq)
+				rdmatest.ExpectEmpty(t, a.CQ)
 				return
 			}
 			if err != nil {
 				t.Fatalf("post: %v", err)
 			}
-			wc := waitWC(t, a.cq)
+			wc := rdmatest.WaitOne(t, a.CQ)
 			if wc.Status != c.want {
 				t.Fatalf("bind completion %+v, want %v", wc, c.want)
 			}
-			if c.want != WCSuccess {
+			if c.want != verbs.WCSuccess {
 				if e.mw.Bound() && c.name != "type 2 bound twice (o10-37.2.30)" {
 					t.Fatal("a failed bind left the window bound")
 				}
-				if st := a.qp.State(); st != QPStateErr {
+				if st := a.QP.State(); st != verbs.QPStateErr {
 					t.Fatalf("QP in %v after a bind error, want ERR", st)
 				}
 			}
@@ -407,9 +411,9 @@ func TestMWBindErrors(t *testing.T) {
 }
 
 // postBind2 posts a signaled BIND_MW of mw over [off, off+length) of mr.
-func postBind2(e *rcEnd, mw *MW, mr *MR, off int, length uint64, access AccessFlags) error {
-	return e.qp.PostSend(&SendWR{WRID: 9, Opcode: WRBindMW, SendFlags: SendSignaled,
-		BindMW: MWBindParams{MW: mw, RKey: IncRKey(mw.RKey()), MR: mr, Addr: mr.IOVA() + uint64(int64(off)), Length: length, Access: access}})
+func postBind2(e *rdmatest.End, mw *verbs.MW, mr *verbs.MR, off int, length uint64, access verbs.AccessFlags) error {
+	return e.QP.PostSend(&verbs.SendWR{WRID: 9, Opcode: verbs.WRBindMW, SendFlags: verbs.SendSignaled,
+		BindMW: verbs.MWBindParams{MW: mw, RKey: verbs.IncRKey(mw.RKey()), MR: mr, Addr: mr.IOVA() + uint64(int64(off)), Length: length, Access: access}})
 }
 
 // TestMWRemoteAccess checks what a peer can do through a bound window:
@@ -420,112 +424,116 @@ func TestMWRemoteAccess(t *testing.T) {
 	const off = 1024
 	cases := []struct {
 		name   string
-		typ    MWType
-		access AccessFlags
+		typ    verbs.MWType
+		access verbs.AccessFlags
 		// raddr is the peer's address for byte i of the window.
 		zeroBased bool
-		op        func(t *testing.T, a, b *rcEnd, mw *MW, rkey uint32) WCStatus
-		want      WCStatus
-		check     func(t *testing.T, a, b *rcEnd)
+		op        func(t *testing.T, a, b *rdmatest.End, mw *verbs.MW, rkey uint32) verbs.WCStatus
+		want      verbs.WCStatus
+		check     func(t *testing.T, a, b *rdmatest.End)
 	}{
 		{
-			name: "write inside the window", typ: MWType2, access: mwAccess,
-			op: func(t *testing.T, a, b *rcEnd, _ *MW, rkey uint32) WCStatus {
-				return writeThrough(t, a, b, b.mr.IOVA()+off+100, rkey, 200, 3)
+			name: "write inside the window", typ: verbs.MWType2, access: mwAccess,
+			op: func(t *testing.T, a, b *rdmatest.End, _ *verbs.MW, rkey uint32) verbs.WCStatus {
+				return writeThrough(t, a, b, b.MR.IOVA()+off+100, rkey, 200, 3)
 			},
-			want:  WCSuccess,
-			check: func(t *testing.T, a, b *rcEnd) { checkBytes(t, "window", b.buf[off+100:off+300], a.buf[:200]) },
+			want:  verbs.WCSuccess,
+			check: func(t *testing.T, a, b *rdmatest.End) { checkBytes(t, "window", b.Buf[off+100:off+300], a.Buf[:200]) },
 		},
 		{
-			name: "write past the window's end inside the region", typ: MWType2, access: mwAccess,
-			op: func(t *testing.T, a, b *rcEnd, _ *MW, rkey uint32) WCStatus {
-				return writeThrough(t, a, b, b.mr.IOVA()+off+mwLen-8, rkey, 16, 3)
+			name: "write past the window's end inside the region", typ: verbs.MWType2, access: mwAccess,
+			op: func(t *testing.T, a, b *rdmatest.End, _ *verbs.MW, rkey uint32) verbs.WCStatus {
+				return writeThrough(t, a, b, b.MR.IOVA()+off+mwLen-8, rkey, 16, 3)
 			},
-			want: WCRemAccessErr,
+			want: verbs.WCRemAccessErr,
 		},
 		{
-			name: "write before the window's start", typ: MWType1, access: mwAccess,
-			op: func(t *testing.T, a, b *rcEnd, _ *MW, rkey uint32) WCStatus {
-				return writeThrough(t, a, b, b.mr.IOVA()+off-8, rkey, 16, 3)
+			name: "write before the window's start", typ: verbs.MWType1, access: mwAccess,
+			op: func(t *testing.T, a, b *rdmatest.End, _ *verbs.MW, rkey uint32) verbs.WCStatus {
+				return writeThrough(t, a, b, b.MR.IOVA()+off-8, rkey, 16, 3)
 			},
-			want: WCRemAccessErr,
+			want: verbs.WCRemAccessErr,
 		},
 		{
-			name: "write through a read-only window", typ: MWType2, access: AccessRemoteRead,
-			op: func(t *testing.T, a, b *rcEnd, _ *MW, rkey uint32) WCStatus {
-				return writeThrough(t, a, b, b.mr.IOVA()+off, rkey, 16, 3)
+			name: "write through a read-only window", typ: verbs.MWType2, access: verbs.AccessRemoteRead,
+			op: func(t *testing.T, a, b *rdmatest.End, _ *verbs.MW, rkey uint32) verbs.WCStatus {
+				return writeThrough(t, a, b, b.MR.IOVA()+off, rkey, 16, 3)
 			},
-			want: WCRemAccessErr,
+			want: verbs.WCRemAccessErr,
 		},
 		{
-			name: "read through a read-only window", typ: MWType1, access: AccessRemoteRead,
-			op: func(t *testing.T, a, b *rcEnd, _ *MW, rkey uint32) WCStatus {
-				fill(b.buf[off:off+300], 9)
-				mustPostSend(t, a.qp, SendWR{WRID: 5, Opcode: WRRDMARead, SendFlags: SendSignaled,
-					SGList: []SGE{a.mr.SGE(dstOff, 300)}, RDMA: RDMAParams{RemoteAddr: b.mr.IOVA() + off, RKey: rkey}})
-				return waitWC(t, a.cq).Status
+			name: "read through a read-only window", typ: verbs.MWType1, access: verbs.AccessRemoteRead,
+			op: func(t *testing.T, a, b *rdmatest.End, _ *verbs.MW, rkey uint32) verbs.WCStatus {
+				fill(b.Buf[off:off+300], 9)
+				rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 5, Opcode: verbs.WRRDMARead, SendFlags: verbs.SendSignaled,
+					SGList: []verbs.SGE{a.MR.SGE(dstOff, 300)}, RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA() + off, RKey: rkey}})
+				return rdmatest.WaitOne(t, a.CQ).Status
 			},
-			want:  WCSuccess,
-			check: func(t *testing.T, a, b *rcEnd) { checkBytes(t, "read", a.buf[dstOff:dstOff+300], b.buf[off:off+300]) },
+			want: verbs.WCSuccess,
+			check: func(t *testing.T, a, b *rdmatest.End) {
+				checkBytes(t, "read", a.Buf[dstOff:dstOff+300], b.Buf[off:off+300])
+			},
 		},
 		{
-			name: "zero-based type 2 window", typ: MWType2, access: mwAccess | AccessZeroBased, zeroBased: true,
-			op: func(t *testing.T, a, b *rcEnd, _ *MW, rkey uint32) WCStatus {
+			name: "zero-based type 2 window", typ: verbs.MWType2, access: mwAccess | verbs.AccessZeroBased, zeroBased: true,
+			op: func(t *testing.T, a, b *rdmatest.End, _ *verbs.MW, rkey uint32) verbs.WCStatus {
 				return writeThrough(t, a, b, 40, rkey, 100, 4)
 			},
-			want:  WCSuccess,
-			check: func(t *testing.T, a, b *rcEnd) { checkBytes(t, "zero-based", b.buf[off+40:off+140], a.buf[:100]) },
-		},
-		{
-			name: "atomic through an atomic window", typ: MWType2, access: AccessRemoteAtomic | AccessLocalWrite,
-			op: func(t *testing.T, a, b *rcEnd, _ *MW, rkey uint32) WCStatus {
-				mustPostSend(t, a.qp, SendWR{WRID: 6, Opcode: WRAtomicFetchAndAdd, SendFlags: SendSignaled,
-					SGList: []SGE{a.mr.SGE(dstOff, 8)}, Atomic: AtomicParams{RemoteAddr: b.mr.IOVA() + off, RKey: rkey, CompareAdd: 5}})
-				return waitWC(t, a.cq).Status
+			want: verbs.WCSuccess,
+			check: func(t *testing.T, a, b *rdmatest.End) {
+				checkBytes(t, "zero-based", b.Buf[off+40:off+140], a.Buf[:100])
 			},
-			want: WCSuccess,
 		},
 		{
-			name: "type 2 window through another QP", typ: MWType2, access: mwAccess,
-			op: func(t *testing.T, a, b *rcEnd, _ *MW, rkey uint32) WCStatus {
+			name: "atomic through an atomic window", typ: verbs.MWType2, access: verbs.AccessRemoteAtomic | verbs.AccessLocalWrite,
+			op: func(t *testing.T, a, b *rdmatest.End, _ *verbs.MW, rkey uint32) verbs.WCStatus {
+				rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 6, Opcode: verbs.WRAtomicFetchAndAdd, SendFlags: verbs.SendSignaled,
+					SGList: []verbs.SGE{a.MR.SGE(dstOff, 8)}, Atomic: verbs.AtomicParams{RemoteAddr: b.MR.IOVA() + off, RKey: rkey, CompareAdd: 5}})
+				return rdmatest.WaitOne(t, a.CQ).Status
+			},
+			want: verbs.WCSuccess,
+		},
+		{
+			name: "type 2 window through another QP", typ: verbs.MWType2, access: mwAccess,
+			op: func(t *testing.T, a, b *rdmatest.End, _ *verbs.MW, rkey uint32) verbs.WCStatus {
 				// A second connection between the same devices, QPs in
 				// the same PDs: the window belongs to b's first QP.
 				a2, b2 := secondConnection(t, a, b)
-				return writeThrough(t, a2, b2, b.mr.IOVA()+off, rkey, 16, 5)
+				return writeThrough(t, a2, b2, b.MR.IOVA()+off, rkey, 16, 5)
 			},
-			want: WCRemAccessErr,
+			want: verbs.WCRemAccessErr,
 		},
 		{
-			name: "type 1 window through another QP of the PD", typ: MWType1, access: mwAccess,
-			op: func(t *testing.T, a, b *rcEnd, _ *MW, rkey uint32) WCStatus {
+			name: "type 1 window through another QP of the PD", typ: verbs.MWType1, access: mwAccess,
+			op: func(t *testing.T, a, b *rdmatest.End, _ *verbs.MW, rkey uint32) verbs.WCStatus {
 				a2, b2 := secondConnection(t, a, b)
-				return writeThrough(t, a2, b2, b.mr.IOVA()+off, rkey, 16, 5)
+				return writeThrough(t, a2, b2, b.MR.IOVA()+off, rkey, 16, 5)
 			},
-			want: WCSuccess,
+			want: verbs.WCSuccess,
 		},
 		{
-			name: "old rkey after a rebind", typ: MWType1, access: mwAccess,
-			op: func(t *testing.T, a, b *rcEnd, mw *MW, rkey uint32) WCStatus {
+			name: "old rkey after a rebind", typ: verbs.MWType1, access: mwAccess,
+			op: func(t *testing.T, a, b *rdmatest.End, mw *verbs.MW, rkey uint32) verbs.WCStatus {
 				next := bindType1(t, b, mw, mwLen, mwAccess)
 				if next == rkey || next>>8 != rkey>>8 {
 					t.Fatalf("rebind rkey %#x after %#x: want the same index, another key", next, rkey)
 				}
-				if st := writeThrough(t, a, b, b.mr.IOVA(), next, 16, 6); st != WCSuccess {
+				if st := writeThrough(t, a, b, b.MR.IOVA(), next, 16, 6); st != verbs.WCSuccess {
 					t.Fatalf("write through the new rkey: %v", st)
 				}
-				return writeThrough(t, a, b, b.mr.IOVA(), rkey, 16, 6)
+				return writeThrough(t, a, b, b.MR.IOVA(), rkey, 16, 6)
 			},
-			want: WCRemAccessErr,
+			want: verbs.WCRemAccessErr,
 		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			a, b := newMWPair(t)
-			mw := mustAllocMW(t, b.pd, c.typ)
+			mw := mustAllocMW(t, b.PD, c.typ)
 			var rkey uint32
-			if c.typ == MWType1 {
-				rkey, _ = b.qp.BindMW(mw, MWBind{WRID: 0xB1, SendFlags: SendSignaled, MR: b.mr, Addr: b.mr.IOVA() + off, Length: mwLen, Access: c.access})
-				if wc := waitWC(t, b.cq); wc.Status != WCSuccess {
+			if c.typ == verbs.MWType1 {
+				rkey, _ = b.QP.BindMW(mw, verbs.MWBind{WRID: 0xB1, SendFlags: verbs.SendSignaled, MR: b.MR, Addr: b.MR.IOVA() + off, Length: mwLen, Access: c.access})
+				if wc := rdmatest.WaitOne(t, b.CQ); wc.Status != verbs.WCSuccess {
 					t.Fatalf("bind %+v", wc)
 				}
 				if c.name == "old rkey after a rebind" {
@@ -550,12 +558,12 @@ func TestMWRemoteAccess(t *testing.T) {
 // fast-registration regions), and SEND_WITH_INV naming a type 1 window,
 // which fails the receive and NAKs the request.
 func TestMWInvalidateErrors(t *testing.T) {
-	for _, typ := range []MWType{MWType1, 0} {
-		t.Run("LOCAL_INV of "+map[MWType]string{MWType1: "a type 1 window", 0: "a region"}[typ], func(t *testing.T) {
+	for _, typ := range []verbs.MWType{verbs.MWType1, 0} {
+		t.Run("LOCAL_INV of "+map[verbs.MWType]string{verbs.MWType1: "a type 1 window", 0: "a region"}[typ], func(t *testing.T) {
 			a, _ := newMWPair(t)
-			key := a.mr.RKey()
-			if typ == MWType1 {
-				mw := mustAllocMW(t, a.pd, MWType1)
+			key := a.MR.RKey()
+			if typ == verbs.MWType1 {
+				mw := mustAllocMW(t, a.PD, verbs.MWType1)
 				key = bindType1(t, a, mw, mwLen, mwAccess)
 				defer func() {
 					if !mw.Bound() {
@@ -563,23 +571,23 @@ func TestMWInvalidateErrors(t *testing.T) {
 					}
 				}()
 			}
-			mustPostSend(t, a.qp, SendWR{WRID: 0x1C, Opcode: WRLocalInv, SendFlags: SendSignaled, InvalidateRKey: key})
-			if wc := waitWC(t, a.cq); wc.Status != WCLocQPOpErr {
-				t.Fatalf("LOCAL_INV of %#x: %+v, want %v", key, wc, WCLocQPOpErr)
+			rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 0x1C, Opcode: verbs.WRLocalInv, SendFlags: verbs.SendSignaled, InvalidateRKey: key})
+			if wc := rdmatest.WaitOne(t, a.CQ); wc.Status != verbs.WCLocQPOpErr {
+				t.Fatalf("LOCAL_INV of %#x: %+v, want %v", key, wc, verbs.WCLocQPOpErr)
 			}
 		})
 	}
 	t.Run("SEND_WITH_INV of a type 1 window", func(t *testing.T) {
 		a, b := newMWPair(t)
-		mw := mustAllocMW(t, b.pd, MWType1)
+		mw := mustAllocMW(t, b.PD, verbs.MWType1)
 		key := bindType1(t, b, mw, mwLen, mwAccess)
-		mustPostRecv(t, b.qp, RecvWR{WRID: 0x5E, SGList: []SGE{b.mr.SGE(recvOff, 64)}})
-		mustPostSend(t, a.qp, SendWR{WRID: 0x5D, Opcode: WRSendWithInv, SendFlags: SendSignaled,
-			SGList: []SGE{a.mr.SGE(0, 16)}, InvalidateRKey: key})
-		if wc := waitWC(t, a.cq); wc.Status != WCRemInvReqErr {
-			t.Fatalf("sender %+v, want %v", wc, WCRemInvReqErr)
+		rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: 0x5E, SGList: []verbs.SGE{b.MR.SGE(recvOff, 64)}})
+		rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 0x5D, Opcode: verbs.WRSendWithInv, SendFlags: verbs.SendSignaled,
+			SGList: []verbs.SGE{a.MR.SGE(0, 16)}, InvalidateRKey: key})
+		if wc := rdmatest.WaitOne(t, a.CQ); wc.Status != verbs.WCRemInvReqErr {
+			t.Fatalf("sender %+v, want %v", wc, verbs.WCRemInvReqErr)
 		}
-		if wc := waitWC(t, b.cq); wc.WRID != 0x5E || wc.Status == WCSuccess {
+		if wc := rdmatest.WaitOne(t, b.CQ); wc.WRID != 0x5E || wc.Status == verbs.WCSuccess {
 			t.Fatalf("receiver %+v, want an error", wc)
 		}
 		if !mw.Bound() {
@@ -592,20 +600,20 @@ func TestMWInvalidateErrors(t *testing.T) {
 // be deregistered (nor reregistered); once they are unbound it can.
 func TestMWDeregBusy(t *testing.T) {
 	a, _ := newMWPair(t)
-	mw1, mw2 := mustAllocMW(t, a.pd, MWType1), mustAllocMW(t, a.pd, MWType2)
+	mw1, mw2 := mustAllocMW(t, a.PD, verbs.MWType1), mustAllocMW(t, a.PD, verbs.MWType2)
 	bindType1(t, a, mw1, 64, mwAccess)
 	key2 := bindType2(t, a, mw2, 128, 64, mwAccess)
-	if err := a.mr.Dereg(); !errors.Is(err, ErrBusy) {
+	if err := a.MR.Dereg(); !errors.Is(err, verbs.ErrBusy) {
 		t.Fatalf("Dereg with 2 windows: %v, want ErrBusy", err)
 	}
-	if err := a.mr.Rereg(ReregChangeAccess, nil, nil, mwMRAccess); !errors.Is(err, ErrBusy) {
+	if err := a.MR.Rereg(verbs.ReregChangeAccess, nil, nil, mwMRAccess); !errors.Is(err, verbs.ErrBusy) {
 		t.Fatalf("Rereg with windows: %v, want ErrBusy", err)
 	}
 	bindType1(t, a, mw1, 0, 0)
-	if err := a.mr.Dereg(); !errors.Is(err, ErrBusy) {
+	if err := a.MR.Dereg(); !errors.Is(err, verbs.ErrBusy) {
 		t.Fatalf("Dereg with 1 window: %v, want ErrBusy", err)
 	}
-	mustPostSend(t, a.qp, SendWR{WRID: 0x1C, Opcode: WRLocalInv, InvalidateRKey: key2})
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 0x1C, Opcode: verbs.WRLocalInv, InvalidateRKey: key2})
 	if mw2.Bound() {
 		t.Fatal("LOCAL_INV did not unbind the window")
 	}
@@ -614,7 +622,7 @@ func TestMWDeregBusy(t *testing.T) {
 	if err := mw2.Dealloc(); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.mr.Dereg(); err != nil {
+	if err := a.MR.Dereg(); err != nil {
 		t.Fatalf("Dereg with no window: %v", err)
 	}
 	if key3 == key2 {
@@ -630,17 +638,17 @@ func TestMWDeregBusy(t *testing.T) {
 // effect at once, and a signaled LOCAL_INV behind a WRITE completes after
 // the WRITE.
 func TestMWUnsignaledOrder(t *testing.T) {
-	a, b := newPair(t, endOpts{mrAccess: rcAccess | AccessMWBind}, endOpts{})
-	mw := mustAllocMW(t, a.pd, MWType2)
-	fill(a.buf[:mwLen], 1)
-	mustPostSend(t, a.qp, SendWR{WRID: 1, Opcode: WRRDMAWrite, SendFlags: SendSignaled,
-		SGList: []SGE{a.mr.SGE(0, mwLen)}, RDMA: RDMAParams{RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()}})
-	key := IncRKey(mw.RKey())
-	mustPostSend(t, a.qp, SendWR{WRID: 2, Opcode: WRBindMW,
-		BindMW: MWBindParams{MW: mw, RKey: key, MR: a.mr, Addr: a.mr.IOVA(), Length: 64, Access: mwAccess}})
-	mustPostSend(t, a.qp, SendWR{WRID: 3, Opcode: WRLocalInv, SendFlags: SendSignaled | SendFence, InvalidateRKey: key})
-	wcs := waitN(t, a.cq, 2)
-	if wcs[0].WRID != 1 || wcs[1].WRID != 3 || wcs[1].Opcode != WCLocalInv || wcs[1].Status != WCSuccess {
+	a, b := rdmatest.Pair(t, rdmatest.EndOptions{MRAccess: rdmatest.RCAccess | verbs.AccessMWBind}, rdmatest.EndOptions{})
+	mw := mustAllocMW(t, a.PD, verbs.MWType2)
+	fill(a.Buf[:mwLen], 1)
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.MR.SGE(0, mwLen)}, RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA(), RKey: b.MR.RKey()}})
+	key := verbs.IncRKey(mw.RKey())
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 2, Opcode: verbs.WRBindMW,
+		BindMW: verbs.MWBindParams{MW: mw, RKey: key, MR: a.MR, Addr: a.MR.IOVA(), Length: 64, Access: mwAccess}})
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 3, Opcode: verbs.WRLocalInv, SendFlags: verbs.SendSignaled | verbs.SendFence, InvalidateRKey: key})
+	wcs := rdmatest.WaitN(t, a.CQ, 2)
+	if wcs[0].WRID != 1 || wcs[1].WRID != 3 || wcs[1].Opcode != verbs.WCLocalInv || wcs[1].Status != verbs.WCSuccess {
 		t.Fatalf("completions %+v", wcs)
 	}
 	if mw.Bound() || mw.RKey() != key {
@@ -652,10 +660,10 @@ func TestMWUnsignaledOrder(t *testing.T) {
 // receive path does not allocate.
 func TestMWRemoteNoAllocs(t *testing.T) {
 	a, _ := newMWPair(t)
-	mw := mustAllocMW(t, a.pd, MWType1)
+	mw := mustAllocMW(t, a.PD, verbs.MWType1)
 	key := bindType1(t, a, mw, mwLen, mwAccess)
-	m := (*qpMemory)(a.qp)
-	va := a.mr.IOVA() + 8
+	m := verbs.QPMemory(a.QP)
+	va := a.MR.IOVA() + 8
 	n := testing.AllocsPerRun(1000, func() {
 		b, ref, err := m.Remote(0, key, va, 64, 2)
 		if err != nil || len(b) != 64 {
@@ -673,18 +681,18 @@ func TestMWRemoteNoAllocs(t *testing.T) {
 // nothing from the moment the withdrawal starts.
 func TestMWDeallocWaitsForAccess(t *testing.T) {
 	a, _ := newMWPair(t)
-	mw := mustAllocMW(t, a.pd, MWType1)
+	mw := mustAllocMW(t, a.PD, verbs.MWType1)
 	key := bindType1(t, a, mw, mwLen, mwAccess)
-	m := (*qpMemory)(a.qp)
-	_, ref, err := m.Remote(0, key, a.mr.IOVA(), 8, 2)
+	m := verbs.QPMemory(a.QP)
+	_, ref, err := m.Remote(0, key, a.MR.IOVA(), 8, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := mw.binding.Load()
+	withdrawn := verbs.WatchWithdrawal(mw)
 	done := make(chan error)
 	go func() { done <- mw.Dealloc() }()
-	waitFor(t, "the withdrawal to start", func() bool { return r.refs.Load()&regionDead != 0 })
-	if _, _, err := m.Remote(0, key, a.mr.IOVA(), 8, 2); err == nil {
+	testkit.WaitFor(t, "the withdrawal to start", withdrawn)
+	if _, _, err := m.Remote(0, key, a.MR.IOVA(), 8, 2); err == nil {
 		t.Fatal("the rkey still resolves while the window is withdrawn")
 	}
 	select {
@@ -696,25 +704,25 @@ func TestMWDeallocWaitsForAccess(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if err := a.mr.Dereg(); err != nil {
+	if err := a.MR.Dereg(); err != nil {
 		t.Fatalf("Dereg after the window's Dealloc: %v", err)
 	}
 }
 
 // secondConnection connects a second pair of RC QPs between a's and b's
 // devices, in the same PDs, with the same CQs and memory.
-func secondConnection(t *testing.T, a, b *rcEnd) (a2, b2 *rcEnd) {
+func secondConnection(t *testing.T, a, b *rdmatest.End) (a2, b2 *rdmatest.End) {
 	t.Helper()
-	a2 = &rcEnd{dev: a.dev, pd: a.pd, cq: a.cq, buf: a.buf, mr: a.mr}
-	b2 = &rcEnd{dev: b.dev, pd: b.pd, cq: b.cq, buf: b.buf, mr: b.mr}
-	for _, e := range []*rcEnd{a2, b2} {
-		qp, err := e.pd.CreateQP(QPInitAttr{QPType: QPTypeRC, SendCQ: e.cq, RecvCQ: e.cq,
-			Cap: QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	a2 = &rdmatest.End{Dev: a.Dev, PD: a.PD, CQ: a.CQ, Buf: a.Buf, MR: a.MR}
+	b2 = &rdmatest.End{Dev: b.Dev, PD: b.PD, CQ: b.CQ, Buf: b.Buf, MR: b.MR}
+	for _, e := range []*rdmatest.End{a2, b2} {
+		qp, err := e.PD.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: e.CQ, RecvCQ: e.CQ,
+			Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		e.qp = qp
+		e.QP = qp
 	}
-	connect(t, a2, b2, defaultLink(), defaultLink())
+	rdmatest.Connect(t, a2, b2, rdmatest.DefaultLink(), rdmatest.DefaultLink())
 	return a2, b2
 }

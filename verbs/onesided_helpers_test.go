@@ -140,13 +140,3 @@ func testCtx(t testing.TB) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
-
-// nextEvent returns the device's next asynchronous event.
-func nextEvent(t testing.TB, dev *verbs.Device) verbs.AsyncEvent {
-	t.Helper()
-	ev, err := dev.GetAsyncEvent(testCtx(t))
-	if err != nil {
-		t.Fatalf("no asynchronous event: %v", err)
-	}
-	return ev
-}

@@ -274,7 +274,7 @@ func (qp *QP) extendedWQE(op string, wr *SendWR, w *transport.SendWQE) error {
 			return errorf(op, "flush.length", ErrInvalidArgument, "%d exceeds 2^31", f.Length)
 		}
 		w.RemoteAddr, w.RKey = f.RemoteAddr, f.RKey
-		w.FlushLength, w.FlushType, w.FlushLevel = f.Length, uint8(f.Type), uint8(f.Level)
+		w.FlushLength, w.FlushType, w.FlushLevel = f.Length, f.Type, f.Level
 	case WRAtomicWrite:
 		if len(wr.SGList) != 1 || wr.SGList[0].Length != 8 {
 			return errorf(op, "sg_list", ErrInvalidArgument, "ATOMIC_WRITE needs one SGE of 8 bytes")
@@ -388,9 +388,4 @@ func sgListLength(sges []SGE) uint64 {
 		n += uint64(sges[i].Length)
 	}
 	return n
-}
-
-// flushRecvWC is the completion of a receive work request flushed in ERR.
-func flushRecvWC(wrID uint64, qpn uint32) WorkCompletion {
-	return WorkCompletion{WRID: wrID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qpn}
 }

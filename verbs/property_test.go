@@ -1,4 +1,4 @@
-package verbs
+package verbs_test
 
 import (
 	"bytes"
@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/verbs"
 )
 
 // TestPropertyRegistrationVsRemoteAccess interleaves, at random from a
@@ -57,7 +60,7 @@ const (
 // propWorld is the state of the property test: the connection, the target
 // memory and the model of what is registered.
 type propWorld struct {
-	a, b   *rcEnd
+	a, b   *rdmatest.End
 	arena  []byte
 	frozen []byte // the value every unregistered byte must keep
 	slots  [propSlots]propSlot
@@ -75,28 +78,28 @@ func (w *propWorld) logf(format string, args ...any) {
 
 // propSlot is one slot of the arena and the registration in it, if any.
 type propSlot struct {
-	mr     *MR
+	mr     *verbs.MR
 	off, n int // the registered range of the slot, relative to the arena
 	stale  []uint32
 }
 
 func newPropWorld(t *testing.T) *propWorld {
 	w := &propWorld{
-		a:      newEnd(t, "127.0.1.1", endOpts{bufSize: 8192}),
-		b:      newEnd(t, "127.0.1.2", endOpts{bufSize: 64}),
+		a:      newEnd(t, 1, rdmatest.EndOptions{BufSize: 8192}),
+		b:      newEnd(t, 2, rdmatest.EndOptions{BufSize: 64}),
 		arena:  make([]byte, propArenaLen),
 		frozen: make([]byte, propArenaLen),
 	}
 	w.psnA, w.psnB = 0xFFFFF8, 0x2000
-	connect(t, w.a, w.b, defaultLink(), defaultLink())
+	rdmatest.Connect(t, w.a, w.b, rdmatest.DefaultLink(), rdmatest.DefaultLink())
 	return w
 }
 
 func (w *propWorld) fatalf(t *testing.T, format string, args ...any) {
 	t.Helper()
 	tail := w.log[max(0, len(w.log)-20):]
-	tail = append(tail, fmt.Sprintf("a %v %+v %+v", w.a.qp.State(), w.a.qp.Counters(), w.a.qp.tq.Snapshot()),
-		fmt.Sprintf("b %v %+v %+v", w.b.qp.State(), w.b.qp.Counters(), w.b.qp.tq.Snapshot()))
+	tail = append(tail, fmt.Sprintf("a %v %+v %+v", w.a.QP.State(), w.a.QP.Counters(), verbs.QPSnapshot(w.a.QP)),
+		fmt.Sprintf("b %v %+v %+v", w.b.QP.State(), w.b.QP.Counters(), verbs.QPSnapshot(w.b.QP)))
 	t.Fatalf("seed %d step %d: %s\nlast steps:\n%s", w.seed, w.step, fmt.Sprintf(format, args...), strings.Join(tail, "\n"))
 }
 
@@ -137,10 +140,10 @@ func (w *propWorld) run(t *testing.T, seed uint64, steps int) {
 
 // randomAccess returns a valid MR access set, possibly without any remote
 // right.
-func (w *propWorld) randomAccess() AccessFlags {
-	a := AccessFlags(w.rng.IntN(16)) & (AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic)
-	if a&(AccessRemoteWrite|AccessRemoteAtomic) != 0 {
-		a |= AccessLocalWrite
+func (w *propWorld) randomAccess() verbs.AccessFlags {
+	a := verbs.AccessFlags(w.rng.IntN(16)) & (verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic)
+	if a&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0 {
+		a |= verbs.AccessLocalWrite
 	}
 	return a
 }
@@ -160,7 +163,7 @@ func (w *propWorld) register(t *testing.T) {
 		return
 	}
 	off, n := w.randomRange(i)
-	mr, err := w.b.pd.RegMR(w.arena[off:off+n], w.randomAccess())
+	mr, err := w.b.PD.RegMR(w.arena[off:off+n], w.randomAccess())
 	if err != nil {
 		w.fatalf(t, "RegMR: %v", err)
 	}
@@ -198,7 +201,7 @@ func (w *propWorld) reregister(t *testing.T) {
 
 // reregisterSlot changes slot i's access to access, or its range to a
 // random one (translation).
-func (w *propWorld) reregisterSlot(i int, translation bool, access AccessFlags) error {
+func (w *propWorld) reregisterSlot(i int, translation bool, access verbs.AccessFlags) error {
 	s := &w.slots[i]
 	if s.mr == nil {
 		return nil
@@ -208,9 +211,9 @@ func (w *propWorld) reregisterSlot(i int, translation bool, access AccessFlags) 
 	off, n := s.off, s.n
 	if translation {
 		off, n = w.randomRange(i)
-		err = s.mr.Rereg(ReregChangeTranslation, nil, w.arena[off:off+n], 0)
+		err = s.mr.Rereg(verbs.ReregChangeTranslation, nil, w.arena[off:off+n], 0)
 	} else {
-		err = s.mr.Rereg(ReregChangeAccess, nil, nil, access)
+		err = s.mr.Rereg(verbs.ReregChangeAccess, nil, nil, access)
 	}
 	if err != nil {
 		return fmt.Errorf("Rereg: %v", err)
@@ -253,7 +256,7 @@ func (w *propWorld) checkUnregistered(t *testing.T) {
 
 // propOp is a remote operation on the target.
 type propOp struct {
-	opcode WROpcode
+	opcode verbs.WROpcode
 	va     uint64
 	n      int
 	rkey   uint32
@@ -266,14 +269,14 @@ type propOp struct {
 // of the slot.
 func (w *propWorld) randomOp(i int) propOp {
 	s := &w.slots[i]
-	op := propOp{slot: i, opcode: []WROpcode{WRRDMAWrite, WRRDMARead, WRAtomicFetchAndAdd, WRAtomicCmpAndSwp}[w.rng.IntN(4)]}
+	op := propOp{slot: i, opcode: []verbs.WROpcode{verbs.WRRDMAWrite, verbs.WRRDMARead, verbs.WRAtomicFetchAndAdd, verbs.WRAtomicCmpAndSwp}[w.rng.IntN(4)]}
 	base, span := i*propSlotLen, propSlotLen
 	if s.mr != nil && w.rng.IntN(4) != 0 {
 		base, span = s.off, s.n
 	}
 	off := base + w.rng.IntN(span)&^7
 	op.n = 8
-	if !(op.opcode == WRAtomicFetchAndAdd || op.opcode == WRAtomicCmpAndSwp) {
+	if !(op.opcode == verbs.WRAtomicFetchAndAdd || op.opcode == verbs.WRAtomicCmpAndSwp) {
 		op.n = 1 + w.rng.IntN(300)
 	}
 	if w.rng.IntN(8) == 0 {
@@ -298,12 +301,12 @@ func (w *propWorld) allowed(op propOp) bool {
 	if s.mr == nil || s.mr.RKey() != op.rkey {
 		return false
 	}
-	need := AccessRemoteWrite
+	need := verbs.AccessRemoteWrite
 	switch {
-	case op.opcode == WRRDMARead:
-		need = AccessRemoteRead
-	case (op.opcode == WRAtomicFetchAndAdd || op.opcode == WRAtomicCmpAndSwp):
-		need = AccessRemoteAtomic
+	case op.opcode == verbs.WRRDMARead:
+		need = verbs.AccessRemoteRead
+	case (op.opcode == verbs.WRAtomicFetchAndAdd || op.opcode == verbs.WRAtomicCmpAndSwp):
+		need = verbs.AccessRemoteAtomic
 	}
 	lo := uint64(uintptr(unsafe.Pointer(&w.arena[s.off])))
 	return s.mr.Access()&need != 0 && op.va >= lo && op.va+uint64(op.n) <= lo+uint64(s.n)
@@ -315,19 +318,19 @@ func (w *propWorld) allowed(op propOp) bool {
 func (w *propWorld) post(t *testing.T, op propOp, k int) {
 	a := w.a
 	src, dst := k*propOpSpace, 4096+k*propOpSpace
-	wr := SendWR{WRID: uint64(k), Opcode: op.opcode, SendFlags: SendSignaled}
+	wr := verbs.SendWR{WRID: uint64(k), Opcode: op.opcode, SendFlags: verbs.SendSignaled}
 	switch {
-	case op.opcode == WRRDMAWrite:
-		wr.SGList = []SGE{a.mr.SGE(src, op.n)}
-		wr.RDMA = RDMAParams{RemoteAddr: op.va, RKey: op.rkey}
-	case op.opcode == WRRDMARead:
-		wr.SGList = []SGE{a.mr.SGE(dst, op.n)}
-		wr.RDMA = RDMAParams{RemoteAddr: op.va, RKey: op.rkey}
+	case op.opcode == verbs.WRRDMAWrite:
+		wr.SGList = []verbs.SGE{a.MR.SGE(src, op.n)}
+		wr.RDMA = verbs.RDMAParams{RemoteAddr: op.va, RKey: op.rkey}
+	case op.opcode == verbs.WRRDMARead:
+		wr.SGList = []verbs.SGE{a.MR.SGE(dst, op.n)}
+		wr.RDMA = verbs.RDMAParams{RemoteAddr: op.va, RKey: op.rkey}
 	default:
-		wr.SGList = []SGE{a.mr.SGE(dst, 8)}
-		wr.Atomic = AtomicParams{RemoteAddr: op.va, RKey: op.rkey, CompareAdd: binary.NativeEndian.Uint64(a.buf[src:]), Swap: 0x1122334455667788}
+		wr.SGList = []verbs.SGE{a.MR.SGE(dst, 8)}
+		wr.Atomic = verbs.AtomicParams{RemoteAddr: op.va, RKey: op.rkey, CompareAdd: binary.NativeEndian.Uint64(a.Buf[src:]), Swap: 0x1122334455667788}
 	}
-	if err := a.qp.PostSend(&wr); err != nil {
+	if err := a.QP.PostSend(&wr); err != nil {
 		w.fatalf(t, "PostSend: %v", err)
 	}
 }
@@ -352,12 +355,12 @@ func (w *propWorld) remote(t *testing.T) {
 		befores[k] = append([]byte(nil), w.arena[offs[k]:offs[k]+op.n]...)
 		src := k * propOpSpace
 		for j := range op.n {
-			w.a.buf[src+j] = byte(w.rng.Uint32())
+			w.a.Buf[src+j] = byte(w.rng.Uint32())
 		}
-		if op.opcode == WRAtomicCmpAndSwp && w.rng.IntN(2) == 0 {
-			copy(w.a.buf[src:src+8], befores[k]) // make the compare succeed
+		if op.opcode == verbs.WRAtomicCmpAndSwp && w.rng.IntN(2) == 0 {
+			copy(w.a.Buf[src:src+8], befores[k]) // make the compare succeed
 		}
-		clear(w.a.buf[4096+src : 4096+src+op.n])
+		clear(w.a.Buf[4096+src : 4096+src+op.n])
 	}
 	// The model's verdicts, taken before anything moves.
 	allowed := make([]bool, len(ops))
@@ -378,40 +381,40 @@ func (w *propWorld) remote(t *testing.T) {
 		case wc.WRID != uint64(k):
 			w.fatalf(t, "completion of wr %d where %d was due", wc.WRID, k)
 		case failed:
-			if wc.Status != WCWRFlushErr {
+			if wc.Status != verbs.WCWRFlushErr {
 				w.fatalf(t, "%s behind a failed one: completed %v, want WR_FLUSH_ERR", what, wc.Status)
 			}
 		case !allowed[k]:
-			if wc.Status != WCRemAccessErr {
+			if wc.Status != verbs.WCRemAccessErr {
 				w.fatalf(t, "%s, not allowed: completed %v", what, wc.Status)
 			}
 			failed = true
-		case wc.Status != WCSuccess:
+		case wc.Status != verbs.WCSuccess:
 			w.fatalf(t, "%s, allowed: completed %v", what, wc.Status)
 		}
-		if wc.Status != WCSuccess {
+		if wc.Status != verbs.WCSuccess {
 			if !bytes.Equal(got, before) {
 				w.fatalf(t, "%s completed %v but changed the target", what, wc.Status)
 			}
 			continue
 		}
 		switch op.opcode {
-		case WRRDMAWrite:
-			if !bytes.Equal(got, w.a.buf[src:src+op.n]) {
+		case verbs.WRRDMAWrite:
+			if !bytes.Equal(got, w.a.Buf[src:src+op.n]) {
 				w.fatalf(t, "%s did not land", what)
 			}
-		case WRRDMARead:
-			if !bytes.Equal(w.a.buf[dst:dst+op.n], before) {
+		case verbs.WRRDMARead:
+			if !bytes.Equal(w.a.Buf[dst:dst+op.n], before) {
 				w.fatalf(t, "%s returned other bytes than the region's", what)
 			}
 		default:
 			orig := binary.NativeEndian.Uint64(before)
-			if r := binary.NativeEndian.Uint64(w.a.buf[dst:]); r != orig {
+			if r := binary.NativeEndian.Uint64(w.a.Buf[dst:]); r != orig {
 				w.fatalf(t, "%s returned %#x, memory held %#x", what, r, orig)
 			}
-			operand, want := binary.NativeEndian.Uint64(w.a.buf[src:]), orig
+			operand, want := binary.NativeEndian.Uint64(w.a.Buf[src:]), orig
 			switch {
-			case op.opcode == WRAtomicFetchAndAdd:
+			case op.opcode == verbs.WRAtomicFetchAndAdd:
 				want = orig + operand
 			case orig == operand:
 				want = 0x1122334455667788
@@ -452,8 +455,8 @@ func (w *propWorld) race(t *testing.T) {
 		w.fatalf(t, "%v", err)
 	}
 	switch wc.Status {
-	case WCSuccess:
-	case WCRemAccessErr:
+	case verbs.WCSuccess:
+	case verbs.WCRemAccessErr:
 		w.logf("race lost")
 		w.recover(t, false)
 	default:
@@ -466,14 +469,14 @@ func (w *propWorld) race(t *testing.T) {
 // requester's too.
 func (w *propWorld) recover(t *testing.T, strict bool) {
 	t.Helper()
-	w.spinUntil(t, "target QP in ERR", func() bool { return w.b.qp.State() == QPStateErr })
-	evs := pendingEvents(w.b.dev)
-	if strict && (len(evs) != 1 || evs[0].Type != EventQPAccessErr) {
+	w.spinUntil(t, "target QP in ERR", func() bool { return w.b.QP.State() == verbs.QPStateErr })
+	evs := pendingEvents(w.b.Dev)
+	if strict && (len(evs) != 1 || evs[0].Type != verbs.EventQPAccessErr) {
 		w.fatalf(t, "target events %+v, want one QP_ACCESS_ERR", evs)
 	}
-	for _, e := range []*rcEnd{w.a, w.b} {
-		mustModify(t, e.qp, step{QPAttr{QPState: QPStateReset}, QPAttrState})
-		pollAll(t, e.cq)
+	for _, e := range []*rdmatest.End{w.a, w.b} {
+		rdmatest.Modify(t, e.QP, rdmatest.Transition{Attr: verbs.QPAttr{QPState: verbs.QPStateReset}, Mask: verbs.QPAttrState})
+		rdmatest.Poll(t, e.CQ)
 	}
 	// New PSNs, far from the old ones: packets of the failed connection
 	// may still be on their way (the NAKed request's successors, queued
@@ -481,8 +484,8 @@ func (w *propWorld) recover(t *testing.T, strict bool) {
 	// packets of the new one, as they would with the same QPNs and PSNs.
 	w.psnA = (w.psnA + 0x100000 + w.rng.Uint32N(0x600000)) & 0xFFFFFF
 	w.psnB = (w.psnB + 0x100000 + w.rng.Uint32N(0x600000)) & 0xFFFFFF
-	linkQP(t, w.a.qp, w.b.qp, w.b.dev, defaultLink(), w.psnA, w.psnB)
-	linkQP(t, w.b.qp, w.a.qp, w.a.dev, defaultLink(), w.psnB, w.psnA)
+	rdmatest.LinkQP(t, w.a.QP, rdmatest.DefaultLink(), w.psnA, rdmatest.PeerOf(t, w.b.QP, w.psnB))
+	rdmatest.LinkQP(t, w.b.QP, rdmatest.DefaultLink(), w.psnB, rdmatest.PeerOf(t, w.a.QP, w.psnA))
 }
 
 // spinUntil waits for cond, yielding rather than sleeping: the steps are
@@ -499,11 +502,11 @@ func (w *propWorld) spinUntil(t *testing.T, what string, cond func() bool) {
 }
 
 // waitWC returns a's next completion.
-func (w *propWorld) waitWC(t *testing.T) WorkCompletion {
+func (w *propWorld) waitWC(t *testing.T) verbs.WorkCompletion {
 	t.Helper()
-	var wc [1]WorkCompletion
+	var wc [1]verbs.WorkCompletion
 	w.spinUntil(t, "completion", func() bool {
-		n, err := w.a.cq.Poll(wc[:])
+		n, err := w.a.CQ.Poll(wc[:])
 		if err != nil {
 			w.fatalf(t, "Poll: %v", err)
 		}

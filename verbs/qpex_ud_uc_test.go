@@ -1,8 +1,11 @@
-package verbs
+package verbs_test
 
 import (
 	"bytes"
 	"testing"
+
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/verbs"
 )
 
 // Ports of rdma-core's pyverbs scenarios for UD (tests/test_qpex.py, and
@@ -16,56 +19,58 @@ const pyTrafficIters = 100
 
 // pyPlayers opens the client and server of a pyverbs test: UD QPs in RTS
 // with Q_Key 0x11111111, or UC QPs connected to each other.
-func pyPlayers(t *testing.T, typ QPType) (client, server *rcEnd) {
+func pyPlayers(t *testing.T, typ verbs.QPType) (client, server *rdmatest.End) {
 	t.Helper()
-	o := endOpts{cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}
-	if typ == QPTypeUD {
-		return newUDEnd(t, "127.0.1.1", o), newUDEnd(t, "127.0.1.2", o)
+	o := rdmatest.EndOptions{Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	if typ == verbs.QPTypeUD {
+		return newUDEnd(t, 1, o), newUDEnd(t, 2, o)
 	}
-	return newUCPair(t, MTU1024, o)
+	return newUCPair(t, verbs.MTU1024, o)
 }
 
 // pyTraffic is u.traffic: iters rounds of a client send answered by a
 // server send, each side validating what it received.
-func pyTraffic(t *testing.T, client, server *rcEnd, iters, size int, op WROpcode) {
+func pyTraffic(t *testing.T, client, server *rdmatest.End, iters, size int, op verbs.WROpcode) {
 	t.Helper()
-	typ := client.qp.Type()
+	typ := client.QP.Type()
 	grh := 0
-	if typ == QPTypeUD {
-		grh = GRHSize
+	if typ == verbs.QPTypeUD {
+		grh = verbs.GRHSize
 	}
 	const imm = 0x1234 // pyverbs IMM_DATA
-	var toServer, toClient UDParams
-	if typ == QPTypeUD {
-		toServer = UDParams{AH: ahTo(t, client, server), RemoteQPN: server.qp.QPN(), RemoteQKey: udQKey}
-		toClient = UDParams{AH: ahTo(t, server, client), RemoteQPN: client.qp.QPN(), RemoteQKey: udQKey}
+	var toServer, toClient verbs.UDParams
+	if typ == verbs.QPTypeUD {
+		toServer = verbs.UDParams{AH: ahTo(t, client, server), RemoteQPN: server.QP.QPN(), RemoteQKey: rdmatest.UDQKey}
+		toClient = verbs.UDParams{AH: ahTo(t, server, client), RemoteQPN: client.QP.QPN(), RemoteQKey: rdmatest.UDQKey}
 	}
 	// Send from offset 64 KiB - size; receive at 0.
-	sendOff := len(client.buf) - 4096
-	recv := func(e *rcEnd) { mustPostRecv(t, e.qp, RecvWR{SGList: []SGE{e.mr.SGE(0, grh+size)}}) }
-	check := func(e *rcEnd, from *rcEnd, want byte) {
+	sendOff := len(client.Buf) - 4096
+	recv := func(e *rdmatest.End) {
+		rdmatest.PostRecv(t, e.QP, verbs.RecvWR{SGList: []verbs.SGE{e.MR.SGE(0, grh+size)}})
+	}
+	check := func(e *rdmatest.End, from *rdmatest.End, want byte) {
 		t.Helper()
-		wc := waitN(t, e.cq, 1)[0]
+		wc := rdmatest.WaitN(t, e.CQ, 1)[0]
 		wantLen := uint32(grh + size)
-		if wc.Status != WCSuccess || wc.Opcode != WCRecv || wc.ByteLen != wantLen || wc.SrcQP != from.qp.QPN() {
+		if wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCRecv || wc.ByteLen != wantLen || wc.SrcQP != from.QP.QPN() {
 			t.Fatalf("receive completion %+v", wc)
 		}
-		if op == WRSendWithImm && (wc.WCFlags&WCWithImm == 0 || wc.ImmData != imm) {
+		if op == verbs.WRSendWithImm && (wc.WCFlags&verbs.WCWithImm == 0 || wc.ImmData != imm) {
 			t.Fatalf("immediate data: %+v", wc)
 		}
-		if typ == QPTypeUD && wc.WCFlags&WCGRH == 0 {
+		if typ == verbs.QPTypeUD && wc.WCFlags&verbs.WCGRH == 0 {
 			t.Fatalf("no GRH flag: %+v", wc)
 		}
-		if !bytes.Equal(e.buf[grh:grh+size], bytes.Repeat([]byte{want}, size)) {
-			t.Fatalf("data validation failure: received %q", e.buf[grh:grh+size])
+		if !bytes.Equal(e.Buf[grh:grh+size], bytes.Repeat([]byte{want}, size)) {
+			t.Fatalf("data validation failure: received %q", e.Buf[grh:grh+size])
 		}
 	}
-	send := func(e *rcEnd, ud UDParams, fillWith byte) {
+	send := func(e *rdmatest.End, ud verbs.UDParams, fillWith byte) {
 		t.Helper()
-		copy(e.buf[sendOff:sendOff+size], bytes.Repeat([]byte{fillWith}, size))
-		mustPostSend(t, e.qp, SendWR{Opcode: op, SendFlags: SendSignaled, ImmData: imm, UD: ud,
-			SGList: []SGE{e.mr.SGE(sendOff, size)}})
-		if wc := waitN(t, e.cq, 1)[0]; wc.Status != WCSuccess || wc.Opcode != WCSend {
+		copy(e.Buf[sendOff:sendOff+size], bytes.Repeat([]byte{fillWith}, size))
+		rdmatest.PostSend(t, e.QP, verbs.SendWR{Opcode: op, SendFlags: verbs.SendSignaled, ImmData: imm, UD: ud,
+			SGList: []verbs.SGE{e.MR.SGE(sendOff, size)}})
+		if wc := rdmatest.WaitN(t, e.CQ, 1)[0]; wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCSend {
 			t.Fatalf("send completion %+v", wc)
 		}
 	}
@@ -82,18 +87,18 @@ func pyTraffic(t *testing.T, client, server *rcEnd, iters, size int, op WROpcode
 }
 
 func TestQPExUDSend(t *testing.T) {
-	c, s := pyPlayers(t, QPTypeUD)
-	pyTraffic(t, c, s, pyTrafficIters, 1024, WRSend)
+	c, s := pyPlayers(t, verbs.QPTypeUD)
+	pyTraffic(t, c, s, pyTrafficIters, 1024, verbs.WRSend)
 }
 
 func TestQPExUDZeroSize(t *testing.T) {
-	c, s := pyPlayers(t, QPTypeUD)
-	pyTraffic(t, c, s, pyTrafficIters, 0, WRSend)
+	c, s := pyPlayers(t, verbs.QPTypeUD)
+	pyTraffic(t, c, s, pyTrafficIters, 0, verbs.WRSend)
 }
 
 func TestQPExUDSendImm(t *testing.T) {
-	c, s := pyPlayers(t, QPTypeUD)
-	pyTraffic(t, c, s, pyTrafficIters, 1024, WRSendWithImm)
+	c, s := pyPlayers(t, verbs.QPTypeUD)
+	pyTraffic(t, c, s, pyTrafficIters, 1024, verbs.WRSendWithImm)
 }
 
 // TestQPExUCTraffic runs u.traffic over UC, whose messages may span
@@ -101,12 +106,12 @@ func TestQPExUDSendImm(t *testing.T) {
 func TestQPExUCTraffic(t *testing.T) {
 	for _, tc := range []struct {
 		size int
-		op   WROpcode
-	}{{0, WRSend}, {1024, WRSend}, {3000, WRSendWithImm}} {
-		c, s := pyPlayers(t, QPTypeUC)
+		op   verbs.WROpcode
+	}{{0, verbs.WRSend}, {1024, verbs.WRSend}, {3000, verbs.WRSendWithImm}} {
+		c, s := pyPlayers(t, verbs.QPTypeUC)
 		pyTraffic(t, c, s, pyTrafficIters/4, tc.size, tc.op)
-		for _, e := range []*rcEnd{c, s} {
-			if err := e.dev.Close(); err != nil {
+		for _, e := range []*rdmatest.End{c, s} {
+			if err := e.Dev.Close(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -116,68 +121,68 @@ func TestQPExUCTraffic(t *testing.T) {
 // TestQPExUDPostRecvStateBadFlow is u.post_rq_state_bad_flow: a UD QP
 // moved to RESET refuses receives (EINVAL).
 func TestQPExUDPostRecvStateBadFlow(t *testing.T) {
-	_, s := pyPlayers(t, QPTypeUD)
-	mustModify(t, s.qp, step{QPAttr{QPState: QPStateReset, CurQPState: QPStateRTS}, QPAttrState})
-	err := s.qp.PostRecv(&RecvWR{SGList: []SGE{s.mr.SGE(0, GRHSize+1024)}})
-	wantErr(t, err, ErrInvalidState, "qp_state")
+	_, s := pyPlayers(t, verbs.QPTypeUD)
+	rdmatest.Modify(t, s.QP, rdmatest.Transition{Attr: verbs.QPAttr{QPState: verbs.QPStateReset, CurQPState: verbs.QPStateRTS}, Mask: verbs.QPAttrState})
+	err := s.QP.PostRecv(&verbs.RecvWR{SGList: []verbs.SGE{s.MR.SGE(0, verbs.GRHSize+1024)}})
+	rdmatest.WantError(t, err, verbs.ErrInvalidState, "qp_state")
 }
 
 // TestQPExUDPostSendStateBadFlow is u.post_sq_state_bad_flow.
 func TestQPExUDPostSendStateBadFlow(t *testing.T) {
-	c, s := pyPlayers(t, QPTypeUD)
-	mustModify(t, c.qp, step{QPAttr{QPState: QPStateReset, CurQPState: QPStateRTS}, QPAttrState})
-	err := c.qp.PostSend(&SendWR{Opcode: WRSend, SGList: []SGE{c.mr.SGE(0, 1024)},
-		UD: UDParams{AH: ahTo(t, c, s), RemoteQPN: s.qp.QPN(), RemoteQKey: udQKey}})
-	wantErr(t, err, ErrInvalidState, "qp_state")
+	c, s := pyPlayers(t, verbs.QPTypeUD)
+	rdmatest.Modify(t, c.QP, rdmatest.Transition{Attr: verbs.QPAttr{QPState: verbs.QPStateReset, CurQPState: verbs.QPStateRTS}, Mask: verbs.QPAttrState})
+	err := c.QP.PostSend(&verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{c.MR.SGE(0, 1024)},
+		UD: verbs.UDParams{AH: ahTo(t, c, s), RemoteQPN: s.QP.QPN(), RemoteQKey: rdmatest.UDQKey}})
+	rdmatest.WantError(t, err, verbs.ErrInvalidState, "qp_state")
 }
 
 // TestQPExUDFullRQBadFlow is u.full_rq_bad_flow: max_recv_wr + 1 receives
 // overflow the queue (ENOMEM).
 func TestQPExUDFullRQBadFlow(t *testing.T) {
-	_, s := pyPlayers(t, QPTypeUD)
-	attr, _, err := s.qp.Query(QPAttrCap)
+	_, s := pyPlayers(t, verbs.QPTypeUD)
+	attr, _, err := s.QP.Query(verbs.QPAttrCap)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range attr.Cap.MaxRecvWR {
-		mustPostRecv(t, s.qp, RecvWR{WRID: uint64(i), SGList: []SGE{s.mr.SGE(0, GRHSize+1024)}})
+		rdmatest.PostRecv(t, s.QP, verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{s.MR.SGE(0, verbs.GRHSize+1024)}})
 	}
-	wantErr(t, s.qp.PostRecv(&RecvWR{SGList: []SGE{s.mr.SGE(0, GRHSize+1024)}}), ErrNoMemory, "rq")
+	rdmatest.WantError(t, s.QP.PostRecv(&verbs.RecvWR{SGList: []verbs.SGE{s.MR.SGE(0, verbs.GRHSize+1024)}}), verbs.ErrNoMemory, "rq")
 }
 
 // TestQPExUDRQLargerSGLBadFlow is u.create_rq_with_larger_sgl_bad_flow.
 func TestQPExUDRQLargerSGLBadFlow(t *testing.T) {
-	_, s := pyPlayers(t, QPTypeUD)
-	attr, _, err := s.qp.Query(QPAttrCap)
+	_, s := pyPlayers(t, verbs.QPTypeUD)
+	attr, _, err := s.QP.Query(verbs.QPAttrCap)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := attr.Cap.MaxRecvSGE + 1
-	sgl := make([]SGE, n)
+	sgl := make([]verbs.SGE, n)
 	for i := range sgl {
-		sgl[i] = s.mr.SGE(i*(1024/n), 1024/n)
+		sgl[i] = s.MR.SGE(i*(1024/n), 1024/n)
 	}
-	wantErr(t, s.qp.PostRecv(&RecvWR{SGList: sgl}), ErrInvalidArgument, "num_sge")
+	rdmatest.WantError(t, s.QP.PostRecv(&verbs.RecvWR{SGList: sgl}), verbs.ErrInvalidArgument, "num_sge")
 }
 
 // TestModifyUDQP is test_qp.py's test_modify_ud_qp: Q_Key and SQ PSN read
 // back as set, and RESET is reached.
 func TestModifyUDQP(t *testing.T) {
 	d := newDevice(t)
-	pd := mustPD(t, d)
-	cq := mustCQ(t, d, 100)
-	qp := mustQP(t, pd, QPTypeUD, cq)
-	mustModify(t, qp, step{QPAttr{QPState: QPStateInit, PortNum: 1, QKey: 0x123}, QPAttrState | QPAttrPKeyIndex | QPAttrPort | QPAttrQKey})
-	if a, _, _ := qp.Query(QPAttrQKey); a.QKey != 0x123 {
+	pd := rdmatest.PD(t, d)
+	cq := rdmatest.CQ(t, d, 100)
+	qp := mustQP(t, pd, verbs.QPTypeUD, cq)
+	rdmatest.Modify(t, qp, rdmatest.Transition{Attr: verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QKey: 0x123}, Mask: verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey})
+	if a, _, _ := qp.Query(verbs.QPAttrQKey); a.QKey != 0x123 {
 		t.Fatalf("QKey %#x", a.QKey)
 	}
-	mustModify(t, qp, step{QPAttr{QPState: QPStateRTR}, QPAttrState})
-	mustModify(t, qp, step{QPAttr{QPState: QPStateRTS, SQPSN: 0x45}, QPAttrState | QPAttrSQPSN})
-	if a, _, _ := qp.Query(QPAttrSQPSN); a.SQPSN != 0x45 {
+	rdmatest.Modify(t, qp, rdmatest.Transition{Attr: verbs.QPAttr{QPState: verbs.QPStateRTR}, Mask: verbs.QPAttrState})
+	rdmatest.Modify(t, qp, rdmatest.Transition{Attr: verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: 0x45}, Mask: verbs.QPAttrState | verbs.QPAttrSQPSN})
+	if a, _, _ := qp.Query(verbs.QPAttrSQPSN); a.SQPSN != 0x45 {
 		t.Fatalf("SQPSN %#x", a.SQPSN)
 	}
-	mustModify(t, qp, step{QPAttr{QPState: QPStateReset}, QPAttrState})
-	if qp.State() != QPStateReset {
+	rdmatest.Modify(t, qp, rdmatest.Transition{Attr: verbs.QPAttr{QPState: verbs.QPStateReset}, Mask: verbs.QPAttrState})
+	if qp.State() != verbs.QPStateReset {
 		t.Fatalf("state %v", qp.State())
 	}
 }
@@ -188,18 +193,18 @@ func TestModifyUDQP(t *testing.T) {
 // the whole device), and a datagram sent with it arrives at a QP using it.
 func TestCreateUDQPPrivilegedQKey(t *testing.T) {
 	const privileged = 0x80000000
-	a := newTypedEnd(t, "127.0.1.1", QPTypeUD, endOpts{})
-	b := newTypedEnd(t, "127.0.1.2", QPTypeUD, endOpts{})
-	linkUD(t, a.qp, privileged)
-	linkUD(t, b.qp, privileged)
-	if attr, _, _ := a.qp.Query(QPAttrQKey); attr.QKey != privileged {
+	a := newTypedEnd(t, 1, verbs.QPTypeUD, rdmatest.EndOptions{})
+	b := newTypedEnd(t, 2, verbs.QPTypeUD, rdmatest.EndOptions{})
+	linkUD(t, a.QP, privileged)
+	linkUD(t, b.QP, privileged)
+	if attr, _, _ := a.QP.Query(verbs.QPAttrQKey); attr.QKey != privileged {
 		t.Fatalf("QKey %#x", attr.QKey)
 	}
-	mustPostRecv(t, b.qp, RecvWR{SGList: []SGE{b.mr.SGE(0, GRHSize+8)}})
+	rdmatest.PostRecv(t, b.QP, verbs.RecvWR{SGList: []verbs.SGE{b.MR.SGE(0, verbs.GRHSize+8)}})
 	// The high bit in the work request sends the QP's own Q_Key.
-	mustPostSend(t, a.qp, SendWR{Opcode: WRSend, SGList: []SGE{a.mr.SGE(0, 8)},
-		UD: UDParams{AH: ahTo(t, a, b), RemoteQPN: b.qp.QPN(), RemoteQKey: privileged}})
-	if wc := waitN(t, b.cq, 1)[0]; wc.Status != WCSuccess || wc.ByteLen != GRHSize+8 {
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{a.MR.SGE(0, 8)},
+		UD: verbs.UDParams{AH: ahTo(t, a, b), RemoteQPN: b.QP.QPN(), RemoteQKey: privileged}})
+	if wc := rdmatest.WaitN(t, b.CQ, 1)[0]; wc.Status != verbs.WCSuccess || wc.ByteLen != verbs.GRHSize+8 {
 		t.Fatalf("%+v", wc)
 	}
 }

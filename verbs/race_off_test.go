@@ -1,6 +1,6 @@
 //go:build !race
 
-package verbs
+package verbs_test
 
 // raceDetector reports a binary built with -race, where the long
 // randomised tests run fewer rounds.

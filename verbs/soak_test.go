@@ -1,6 +1,6 @@
 //go:build goroce_faults
 
-package verbs
+package verbs_test
 
 import (
 	"encoding/binary"
@@ -9,6 +9,9 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/verbs"
 )
 
 // TestSoakFaults is the long soak of the RC transport, outside the default
@@ -22,26 +25,26 @@ import (
 //
 //	GOROCE_SOAK=1000000 go test -tags goroce_faults -run TestSoakFaults -v -timeout 2h ./verbs
 //
-// It uses addresses 127.0.1.18 and 127.0.1.19 (moved by GOROCE_TEST_NET).
+// It uses testkit.Addr(18) and Addr(19).
 func TestSoakFaults(t *testing.T) {
 	total, err := strconv.Atoi(os.Getenv("GOROCE_SOAK"))
 	if err != nil || total <= 0 {
 		t.Skip("set GOROCE_SOAK to the number of operations to run the soak")
 	}
-	f := Faults{Drop: 0.05, Duplicate: 0.02, Corrupt: 0.01, Reorder: 0.02}
+	f := verbs.Faults{Drop: 0.05, Duplicate: 0.02, Corrupt: 0.01, Reorder: 0.02}
 	fa, fb := f, f
 	fa.Seed, fb.Seed = uint64(time.Now().UnixNano()), uint64(time.Now().UnixNano())+1
 	t.Logf("fault seeds %d and %d", fa.Seed, fb.Seed)
-	a := newFaultyEnd(t, "127.0.1.18", fa, 1<<20)
-	b := newFaultyEnd(t, "127.0.1.19", fb, 1<<20)
+	a := newFaultyEnd(t, 18, fa, 1<<20)
+	b := newFaultyEnd(t, 19, fb, 1<<20)
 	// perftest's timeout 14 (67 ms): with a few ms, a receiver starved of
 	// CPU (a loaded machine) falls behind a backlog of go-back-N
 	// retransmissions in its socket buffer for longer than (retry_cnt+1)
 	// timeouts, and the run ends in RETRY_EXC_ERR although nothing is lost
 	// for good.
-	link := defaultLink()
-	link.timeout = 14
-	connect(t, a, b, link, link)
+	link := rdmatest.DefaultLink()
+	link.Timeout = 14
+	rdmatest.Connect(t, a, b, link, link)
 
 	const (
 		window  = 48        // work requests outstanding (SQ and RQ hold 64)
@@ -53,7 +56,7 @@ func TestSoakFaults(t *testing.T) {
 		counter = 1020 << 10
 	)
 	type pending struct {
-		op       WROpcode
+		op       verbs.WROpcode
 		n        int
 		orig     uint64 // atomics: the value expected back
 		recvDone bool   // SEND: its receive completion was checked
@@ -67,16 +70,16 @@ func TestSoakFaults(t *testing.T) {
 		recvs   uint64 // receive completions seen
 		nrecv   uint64 // receives posted
 		value   = uint64(0x0100_0000_0000_0000)
-		counts  = map[WROpcode]int{}
-		wcs     = make([]WorkCompletion, 32)
+		counts  = map[verbs.WROpcode]int{}
+		wcs     = make([]verbs.WorkCompletion, 32)
 		lastWC  = time.Now()
 		started = time.Now()
 		nextLog = uint64(100_000)
 	)
-	binary.NativeEndian.PutUint64(b.buf[counter:], value)
-	wantWC := map[WROpcode]WCOpcode{WRRDMAWrite: WCRDMAWrite, WRRDMARead: WCRDMARead, WRSend: WCSend,
-		WRAtomicFetchAndAdd: WCFetchAdd, WRAtomicCmpAndSwp: WCCompSwap}
-	ops := []WROpcode{WRRDMAWrite, WRRDMARead, WRSend, WRAtomicFetchAndAdd, WRRDMAWrite, WRRDMARead, WRSend, WRAtomicCmpAndSwp}
+	binary.NativeEndian.PutUint64(b.Buf[counter:], value)
+	wantWC := map[verbs.WROpcode]verbs.WCOpcode{verbs.WRRDMAWrite: verbs.WCRDMAWrite, verbs.WRRDMARead: verbs.WCRDMARead, verbs.WRSend: verbs.WCSend,
+		verbs.WRAtomicFetchAndAdd: verbs.WCFetchAdd, verbs.WRAtomicCmpAndSwp: verbs.WCCompSwap}
+	ops := []verbs.WROpcode{verbs.WRRDMAWrite, verbs.WRRDMARead, verbs.WRSend, verbs.WRAtomicFetchAndAdd, verbs.WRRDMAWrite, verbs.WRRDMARead, verbs.WRSend, verbs.WRAtomicCmpAndSwp}
 	// The slot of WRID k is k % window: a slot is reused only after its
 	// previous work request completed (in order) and, for a SEND, after its
 	// receive was checked.
@@ -86,30 +89,30 @@ func TestSoakFaults(t *testing.T) {
 		n := 1 + int(k*997)%(3*1024)
 		off := j * slot
 		p := pending{op: op, n: n}
-		wr := SendWR{WRID: k, Opcode: op, SendFlags: SendSignaled}
+		wr := verbs.SendWR{WRID: k, Opcode: op, SendFlags: verbs.SendSignaled}
 		switch op {
-		case WRRDMAWrite, WRSend:
-			fill(a.buf[srcArea+off:srcArea+off+n], byte(k))
-			wr.SGList = []SGE{a.mr.SGE(srcArea+off, n)}
-			if op == WRSend {
-				clear(b.buf[atArea+off : atArea+off+slot])
-				mustPostRecv(t, b.qp, RecvWR{WRID: k, SGList: []SGE{b.mr.SGE(atArea+off, slot)}})
+		case verbs.WRRDMAWrite, verbs.WRSend:
+			fill(a.Buf[srcArea+off:srcArea+off+n], byte(k))
+			wr.SGList = []verbs.SGE{a.MR.SGE(srcArea+off, n)}
+			if op == verbs.WRSend {
+				clear(b.Buf[atArea+off : atArea+off+slot])
+				rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: k, SGList: []verbs.SGE{b.MR.SGE(atArea+off, slot)}})
 				nrecv++
 			} else {
-				clear(b.buf[dstArea+off : dstArea+off+slot])
-				wr.RDMA = RDMAParams{RemoteAddr: b.mr.IOVA() + uint64(dstArea+off), RKey: b.mr.RKey()}
+				clear(b.Buf[dstArea+off : dstArea+off+slot])
+				wr.RDMA = verbs.RDMAParams{RemoteAddr: b.MR.IOVA() + uint64(dstArea+off), RKey: b.MR.RKey()}
 			}
-		case WRRDMARead:
-			fill(b.buf[rdArea+off:rdArea+off+n], byte(k))
-			clear(a.buf[rdArea+off : rdArea+off+slot])
-			wr.SGList = []SGE{a.mr.SGE(rdArea+off, n)}
-			wr.RDMA = RDMAParams{RemoteAddr: b.mr.IOVA() + uint64(rdArea+off), RKey: b.mr.RKey()}
-		case WRAtomicFetchAndAdd, WRAtomicCmpAndSwp:
+		case verbs.WRRDMARead:
+			fill(b.Buf[rdArea+off:rdArea+off+n], byte(k))
+			clear(a.Buf[rdArea+off : rdArea+off+slot])
+			wr.SGList = []verbs.SGE{a.MR.SGE(rdArea+off, n)}
+			wr.RDMA = verbs.RDMAParams{RemoteAddr: b.MR.IOVA() + uint64(rdArea+off), RKey: b.MR.RKey()}
+		case verbs.WRAtomicFetchAndAdd, verbs.WRAtomicCmpAndSwp:
 			p.n = 8
 			p.orig = value
-			wr.SGList = []SGE{a.mr.SGE(atArea+off, 8)}
-			wr.Atomic = AtomicParams{RemoteAddr: b.mr.IOVA() + counter, RKey: b.mr.RKey(), CompareAdd: k + 1}
-			if op == WRAtomicFetchAndAdd {
+			wr.SGList = []verbs.SGE{a.MR.SGE(atArea+off, 8)}
+			wr.Atomic = verbs.AtomicParams{RemoteAddr: b.MR.IOVA() + counter, RKey: b.MR.RKey(), CompareAdd: k + 1}
+			if op == verbs.WRAtomicFetchAndAdd {
 				value += k + 1
 			} else {
 				// Every other compare fails and leaves the value.
@@ -120,25 +123,25 @@ func TestSoakFaults(t *testing.T) {
 			}
 		}
 		slots[j], busy[j] = p, true
-		mustPostSend(t, a.qp, wr)
+		rdmatest.PostSend(t, a.QP, wr)
 		counts[op]++
 	}
 	report := func() {
-		for _, e := range []*rcEnd{a, b} {
-			c, fc := e.dev.Counters(), e.dev.FaultCounters()
+		for _, e := range []*rdmatest.End{a, b} {
+			c, fc := e.Dev.Counters(), e.Dev.FaultCounters()
 			t.Logf("%v: faults %+v; ICRC errors %d, malformed %d; go-back-N retries %d, timeouts %d, sequence NAKs sent %d, duplicate requests %d, retry exceeded %d",
-				e.dev.Addr(), fc, c.ICRCErrors, c.Malformed, c.CompleterRetryErr, c.RetryTimeouts, c.SentSeqErr,
+				e.Dev.Addr(), fc, c.ICRCErrors, c.Malformed, c.CompleterRetryErr, c.RetryTimeouts, c.SentSeqErr,
 				c.DuplicateRequest, c.RetryExceededErr)
 		}
 	}
 
-	check := func(wc WorkCompletion) {
+	check := func(wc verbs.WorkCompletion) {
 		if wc.WRID != done {
 			t.Fatalf("completion %+v out of order or repeated: want wr_id %d", wc, done)
 		}
 		j := int(wc.WRID % window)
 		p := &slots[j]
-		if wc.Status != WCSuccess || wc.Opcode != wantWC[p.op] {
+		if wc.Status != verbs.WCSuccess || wc.Opcode != wantWC[p.op] {
 			report()
 			t.Fatalf("wr %d (%v): completion %+v", wc.WRID, p.op, wc)
 		}
@@ -147,31 +150,31 @@ func TestSoakFaults(t *testing.T) {
 		want := make([]byte, p.n)
 		fill(want, byte(wc.WRID))
 		switch p.op {
-		case WRRDMAWrite:
-			checkBytes(t, what, b.buf[dstArea+off:dstArea+off+p.n], want)
-		case WRRDMARead:
-			checkBytes(t, what, a.buf[rdArea+off:rdArea+off+p.n], want)
-		case WRAtomicFetchAndAdd, WRAtomicCmpAndSwp:
-			if got := binary.NativeEndian.Uint64(a.buf[atArea+off:]); got != p.orig {
+		case verbs.WRRDMAWrite:
+			checkBytes(t, what, b.Buf[dstArea+off:dstArea+off+p.n], want)
+		case verbs.WRRDMARead:
+			checkBytes(t, what, a.Buf[rdArea+off:rdArea+off+p.n], want)
+		case verbs.WRAtomicFetchAndAdd, verbs.WRAtomicCmpAndSwp:
+			if got := binary.NativeEndian.Uint64(a.Buf[atArea+off:]); got != p.orig {
 				t.Fatalf("%s: original value %#x, want %#x", what, got, p.orig)
 			}
 		}
 		p.sendDone = true
-		busy[j] = p.op == WRSend && !p.recvDone
+		busy[j] = p.op == verbs.WRSend && !p.recvDone
 		done++
 	}
-	checkRecv := func(wc WorkCompletion) {
+	checkRecv := func(wc verbs.WorkCompletion) {
 		j := int(wc.WRID % window)
 		p := &slots[j]
-		if wc.WRID >= posted || p.op != WRSend || p.recvDone {
+		if wc.WRID >= posted || p.op != verbs.WRSend || p.recvDone {
 			t.Fatalf("unexpected or repeated receive completion %+v", wc)
 		}
-		if wc.Status != WCSuccess || wc.Opcode != WCRecv || wc.ByteLen != uint32(p.n) {
+		if wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCRecv || wc.ByteLen != uint32(p.n) {
 			t.Fatalf("receive of wr %d: completion %+v, want %d bytes", wc.WRID, wc, p.n)
 		}
 		want := make([]byte, p.n)
 		fill(want, byte(wc.WRID))
-		checkBytes(t, fmt.Sprintf("SEND %d", wc.WRID), b.buf[atArea+j*slot:atArea+j*slot+p.n], want)
+		checkBytes(t, fmt.Sprintf("SEND %d", wc.WRID), b.Buf[atArea+j*slot:atArea+j*slot+p.n], want)
 		p.recvDone = true
 		busy[j] = !p.sendDone
 		recvs++
@@ -182,18 +185,18 @@ func TestSoakFaults(t *testing.T) {
 			posted++
 		}
 		progress := false
-		n, err := a.cq.Poll(wcs)
+		n, err := a.CQ.Poll(wcs)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, wc := range wcs[:n] {
 			progress = true
-			if wc.QPNum != a.qp.QPN() {
+			if wc.QPNum != a.QP.QPN() {
 				t.Fatalf("completion of another QP %+v", wc)
 			}
 			check(wc)
 		}
-		if n, err = b.cq.Poll(wcs); err != nil {
+		if n, err = b.CQ.Poll(wcs); err != nil {
 			t.Fatal(err)
 		}
 		for _, wc := range wcs[:n] {
@@ -216,15 +219,15 @@ func TestSoakFaults(t *testing.T) {
 	}
 	// The last receives may still be on their way to the CQ.
 	for recvs < nrecv {
-		for _, wc := range waitN(t, b.cq, int(nrecv-recvs)) {
+		for _, wc := range rdmatest.WaitN(t, b.CQ, int(nrecv-recvs)) {
 			checkRecv(wc)
 		}
 	}
-	if got := binary.NativeEndian.Uint64(b.buf[counter:]); got != value {
+	if got := binary.NativeEndian.Uint64(b.Buf[counter:]); got != value {
 		t.Errorf("atomic target %#x, want %#x: an atomic ran twice or never", got, value)
 	}
-	expectEmpty(t, a.cq)
-	expectEmpty(t, b.cq)
+	rdmatest.ExpectEmpty(t, a.CQ)
+	rdmatest.ExpectEmpty(t, b.CQ)
 	elapsed := time.Since(started)
 	t.Logf("%d operations (%v) in %v, %.0f ops/s: %d send completions, %d receive completions, 0 errors",
 		done, counts, elapsed.Round(time.Millisecond), float64(done)/elapsed.Seconds(), done, recvs)

@@ -97,8 +97,11 @@ func (s *SRQ) Query() (SRQAttr, error) {
 // SRQLimit remain, an SRQ limit event is raised and the limit disarms
 // (reads back as 0). A limit of 0 disarms it. If any attribute is invalid
 // nothing changes.
-func (s *SRQ) Modify(attr SRQAttr, mask SRQAttrMask) error {
+func (s *SRQ) Modify(attr *SRQAttr, mask SRQAttrMask) error {
 	const op = "ModifySRQ"
+	if attr == nil {
+		return newError(op, "srq_attr", ErrInvalidArgument, "nil")
+	}
 	if mask&^(SRQMaxWR|SRQLimit) != 0 {
 		return errorf(op, "srq_attr_mask", ErrInvalidArgument, "unknown bits %#x", uint32(mask&^(SRQMaxWR|SRQLimit)))
 	}

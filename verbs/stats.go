@@ -2,14 +2,9 @@ package verbs
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
 	"net"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -18,17 +13,14 @@ import (
 // hw_counters. Instead every open device answers on a Unix socket in
 // Linux's abstract namespace (no file to leave behind, gone when the
 // process dies): a client connects, the device writes one JSON Stats
-// document and closes. goroce-stat finds the sockets by their name prefix
-// in /proc/net/unix. The endpoint serves read-only counters and nothing
-// else; DeviceConfig.NoStatsEndpoint turns it off.
+// document and closes. The client (internal/stats, used by goroce-stat)
+// finds the sockets by their name prefix in /proc/net/unix. The endpoint
+// serves read-only counters and nothing else; DeviceConfig.NoStatsEndpoint
+// turns it off.
 
 // StatsSocketPrefix begins the abstract Unix socket name of every device's
 // counters endpoint: "@goroce-stats/<pid>/<n>/<device name>".
 const StatsSocketPrefix = "@goroce-stats/"
-
-// statsSeq numbers the devices of this process, so that two devices with
-// the same name get distinct endpoints.
-var statsSeq atomic.Uint64
 
 // Counter is one named counter of a Stats document.
 type Counter struct {
@@ -94,21 +86,6 @@ type statsEndpoint struct {
 	wg   sync.WaitGroup
 }
 
-// startStatsEndpoint listens on the device's abstract socket. Failure is
-// not fatal to the device (a sandbox may forbid Unix sockets): Open goes
-// on without an endpoint.
-func startStatsEndpoint(d *Device) (*statsEndpoint, error) {
-	name := fmt.Sprintf("%s%d/%d/%s", StatsSocketPrefix, os.Getpid(), statsSeq.Add(1), d.name)
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
-	if err != nil {
-		return nil, err
-	}
-	e := &statsEndpoint{ln: ln, name: name}
-	e.wg.Add(1)
-	go e.serve(d)
-	return e, nil
-}
-
 func (e *statsEndpoint) serve(d *Device) {
 	defer e.wg.Done()
 	for {
@@ -137,50 +114,4 @@ func (d *Device) StatsEndpoint() string {
 		return ""
 	}
 	return d.stats.name
-}
-
-// StatsEndpoints lists the counters endpoints of the goroce devices open on
-// this machine (in this network namespace), from /proc/net/unix.
-func StatsEndpoints() ([]string, error) {
-	b, err := os.ReadFile("/proc/net/unix")
-	if err != nil {
-		return nil, err
-	}
-	var names []string
-	seen := map[string]bool{}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		// Num RefCount Protocol Flags Type St Inode Path: listening
-		// sockets have the __SO_ACCEPTCON flag (0x10000) set.
-		if len(f) < 8 || !strings.HasPrefix(f[7], StatsSocketPrefix) {
-			continue
-		}
-		if flags, err := strconv.ParseUint(f[3], 16, 32); err != nil || flags&0x10000 == 0 {
-			continue
-		}
-		if !seen[f[7]] {
-			seen[f[7]] = true
-			names = append(names, f[7])
-		}
-	}
-	return names, nil
-}
-
-// ReadStats fetches the Stats document of the endpoint named name (as
-// StatsEndpoints lists it).
-func ReadStats(name string, timeout time.Duration) (Stats, error) {
-	var s Stats
-	if !strings.HasPrefix(name, StatsSocketPrefix) {
-		return s, errors.New("verbs: not a goroce counters endpoint: " + name)
-	}
-	c, err := net.DialTimeout("unix", name, timeout)
-	if err != nil {
-		return s, err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(timeout))
-	if err := json.NewDecoder(c).Decode(&s); err != nil {
-		return s, fmt.Errorf("verbs: reading %s: %w", name, err)
-	}
-	return s, nil
 }

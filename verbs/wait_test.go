@@ -1,4 +1,4 @@
-package verbs
+package verbs_test
 
 import (
 	"context"
@@ -8,26 +8,15 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
+	"github.com/goroce/goroce/verbs"
 )
 
 // testSpin is the spin budget of the tests and benchmarks that spin before
 // parking.
 const testSpin = 5 * time.Microsecond
-
-// parkedWaiters returns how many goroutines are parked in Wait on cq.
-func parkedWaiters(cq *CQ) int {
-	cq.mu.Lock()
-	defer cq.mu.Unlock()
-	return cq.wait.waiters
-}
-
-// boundedCtx is a context that ends after 10 s, so that a lost wake-up
-// fails the test instead of hanging it.
-func boundedCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // waitResult is what one Wait call returned.
 type waitResult struct {
@@ -36,10 +25,10 @@ type waitResult struct {
 }
 
 // startWaiter runs WaitSpin on cq in a goroutine and reports its result.
-func startWaiter(ctx context.Context, cq *CQ, spin time.Duration, room int) <-chan waitResult {
+func startWaiter(ctx context.Context, cq *verbs.CQ, spin time.Duration, room int) <-chan waitResult {
 	ch := make(chan waitResult, 1)
 	go func() {
-		wc := make([]WorkCompletion, room)
+		wc := make([]verbs.WorkCompletion, room)
 		n, err := cq.WaitSpin(ctx, wc, spin)
 		r := waitResult{err: err}
 		for _, c := range wc[:n] {
@@ -56,14 +45,14 @@ func TestWaitReturnsQueuedCompletions(t *testing.T) {
 		spin time.Duration
 	}{{"park", 0}, {"spin", testSpin}, {"busy", -1}} {
 		t.Run(tc.name, func(t *testing.T) {
-			cq := mustCQ(t, newDevice(t), 8)
+			cq := rdmatest.CQ(t, newDevice(t), 8)
 			for i := range 3 {
-				cq.push(WorkCompletion{WRID: uint64(i + 1)}, false)
+				cq.Push(verbs.WorkCompletion{WRID: uint64(i + 1)}, false)
 			}
 			// A done context does not hide completions already queued.
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
-			wc := make([]WorkCompletion, 2)
+			wc := make([]verbs.WorkCompletion, 2)
 			n, err := cq.WaitSpin(ctx, wc, tc.spin)
 			if err != nil || n != 2 || wc[0].WRID != 1 || wc[1].WRID != 2 {
 				t.Fatalf("WaitSpin = %d, %v (%+v), want WRIDs 1 and 2", n, err, wc[:n])
@@ -79,15 +68,15 @@ func TestWaitReturnsQueuedCompletions(t *testing.T) {
 func TestWaitParksUntilPush(t *testing.T) {
 	for name, spin := range map[string]time.Duration{"park": 0, "spin": testSpin} {
 		t.Run(name, func(t *testing.T) {
-			cq := mustCQ(t, newDevice(t), 8)
-			res := startWaiter(boundedCtx(t), cq, spin, 4)
-			waitFor(t, "the waiter to park", func() bool { return parkedWaiters(cq) == 1 })
-			cq.push(WorkCompletion{WRID: 42}, false)
+			cq := rdmatest.CQ(t, newDevice(t), 8)
+			res := startWaiter(testkit.Context(t), cq, spin, 4)
+			testkit.WaitFor(t, "the waiter to park", func() bool { return verbs.ParkedWaiters(cq) == 1 })
+			cq.Push(verbs.WorkCompletion{WRID: 42}, false)
 			r := <-res
 			if r.err != nil || len(r.wrids) != 1 || r.wrids[0] != 42 {
 				t.Fatalf("Wait returned %v, %v; want WRID 42", r.wrids, r.err)
 			}
-			if n := parkedWaiters(cq); n != 0 {
+			if n := verbs.ParkedWaiters(cq); n != 0 {
 				t.Fatalf("%d waiters left parked", n)
 			}
 		})
@@ -100,11 +89,11 @@ func TestWaitContext(t *testing.T) {
 		spin time.Duration
 	}{{"park", 0}, {"busy", -1}} {
 		t.Run(tc.name, func(t *testing.T) {
-			cq := mustCQ(t, newDevice(t), 8)
+			cq := rdmatest.CQ(t, newDevice(t), 8)
 			ctx, cancel := context.WithCancel(context.Background())
 			res := startWaiter(ctx, cq, tc.spin, 1)
 			if tc.spin == 0 {
-				waitFor(t, "the waiter to park", func() bool { return parkedWaiters(cq) == 1 })
+				testkit.WaitFor(t, "the waiter to park", func() bool { return verbs.ParkedWaiters(cq) == 1 })
 			}
 			cancel()
 			if r := <-res; !errors.Is(r.err, context.Canceled) || len(r.wrids) != 0 {
@@ -112,8 +101,8 @@ func TestWaitContext(t *testing.T) {
 			}
 			// The CQ still works, and the cancelled waiter took no
 			// wake-up meant for a later one.
-			cq.push(WorkCompletion{WRID: 7}, false)
-			wc := make([]WorkCompletion, 1)
+			cq.Push(verbs.WorkCompletion{WRID: 7}, false)
+			wc := make([]verbs.WorkCompletion, 1)
 			if n, err := cq.Wait(context.Background(), wc); n != 1 || err != nil || wc[0].WRID != 7 {
 				t.Fatalf("Wait after the cancelled one = %d, %v", n, err)
 			}
@@ -122,29 +111,29 @@ func TestWaitContext(t *testing.T) {
 }
 
 func TestWaitDestroyWakesAllWaiters(t *testing.T) {
-	cq := mustCQ(t, newDevice(t), 8)
+	cq := rdmatest.CQ(t, newDevice(t), 8)
 	const waiters = 3
 	var res []<-chan waitResult
 	for range waiters {
-		res = append(res, startWaiter(boundedCtx(t), cq, 0, 1))
+		res = append(res, startWaiter(testkit.Context(t), cq, 0, 1))
 	}
-	waitFor(t, "the waiters to park", func() bool { return parkedWaiters(cq) == waiters })
+	testkit.WaitFor(t, "the waiters to park", func() bool { return verbs.ParkedWaiters(cq) == waiters })
 	if err := cq.Destroy(); err != nil {
 		t.Fatal(err)
 	}
 	for i, ch := range res {
-		if r := <-ch; !errors.Is(r.err, ErrClosed) {
+		if r := <-ch; !errors.Is(r.err, verbs.ErrClosed) {
 			t.Errorf("waiter %d: %v, %v; want ErrClosed", i, r.wrids, r.err)
 		}
 	}
-	if _, err := cq.Wait(context.Background(), make([]WorkCompletion, 1)); !errors.Is(err, ErrClosed) {
+	if _, err := cq.Wait(context.Background(), make([]verbs.WorkCompletion, 1)); !errors.Is(err, verbs.ErrClosed) {
 		t.Fatalf("Wait on a destroyed CQ: %v, want ErrClosed", err)
 	}
 }
 
 func TestWaitEmptySlice(t *testing.T) {
-	cq := mustCQ(t, newDevice(t), 8)
-	if _, err := cq.Wait(context.Background(), nil); !errors.Is(err, ErrInvalidArgument) {
+	cq := rdmatest.CQ(t, newDevice(t), 8)
+	if _, err := cq.Wait(context.Background(), nil); !errors.Is(err, verbs.ErrInvalidArgument) {
 		t.Fatalf("Wait(nil) = %v, want ErrInvalidArgument", err)
 	}
 }
@@ -159,7 +148,7 @@ func TestWaitManyWaitersEachCompletionOnce(t *testing.T) {
 
 func testWaitManyWaiters(t *testing.T, spin time.Duration) {
 	{
-		cq := mustCQ(t, newDevice(t), 1024)
+		cq := rdmatest.CQ(t, newDevice(t), 1024)
 		const waiters, perWaiter = 4, 50
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		var (
@@ -173,7 +162,7 @@ func testWaitManyWaiters(t *testing.T, spin time.Duration) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				wc := make([]WorkCompletion, 3)
+				wc := make([]verbs.WorkCompletion, 3)
 				for {
 					n, err := cq.WaitSpin(ctx, wc, spin)
 					if err != nil {
@@ -192,7 +181,7 @@ func testWaitManyWaiters(t *testing.T, spin time.Duration) {
 			}()
 		}
 		for i := range total {
-			cq.push(WorkCompletion{WRID: uint64(i)}, false)
+			cq.Push(verbs.WorkCompletion{WRID: uint64(i)}, false)
 		}
 		wg.Wait()
 		if ctx.Err() == context.DeadlineExceeded {
@@ -213,21 +202,21 @@ func testWaitManyWaiters(t *testing.T, spin time.Duration) {
 // Wait sees the completion of a real RDMA WRITE over loopback, and the
 // data is in place when it returns.
 func TestWaitRDMAWrite(t *testing.T) {
-	a, b := newPair(t, endOpts{}, endOpts{})
-	fill(a.buf[:512], 9)
-	mustPostSend(t, a.qp, SendWR{WRID: 5, Opcode: WRRDMAWrite, SendFlags: SendSignaled,
-		SGList: []SGE{a.mr.SGE(0, 512)}, RDMA: RDMAParams{RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()}})
+	a, b := rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{})
+	fill(a.Buf[:512], 9)
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 5, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.MR.SGE(0, 512)}, RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA(), RKey: b.MR.RKey()}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	wc := make([]WorkCompletion, 4)
-	n, err := a.cq.Wait(ctx, wc)
-	if err != nil || n != 1 || wc[0].WRID != 5 || wc[0].Status != WCSuccess || wc[0].Opcode != WCRDMAWrite {
+	wc := make([]verbs.WorkCompletion, 4)
+	n, err := a.CQ.Wait(ctx, wc)
+	if err != nil || n != 1 || wc[0].WRID != 5 || wc[0].Status != verbs.WCSuccess || wc[0].Opcode != verbs.WCRDMAWrite {
 		t.Fatalf("Wait = %d, %v, %+v", n, err, wc[:n])
 	}
-	_, _ = b.cq.Poll(nil) // the device's stores are published by a poll
+	_, _ = b.CQ.Poll(nil) // the device's stores are published by a poll
 	for i := range 512 {
-		if b.buf[i] != a.buf[i] {
-			t.Fatalf("byte %d: %#x, want %#x", i, b.buf[i], a.buf[i])
+		if b.Buf[i] != a.Buf[i] {
+			t.Fatalf("byte %d: %#x, want %#x", i, b.Buf[i], a.Buf[i])
 		}
 	}
 }
@@ -252,7 +241,7 @@ func BenchmarkRCWriteLatency8BWait(b *testing.B) {
 				// poll and the transport's retries run out.
 				b.Skip("busy polling needs GOMAXPROCS >= 4 here")
 			}
-			x, y := newImmPair(b, endOpts{busyPoll: tc.busyPoll})
+			x, y := newImmPair(b, rdmatest.EndOptions{Device: verbs.DeviceConfig{BusyPoll: tc.busyPoll}})
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			answered := make(chan error, 1)
@@ -289,22 +278,22 @@ func BenchmarkRCWriteLatency8BWait(b *testing.B) {
 }
 
 // waitImm is awaitImm with CQ.WaitSpin.
-func waitImm(ctx context.Context, e *rcEnd, seq uint32, spin time.Duration) error {
-	var wcs [4]WorkCompletion
+func waitImm(ctx context.Context, e *rdmatest.End, seq uint32, spin time.Duration) error {
+	var wcs [4]verbs.WorkCompletion
 	for {
-		n, err := e.cq.WaitSpin(ctx, wcs[:], spin)
+		n, err := e.CQ.WaitSpin(ctx, wcs[:], spin)
 		if err != nil {
 			return err
 		}
 		for _, wc := range wcs[:n] {
 			switch {
-			case wc.Status != WCSuccess:
+			case wc.Status != verbs.WCSuccess:
 				return fmt.Errorf("completion %+v", wc)
-			case wc.Opcode != WCRecvRDMAWithImm:
+			case wc.Opcode != verbs.WCRecvRDMAWithImm:
 			case wc.ImmData != seq:
 				return fmt.Errorf("sequence %d, want %d", wc.ImmData, seq)
 			default:
-				return e.qp.PostRecv(&RecvWR{})
+				return e.QP.PostRecv(&verbs.RecvWR{})
 			}
 		}
 	}
@@ -320,7 +309,7 @@ func waitImm(ctx context.Context, e *rcEnd, seq uint32, spin time.Duration) erro
 // in order, and both devices must count packets received by polls.
 func TestBusyPollDrivesDevice(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
-	x, y := newImmPair(t, endOpts{busyPoll: true})
+	x, y := newImmPair(t, rdmatest.EndOptions{Device: verbs.DeviceConfig{BusyPoll: true}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	rounds := 2000
@@ -352,16 +341,16 @@ func TestBusyPollDrivesDevice(t *testing.T) {
 	if err := <-answered; err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range []*rcEnd{x, y} {
-		c := e.dev.Counters()
+	for _, e := range []*rdmatest.End{x, y} {
+		c := e.Dev.Counters()
 		if c.RxPolled == 0 || c.RxPolled > c.RcvdPkts {
-			t.Errorf("%s: rx_polled %d of rcvd_pkts %d; want some, at most all", e.dev.Name(), c.RxPolled, c.RcvdPkts)
+			t.Errorf("%s: rx_polled %d of rcvd_pkts %d; want some, at most all", e.Dev.Name(), c.RxPolled, c.RcvdPkts)
 		}
-		t.Logf("%s: %d of %d packets received by polls", e.dev.Name(), c.RxPolled, c.RcvdPkts)
+		t.Logf("%s: %d of %d packets received by polls", e.Dev.Name(), c.RxPolled, c.RcvdPkts)
 	}
 	// A busy poll that reads the (empty) socket allocates nothing.
-	var wcs [4]WorkCompletion
-	if n := testing.AllocsPerRun(200, func() { _, _ = x.cq.Poll(wcs[:]) }); n != 0 {
+	var wcs [4]verbs.WorkCompletion
+	if n := testing.AllocsPerRun(200, func() { _, _ = x.CQ.Poll(wcs[:]) }); n != 0 {
 		t.Errorf("CQ.Poll on a BusyPoll device: %v allocations per call, want 0", n)
 	}
 }

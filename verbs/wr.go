@@ -92,22 +92,22 @@ type UDParams struct {
 
 // FlushType is the placement type of a FLUSH (enum ibv_placement_type): a
 // set of bits.
-type FlushType uint8
+type FlushType = ibv.FlushType
 
 // FLUSH placement types, with the libibverbs values.
 const (
-	FlushGlobal     FlushType = 1 << 0 // IBV_FLUSH_GLOBAL: global visibility
-	FlushPersistent FlushType = 1 << 1 // IBV_FLUSH_PERSISTENT: persistence
+	FlushGlobal     FlushType = ibv.FlushGlobal     // IBV_FLUSH_GLOBAL: global visibility
+	FlushPersistent FlushType = ibv.FlushPersistent // IBV_FLUSH_PERSISTENT: persistence
 )
 
 // FlushLevel is the selectivity level of a FLUSH (enum
 // ibv_selectivity_level).
-type FlushLevel uint8
+type FlushLevel = ibv.FlushLevel
 
 // FLUSH selectivity levels, with the libibverbs values.
 const (
-	FlushRange FlushLevel = 0 // IBV_FLUSH_RANGE: [RemoteAddr, RemoteAddr+Length)
-	FlushMR    FlushLevel = 1 // IBV_FLUSH_MR: the whole region (or window) of RKey
+	FlushRange FlushLevel = ibv.FlushRange // IBV_FLUSH_RANGE: [RemoteAddr, RemoteAddr+Length)
+	FlushMR    FlushLevel = ibv.FlushMR    // IBV_FLUSH_MR: the whole region (or window) of RKey
 )
 
 // FlushParams are the operands of a FLUSH (ibv_wr_flush's arguments). The

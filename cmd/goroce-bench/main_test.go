@@ -6,14 +6,17 @@ import (
 	"context"
 	"encoding/json"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 )
 
-// The tests' devices: loopback addresses no other package's tests use.
-var addrs = []string{"-a", "127.0.3.5", "-b", "127.0.3.6"}
+// The tests' devices: loopback addresses of this test process's own.
+var addrs = []string{"-a", testkit.Addr(1).String(), "-b", testkit.Addr(2).String()}
 
 func runBench(t *testing.T, args ...string) string {
 	t.Helper()
@@ -136,7 +139,7 @@ func TestConfigErrors(t *testing.T) {
 	}{
 		{[]string{"-a", "localhost"}, "-a"},
 		{[]string{"-b", "1.2.3"}, "-b"},
-		{[]string{"-a", "127.0.3.5", "-b", "127.0.3.5"}, "must differ"},
+		{[]string{"-a", testkit.Addr(1).String(), "-b", testkit.Addr(1).String()}, "must differ"},
 		{[]string{"-mtu", "1500"}, "-mtu"},
 		{[]string{"-mtu", "8192"}, "-mtu"},
 		{[]string{"-sizes", "0"}, "-sizes"},
@@ -188,7 +191,7 @@ func TestParseSizes(t *testing.T) {
 	}
 	for _, tc := range tests {
 		got, err := parseSizes(tc.in)
-		if err != nil || !equal(got, tc.want) {
+		if err != nil || !slices.Equal(got, tc.want) {
 			t.Errorf("parseSizes(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
 		}
 	}
@@ -197,18 +200,6 @@ func TestParseSizes(t *testing.T) {
 			t.Errorf("parseSizes(%q) = %v, want an error", bad, got)
 		}
 	}
-}
-
-func equal(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestPercentile(t *testing.T) {

@@ -11,11 +11,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
 
-// Tests bind addresses in 127.0.6.20-29: other packages' tests use other
-// loopback addresses at the same time, and every device binds UDP 4791.
+// Tests bind testkit's addresses of this process's own: other packages'
+// tests (and other runs of these) use other loopback addresses at the same
+// time, and every device binds UDP 4791.
+
+// host is testkit's address number n, as a string.
+func host(n int) string { return testkit.Addr(n).String() }
 
 // runDevinfo runs the program and returns its exit status and output.
 func runDevinfo(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -58,7 +63,7 @@ func fields(out string) map[string]string {
 }
 
 func TestVerboseValues(t *testing.T) {
-	const addr = "127.0.6.20"
+	addr := host(20)
 	code, out, errOut := runDevinfo(t, "--bind", addr, "-v")
 	if code != exitOK || errOut != "" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
@@ -152,7 +157,7 @@ func capLines(out, header string) []string {
 }
 
 func TestDeviceCapFlagNames(t *testing.T) {
-	const addr = "127.0.6.21"
+	addr := host(21)
 	code, out, _ := runDevinfo(t, "--bind", addr, "-v")
 	if code != exitOK {
 		t.Fatalf("exit %d", code)
@@ -236,9 +241,9 @@ func TestLayoutMatchesRxe(t *testing.T) {
 		args []string
 		file string
 	}{
-		{[]string{"--bind", "127.0.6.22", "-v"}, "testdata/rxe-devinfo-v.txt"},
-		{[]string{"--bind", "127.0.6.22"}, "testdata/rxe-devinfo.txt"},
-		{[]string{"--bind", "127.0.6.22", "-i", "1"}, "testdata/rxe-devinfo.txt"},
+		{[]string{"--bind", host(22), "-v"}, "testdata/rxe-devinfo-v.txt"},
+		{[]string{"--bind", host(22)}, "testdata/rxe-devinfo.txt"},
+		{[]string{"--bind", host(22), "-i", "1"}, "testdata/rxe-devinfo.txt"},
 	} {
 		ref, err := os.ReadFile(tc.file)
 		if err != nil {
@@ -276,12 +281,12 @@ func TestOptions(t *testing.T) {
 		stderr    string // substring
 		notStdout string // substring that must not appear
 	}{
-		{"name", []string{"--bind", "127.0.6.24", "-d", "mydev0"}, exitOK, "hca_id:\tmydev0\n", "", ""},
-		{"long name", []string{"--bind=127.0.6.24", "--ib-dev=mydev1"}, exitOK, "hca_id:\tmydev1\n", "", ""},
-		{"list", []string{"--bind", "127.0.6.24", "-l"}, exitOK, "1 HCA found:\n\tgoroce0\n\n", "", "hca_id"},
-		{"plain has no limits", []string{"--bind", "127.0.6.24"}, exitOK, "hca_id:\tgoroce0\n", "", "max_qp"},
-		{"port 1", []string{"--bind", "127.0.6.24", "--port", "1"}, exitOK, "hca_id:", "", ""},
-		{"no port 2", []string{"--bind", "127.0.6.24", "-i", "2"}, exitBadPort, "", "Invalid port requested for device", "hca_id"},
+		{"name", []string{"--bind", host(24), "-d", "mydev0"}, exitOK, "hca_id:\tmydev0\n", "", ""},
+		{"long name", []string{"--bind=" + host(24), "--ib-dev=mydev1"}, exitOK, "hca_id:\tmydev1\n", "", ""},
+		{"list", []string{"--bind", host(24), "-l"}, exitOK, "1 HCA found:\n\tgoroce0\n\n", "", "hca_id"},
+		{"plain has no limits", []string{"--bind", host(24)}, exitOK, "hca_id:\tgoroce0\n", "", "max_qp"},
+		{"port 1", []string{"--bind", host(24), "--port", "1"}, exitOK, "hca_id:", "", ""},
+		{"no port 2", []string{"--bind", host(24), "-i", "2"}, exitBadPort, "", "Invalid port requested for device", "hca_id"},
 		{"port 0", []string{"-i", "0"}, exitUsage, "", "invalid port 0", ""},
 		{"bad address", []string{"--bind", "localhost"}, exitUsage, "", "--bind", ""},
 		{"unspecified address", []string{"--bind", "0.0.0.0"}, exitNoDevice, "", "cannot open device", ""},
@@ -311,7 +316,7 @@ func TestOptions(t *testing.T) {
 // TestBusyUDPPort: a device already open on the address holds UDP 4791;
 // --udp-port shows the device on another port, whose node GUID differs.
 func TestBusyUDPPort(t *testing.T) {
-	const addr = "127.0.6.25"
+	addr := host(25)
 	dev, err := verbs.Open(verbs.DeviceConfig{Addr: netip.MustParseAddr(addr)})
 	if err != nil {
 		t.Fatal(err)

@@ -8,19 +8,16 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 )
 
-// capturesDir holds real rxe traffic recorded with tcpdump, with the logs of
-// the tools that produced it (see shared/rxe-vm/README.md).
-const capturesDir = "../../../shared/rxe-vm/captures"
-
+// capture returns the path of the real rxe capture name (testkit.Captures,
+// recorded with tcpdump, with the logs of the tools that produced it), or
+// skips the test.
 func capture(t *testing.T, name string) string {
 	t.Helper()
-	p := filepath.Join(capturesDir, name)
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("capture not available: %v", err)
-	}
-	return p
+	return testkit.Captures(t, name)[0]
 }
 
 // dump runs the command and returns its exit status, stdout and stderr.
@@ -57,11 +54,7 @@ var captureCounts = map[string]struct{ roce, records, badICRC int }{
 // parses, every ICRC is right except the deliberately bad ones, and the
 // summary counts match tshark's.
 func TestCheckCaptures(t *testing.T) {
-	files, _ := filepath.Glob(filepath.Join(capturesDir, "*.pcap"))
-	if len(files) == 0 {
-		t.Skip("no captures")
-	}
-	for _, path := range files {
+	for _, path := range testkit.Captures(t) {
 		name := filepath.Base(path)
 		t.Run(name, func(t *testing.T) {
 			code, out, stderr := dump(t, "--check", path)

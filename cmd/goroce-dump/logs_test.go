@@ -14,6 +14,7 @@ import (
 
 	"github.com/goroce/goroce/internal/pcap"
 	"github.com/goroce/goroce/internal/psn"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -255,7 +256,7 @@ func TestCapturesAgreeWithLogs(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.capture, func(t *testing.T) {
-			logFile, err := os.Open(filepath.Join(capturesDir, tc.capture+".log"))
+			logFile, err := os.Open(filepath.Join(testkit.CapturesDir(), tc.capture+".log"))
 			if err != nil {
 				t.Skipf("log not available: %v", err)
 			}

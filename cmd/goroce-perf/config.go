@@ -113,6 +113,7 @@ type config struct {
 	json          bool
 	plot          string
 	counters      bool
+	qpTimeout     int // local ACK timeout code of the QPs (-u)
 	busyPoll      bool
 	plotRef       string // LABEL=FILE: a reference latency distribution for the plot
 }
@@ -187,6 +188,7 @@ func (c *config) defineFlags(fs *flag.FlagSet, size, iters, txDepth *int, loopAd
 	both(txDepth, "t", "tx-depth", -1, "send queue depth (default 128 bw, 1 lat)")
 	both(&c.postList, "l", "post_list", 1, "post lists of this many send work requests at once (bandwidth tests)")
 	both(&c.outs, "o", "outs", 0, "outstanding RDMA READs/atomics (default the device maximum)")
+	both(&c.qpTimeout, "u", "qp-timeout", defQPTimeout, "QP timeout: retransmission after 4.096 usec * 2^timeout (0..31)")
 	both(&c.gidIndex, "x", "gid-index", 1, "GID index of the local port (goroce: 1, the GID of the bound address)")
 	both(&c.ibDev, "d", "ib-dev", verbs.DefaultDeviceName, "device name")
 	both(&c.bidir, "b", "bidirectional", false, "traffic in both directions (bandwidth tests)")
@@ -291,6 +293,8 @@ func (c *config) checkValues() error {
 		return fmt.Errorf("-t %d: the send queue depth must be at least 1", c.txDepth)
 	case c.outs < 0:
 		return fmt.Errorf("-o %d: must be positive", c.outs)
+	case c.qpTimeout < 0 || c.qpTimeout > 31:
+		return fmt.Errorf("-u %d: the QP timeout is a 5-bit code (0..31)", c.qpTimeout)
 	case c.postList < 1:
 		return fmt.Errorf("-l %d: a post list holds at least one work request", c.postList)
 	case c.postList > 1 && c.test.lat:

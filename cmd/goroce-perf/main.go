@@ -21,7 +21,7 @@
 //
 // perftest's flags are accepted where they apply: -s/--size, -a/--all,
 // -n/--iters, -D/--duration, -p/--port, -m/--mtu, -q/--qp, -t/--tx-depth,
-// -o/--outs, -x/--gid-index, -d/--ib-dev, -A/--atomic_type, -I/--inline_size,
+// -o/--outs, -u/--qp-timeout, -x/--gid-index, -d/--ib-dev, -A/--atomic_type, -I/--inline_size,
 // -c/--connection (RC, UC, UD), --report_gbits and -F. goroce's own: --bind ADDR,
 // the address the device binds (default: the address of the TCP
 // connection); --loopback with --loopback-addrs SERVER,CLIENT; --udp-port;

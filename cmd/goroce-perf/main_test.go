@@ -20,15 +20,27 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/oob"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
 
-// Tests use 127.0.5.x: other packages' tests bind 127.0.0.x and 127.0.1.x
-// concurrently. Each test has its own pair of addresses, so the devices can
-// all use the RoCEv2 port.
-func loopAddrs(n int) string {
-	return fmt.Sprintf("127.0.5.%d,127.0.5.%d", 2*n+1, 2*n+2)
+// Tests bind testkit's addresses of this process's own: other packages'
+// tests (and other runs of these) bind theirs concurrently. Each test has
+// its own pair of addresses, so the devices can all use the RoCEv2 port.
+func loopAddrs(n int) string { return host(2*n+1) + "," + host(2*n+2) }
+
+// loopback are the flags of a --loopback run on the addresses of loopAddrs(n):
+// an ephemeral TCP port, and a QP timeout of 18 (1.07 s) rather than
+// perftest's 14 (67 ms). Nothing is lost on loopback, so the timeout only
+// bounds how long a receive goroutine may wait for a CPU; under -race on
+// two loaded cores that exceeded 14's (retry_cnt+1) × 67 ms, and a run that
+// is not about retries ended in RETRY_EXC_ERR (as rdmatest.DefaultLink).
+func loopback(n int) []string {
+	return []string{"--loopback", "--loopback-addrs", loopAddrs(n), "-p", "0", "-u", "18"}
 }
+
+// host is testkit's address number n, as a string.
+func host(n int) string { return testkit.Addr(n).String() }
 
 // runCmd runs the program with a deadline, so that a hang fails the test.
 func runCmd(t *testing.T, timeout time.Duration, args ...string) (code int, stdout, stderr string) {
@@ -94,8 +106,8 @@ func TestLoopbackEveryTest(t *testing.T) {
 			if strings.HasSuffix(tc.test, "_lat") {
 				iters = "50"
 			}
-			args := append([]string{tc.test, "--loopback", "--loopback-addrs", loopAddrs(i), "-p", "0",
-				"--json", "--check", "-n", iters}, tc.extra...)
+			args := append(append([]string{tc.test}, loopback(i)...), "--json", "--check", "-n", iters)
+			args = append(args, tc.extra...)
 			code, out, errs := runCmd(t, 60*time.Second, args...)
 			if code != 0 {
 				t.Fatalf("exit %d, stderr: %s", code, errs)
@@ -179,8 +191,8 @@ func TestLoopbackAll(t *testing.T) {
 		t.Skip("moves 2×16 MiB per size")
 	}
 	plot := filepath.Join(t.TempDir(), "send_bw.svg")
-	code, out, errs := runCmd(t, 120*time.Second, "send_bw", "-a", "-n", "4", "-t", "4", "--loopback",
-		"--loopback-addrs", loopAddrs(20), "-p", "0", "--json", "--check", "--plot", plot)
+	code, out, errs := runCmd(t, 120*time.Second, append([]string{"send_bw", "-a", "-n", "4", "-t", "4",
+		"--json", "--check", "--plot", plot}, loopback(20)...)...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -231,6 +243,9 @@ func checkPlot(t *testing.T, path string, curves int) {
 // The table is perftest's, byte for byte where it overlaps: these lines
 // are from the reference logs of perftest 6.06 (rxe-vm/captures).
 func TestTableMatchesPerftest(t *testing.T) {
+	// perftest prints each GID byte in decimal, two digits at least.
+	b := testkit.Addr(1).As4()
+	gidRE := fmt.Sprintf(`^ GID: 00:00:00:00:00:00:00:00:00:00:255:255:%02d:%02d:%02d:\d+$`, b[0], b[1], b[2])
 	for i, tc := range []struct {
 		test    string
 		header  string
@@ -258,8 +273,8 @@ func TestTableMatchesPerftest(t *testing.T) {
 		},
 	} {
 		t.Run(tc.test, func(t *testing.T) {
-			code, out, errs := runCmd(t, 60*time.Second, tc.test, "-s", "4096", "-n", "300", "-m", "1024",
-				"--loopback", "--loopback-addrs", loopAddrs(30+i), "-p", "0")
+			code, out, errs := runCmd(t, 60*time.Second, append([]string{tc.test, "-s", "4096", "-n", "300", "-m", "1024"},
+				loopback(30+i)...)...)
 			if code != 0 {
 				t.Fatalf("exit %d: %s", code, errs)
 			}
@@ -278,7 +293,7 @@ func TestTableMatchesPerftest(t *testing.T) {
 					t.Errorf("no line %q in\n%s", want, client)
 				}
 			}
-			for _, re := range []string{tc.lineRE, tc.addrRE, `^ GID: 00:00:00:00:00:00:00:00:00:00:255:255:127:00:05:\d\d$`,
+			for _, re := range []string{tc.lineRE, tc.addrRE, gidRE,
 				`^ MR \d+\.\d\d MiB: reg \d+\.\d usec \(\d+\.\d\d usec/MiB\), dereg \d+\.\d usec \(\d+\.\d\d usec/MiB\)$`} {
 				rx := regexp.MustCompile(re)
 				found := false
@@ -295,7 +310,7 @@ func TestTableMatchesPerftest(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	// A TCP port with nothing listening: bind one, note it, close it.
-	ln, err := net.Listen("tcp", "127.0.5.100:0")
+	ln, err := net.Listen("tcp", host(100)+":0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +318,7 @@ func TestBadInput(t *testing.T) {
 	ln.Close()
 
 	// A peer that answers the version exchange with garbage.
-	garbage, err := net.Listen("tcp", "127.0.5.101:0")
+	garbage, err := net.Listen("tcp", host(101)+":0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,10 +344,10 @@ func TestBadInput(t *testing.T) {
 		code int
 		want string
 	}{
-		{"unreachable server", []string{"write_bw", "--bind", "127.0.5.102", "-p", deadPort, "127.0.5.100"}, 1, "cannot connect to the server"},
-		{"garbage peer", []string{"write_bw", "--bind", "127.0.5.103", "-p", garbagePort, "127.0.5.101"}, 1, "version"},
-		{"size over the device limit", []string{"write_bw", "--bind", "127.0.5.104", "-s", "4294967296", "-p", garbagePort, "127.0.5.101"}, 1, "max_msg_sz"},
-		{"size over the device limit, no bind", []string{"read_bw", "-s", "4294967296", "-p", garbagePort, "127.0.5.101"}, 1, "max_msg_sz"},
+		{"unreachable server", []string{"write_bw", "--bind", host(102), "-p", deadPort, host(100)}, 1, "cannot connect to the server"},
+		{"garbage peer", []string{"write_bw", "--bind", host(103), "-p", garbagePort, host(101)}, 1, "version"},
+		{"size over the device limit", []string{"write_bw", "--bind", host(104), "-s", "4294967296", "-p", garbagePort, host(101)}, 1, "max_msg_sz"},
+		{"size over the device limit, no bind", []string{"read_bw", "-s", "4294967296", "-p", garbagePort, host(101)}, 1, "max_msg_sz"},
 		{"unknown test", []string{"write_fast"}, 2, "unknown test"},
 		{"no test", nil, 2, "missing TEST"},
 		{"UD write", []string{"write_bw", "-c", "UD"}, 2, "UD connection only possible in SEND verb"},
@@ -340,7 +355,7 @@ func TestBadInput(t *testing.T) {
 		{"UC atomic", []string{"atomic_bw", "-c", "uc"}, 2, "UC connection not possible in READ/ATOMIC verbs"},
 		{"XRC", []string{"send_bw", "-c", "XRC"}, 2, "only RC, UC and UD"},
 		{"connection type", []string{"send_bw", "-c", "TCP"}, 2, "unknown connection type"},
-		{"UD size above the MTU", []string{"send_bw", "-c", "UD", "-s", "4097", "--loopback", "--loopback-addrs", "127.0.5.105,127.0.5.106", "-p", "0"}, 1, "cannot be larger than the MTU (4096)"},
+		{"UD size above the MTU", []string{"send_bw", "-c", "UD", "-s", "4097", "--loopback", "--loopback-addrs", host(105) + "," + host(106), "-p", "0"}, 1, "cannot be larger than the MTU (4096)"},
 		{"atomic size", []string{"atomic_bw", "-s", "16"}, 2, "8 bytes"},
 		{"bad MTU", []string{"write_bw", "-m", "1500"}, 2, "-m 1500"},
 		{"two hosts", []string{"write_bw", "a", "b"}, 2, "unexpected argument"},
@@ -348,6 +363,8 @@ func TestBadInput(t *testing.T) {
 		{"lat iterations", []string{"send_lat", "-n", "3"}, 2, "at least 5"},
 		{"bidirectional latency", []string{"write_lat", "-b"}, 2, "bandwidth tests"},
 		{"GID index 0", []string{"write_bw", "-x", "0"}, 2, "GID index 1 only"},
+		{"QP timeout", []string{"write_bw", "-u", "32"}, 2, "-u 32"},
+		{"negative QP timeout", []string{"write_bw", "--qp-timeout", "-1"}, 2, "5-bit code"},
 		{"plot format", []string{"write_bw", "-a", "--plot", "x.pdf"}, 2, "want a .svg or .png file"},
 		{"plot reference without plot", []string{"write_lat", "--plot-ref", "udp=x.txt"}, 2, "needs --plot"},
 		{"plot reference without label", []string{"write_lat", "--plot", "x.svg", "--plot-ref", "x.txt"}, 2, "LABEL=FILE"},
@@ -374,7 +391,7 @@ func TestBadInput(t *testing.T) {
 
 // A server must not hang on a client that sends garbage.
 func TestServerRejectsGarbageClient(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.5.110:0")
+	ln, err := net.Listen("tcp", host(110)+":0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,11 +402,11 @@ func TestServerRejectsGarbageClient(t *testing.T) {
 	var errs string
 	go func() {
 		defer close(done)
-		code, _, errs = runCmd(t, 30*time.Second, "read_bw", "--bind", "127.0.5.110", "-p", port)
+		code, _, errs = runCmd(t, 30*time.Second, "read_bw", "--bind", host(110), "-p", port)
 	}()
 	var c net.Conn
 	for range 100 {
-		if c, err = net.Dial("tcp", "127.0.5.110:"+port); err == nil {
+		if c, err = net.Dial("tcp", host(110)+":"+port); err == nil {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -525,7 +542,7 @@ func referencePeer(ctx context.Context, kind oob.PerftestKind, role oob.Role, ad
 		fillPattern(mr.Buf()[:size], psn)
 	}
 	plan := oob.PerftestPlan{
-		Kind: kind, SysData: oob.SysData{CycleBuffer: 4096, CacheLineSize: 64}, MTU: oob.MTU1024,
+		Kind: kind, SysData: oob.SysData{CycleBuffer: 4096, CacheLineSize: 64}, MTU: verbs.MTU1024,
 		Init: func(context.Context, oob.PerftestAgreement) ([]oob.Dest, error) {
 			if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QPAccessFlags: qpAccess},
 				verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
@@ -605,7 +622,7 @@ func TestServerAgainstReferenceClient(t *testing.T) {
 		{"send_bw", oob.SendBW, false},
 	} {
 		t.Run(fmt.Sprintf("%s/pattern=%v", tc.test, tc.pattern), func(t *testing.T) {
-			srv, cli := fmt.Sprintf("127.0.5.%d", 141+2*i), fmt.Sprintf("127.0.5.%d", 142+2*i)
+			srv, cli := host(141+2*i), host(142+2*i)
 			ln, err := net.Listen("tcp", srv+":0")
 			if err != nil {
 				t.Fatal(err)
@@ -669,7 +686,7 @@ func TestClientAgainstReferenceServer(t *testing.T) {
 		{"atomic_lat", oob.AtomicLat},
 	} {
 		t.Run(tc.test, func(t *testing.T) {
-			srv, cli := fmt.Sprintf("127.0.5.%d", 121+2*i), fmt.Sprintf("127.0.5.%d", 122+2*i)
+			srv, cli := host(121+2*i), host(122+2*i)
 			ln, err := net.Listen("tcp", srv+":0")
 			if err != nil {
 				t.Fatal(err)
@@ -696,7 +713,7 @@ func TestClientAgainstReferenceServer(t *testing.T) {
 			if o.err != nil {
 				t.Fatalf("reference server: %v", o.err)
 			}
-			if o.res.RemoteVersion != oob.DefaultPerftestVersion || o.res.MTU != oob.MTU1024 {
+			if o.res.RemoteVersion != oob.DefaultPerftestVersion || o.res.MTU != verbs.MTU1024 {
 				t.Errorf("reference server agreed on %+v", o.res.PerftestAgreement)
 			}
 			if strings.HasSuffix(tc.test, "_bw") {
@@ -718,8 +735,8 @@ func TestCounters(t *testing.T) {
 	var names []string
 	verbs.Counters{}.Each(func(name string, _ uint64) { names = append(names, name) })
 	t.Run("text", func(t *testing.T) {
-		code, out, errs := runCmd(t, 60*time.Second, "write_bw", "-s", "4096", "-n", "20", "--loopback",
-			"--loopback-addrs", loopAddrs(50), "-p", "0", "--counters")
+		code, out, errs := runCmd(t, 60*time.Second, append([]string{"write_bw", "-s", "4096", "-n", "20", "--counters"},
+			loopback(50)...)...)
 		if code != 0 || errs != "" {
 			t.Fatalf("exit %d, stderr %q, stdout:\n%s", code, errs, out)
 		}
@@ -756,8 +773,8 @@ func TestCounters(t *testing.T) {
 		}
 	})
 	t.Run("json", func(t *testing.T) {
-		code, out, errs := runCmd(t, 60*time.Second, "send_bw", "-s", "1000", "-n", "10", "--loopback",
-			"--loopback-addrs", loopAddrs(51), "-p", "0", "--counters", "--json")
+		code, out, errs := runCmd(t, 60*time.Second, append([]string{"send_bw", "-s", "1000", "-n", "10", "--counters", "--json"},
+			loopback(51)...)...)
 		if code != 0 || errs != "" {
 			t.Fatalf("exit %d, stderr %q, stdout:\n%s", code, errs, out)
 		}

@@ -7,7 +7,6 @@ import (
 	"image/draw"
 	"image/png"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,17 +16,16 @@ import (
 	"github.com/goroce/goroce/internal/plot"
 )
 
-// plotResults makes results for the sizes 2^lo to 2^hi, each with
-// samples latencies (none if 0) that grow with the size.
+// plotResults makes results for the sizes 2^lo to 2^hi, each with its own
+// bandwidth and typical latency and samples latencies (none if 0).
 func plotResults(lo, hi, samples int) []result {
 	var rs []result
 	for e := lo; e <= hi; e++ {
-		size := 1 << e
-		r := result{side: "client", size: size, iters: 1000, hasBW: true, hasLat: true,
-			bwAvg: math.Min(float64(size)/100, 3000), tTyp: 2 + float64(size)/1000}
-		base := 1 + float64(size)/500
-		for k := range samples {
-			r.samples = append(r.samples, base*(1+float64(k)/float64(samples)))
+		r := result{side: "client", size: 1 << e, iters: 1000, hasBW: true, hasLat: true,
+			bwAvg: float64(100 * e), tTyp: float64(e)}
+		r.samples = make([]float64, samples)
+		for k := range r.samples {
+			r.samples[k] = float64(e) + float64(k)/float64(samples)
 		}
 		rs = append(rs, r)
 	}
@@ -82,8 +80,7 @@ func TestPlotChart(t *testing.T) {
 // size, so one CDF curve in the first series colour and none in the others.
 func TestLoopbackPlotPNG(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "read_lat.png")
-	code, _, errs := runCmd(t, 60*time.Second, "read_lat", "-n", "50", "--loopback",
-		"--loopback-addrs", loopAddrs(40), "-p", "0", "--plot", path)
+	code, _, errs := runCmd(t, 60*time.Second, append([]string{"read_lat", "-n", "50", "--plot", path}, loopback(40)...)...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}

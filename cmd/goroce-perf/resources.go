@@ -171,7 +171,7 @@ func (s *side) connect() error {
 			return fmt.Errorf("QP %d to RTR: %w", i, err)
 		}
 		if err := qp.Modify(&verbs.QPAttr{
-			QPState: verbs.QPStateRTS, SQPSN: s.local[i].PSN, Timeout: defQPTimeout,
+			QPState: verbs.QPStateRTS, SQPSN: s.local[i].PSN, Timeout: uint8(s.cfg.qpTimeout),
 			RetryCnt: defRetryCount, RNRRetry: defRNRRetry, MaxRdAtomic: rdAtomic,
 		}, verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|
 			verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic); err != nil {

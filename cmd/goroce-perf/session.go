@@ -163,11 +163,11 @@ func (s *side) exchangeSysData(ctx context.Context) error {
 // exchangeMTU trades the active MTUs; both sides take the smaller. A UD
 // datagram is one packet: an explicit -s above it is an error.
 func (s *side) exchangeMTU(ctx context.Context) error {
-	remote, err := s.pc.ExchangeMTU(ctx, oob.MTU(s.mtu))
+	remote, err := s.pc.ExchangeMTU(ctx, s.mtu)
 	if err != nil {
 		return err
 	}
-	s.mtu = verbs.MTU(min(oob.MTU(s.mtu), remote))
+	s.mtu = min(s.mtu, remote)
 	if c := s.cfg; c.conn == "UD" && c.sizeSet && !c.all && c.size > s.mtu.Bytes() {
 		return fmt.Errorf("-s %d: a UD message cannot be larger than the MTU (%d)", c.size, s.mtu.Bytes())
 	}

@@ -39,7 +39,8 @@ func TestLoopbackUCUD(t *testing.T) {
 			if strings.HasSuffix(tc.test, "_lat") {
 				iters = "20"
 			}
-			args := append([]string{tc.test, "--loopback", "--loopback-addrs", loopAddrs(60 + i), "-p", "0", "--check", "-n", iters}, tc.extra...)
+			args := append(append([]string{tc.test}, loopback(60+i)...), "--check", "-n", iters)
+			args = append(args, tc.extra...)
 			code, out, errs := runCmd(t, 60*time.Second, args...)
 			if code != 0 {
 				t.Fatalf("exit %d, stderr: %s\n%s", code, errs, out)

@@ -7,9 +7,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 )
 
-// The tests bind 127.0.9.x, which no other package's tests use.
+// The tests bind testkit's addresses of this process's own, which no other
+// test process uses.
+
+// addrs is the -addrs value for testkit's addresses number a and b.
+func addrs(a, b int) string { return testkit.Addr(a).String() + "," + testkit.Addr(b).String() }
 
 func runScale(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
@@ -25,7 +31,7 @@ func TestSmallRun(t *testing.T) {
 	// between two samples (a few hundred MRs measured negative once).
 	code, out, errs := runScale(t, "-qps", "20", "-mrs", "3000", "-mr-size", "4096", "-mr-buffer", "65536",
 		"-active", "8", "-size", "8192", "-window", "16", "-duration", "200ms",
-		"-addrs", "127.0.9.1,127.0.9.2", "-json")
+		"-addrs", addrs(1, 2), "-json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -53,7 +59,7 @@ func TestSmallRun(t *testing.T) {
 
 func TestTable(t *testing.T) {
 	code, out, errs := runScale(t, "-qps", "2", "-mrs", "10", "-mr-buffer", "65536", "-active", "2",
-		"-size", "4096", "-window", "4", "-duration", "100ms", "-addrs", "127.0.9.3,127.0.9.4")
+		"-size", "4096", "-window", "4", "-duration", "100ms", "-addrs", addrs(3, 4))
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -69,7 +75,7 @@ func TestTable(t *testing.T) {
 // fail after a long registration loop.
 func TestMRsCappedAtMaxMR(t *testing.T) {
 	code, out, errs := runScale(t, "-qps", "1", "-active", "0", "-mrs", "3000", "-max-mr", "2000", "-mr-buffer", "65536",
-		"-addrs", "127.0.9.5,127.0.9.6", "-json")
+		"-addrs", addrs(5, 6), "-json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -92,9 +98,9 @@ func TestBadInput(t *testing.T) {
 	}{
 		{[]string{"-qps", "0"}, "at least one QP pair"},
 		{[]string{"-active", "11", "-qps", "10"}, "-active 11"},
-		{[]string{"-addrs", "127.0.9.1"}, "want FIRST,SECOND"},
-		{[]string{"-addrs", "127.0.9.1,127.0.9.1"}, "must differ"},
-		{[]string{"-addrs", "127.0.9.1,nope"}, "-addrs"},
+		{[]string{"-addrs", testkit.Addr(1).String()}, "want FIRST,SECOND"},
+		{[]string{"-addrs", addrs(1, 1)}, "must differ"},
+		{[]string{"-addrs", testkit.Addr(1).String() + ",nope"}, "-addrs"},
 		{[]string{"-mr-size", "8192", "-mr-buffer", "4096"}, "-mr-size"},
 		{[]string{"-window", "64", "-sq-depth", "8"}, "-sq-depth 8"},
 		{[]string{"-duration", "0s"}, "-duration"},

@@ -3,7 +3,7 @@
 //
 // A goroce device lives inside the process that opened it; each open device
 // serves its counters on an abstract Unix socket (verbs.StatsSocketPrefix),
-// which goroce-stat finds in /proc/net/unix. Only devices in the same
+// which goroce-stat finds in /proc/net/unix (internal/stats). Only devices in the same
 // network namespace are visible.
 //
 // Usage:
@@ -17,6 +17,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -27,6 +28,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goroce/goroce/internal/stats"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -66,22 +68,28 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "goroce-stat: -i and -c must not be negative")
 		return 2
 	}
-	if err := show(o, stdout); err != nil {
+	if err := show(context.Background(), o, stdout); err != nil {
 		fmt.Fprintln(stderr, "goroce-stat:", err)
 		return 1
 	}
 	return 0
 }
 
+// readTimeout bounds the reading of one device's stats: a process that
+// does not answer (stopped in a debugger, say) is left out.
+const readTimeout = 2 * time.Second
+
 // collect reads every matching device's stats.
-func collect(o options) ([]verbs.Stats, error) {
-	names, err := verbs.StatsEndpoints()
+func collect(ctx context.Context, o options) ([]verbs.Stats, error) {
+	names, err := stats.Endpoints()
 	if err != nil {
 		return nil, err
 	}
 	var all []verbs.Stats
 	for _, n := range names {
-		s, err := verbs.ReadStats(n, 2*time.Second)
+		rctx, cancel := context.WithTimeout(ctx, readTimeout)
+		s, err := stats.Read(rctx, n)
+		cancel()
 		if err != nil {
 			continue // the device closed between listing and reading
 		}
@@ -99,8 +107,8 @@ func collect(o options) ([]verbs.Stats, error) {
 	return all, nil
 }
 
-func show(o options, w io.Writer) error {
-	cur, err := collect(o)
+func show(ctx context.Context, o options, w io.Writer) error {
+	cur, err := collect(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -109,7 +117,7 @@ func show(o options, w io.Writer) error {
 	}
 	for i := 0; o.count == 0 || i < o.count; i++ {
 		time.Sleep(o.interval)
-		next, err := collect(o)
+		next, err := collect(ctx, o)
 		if err != nil {
 			return err
 		}

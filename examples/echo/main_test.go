@@ -6,73 +6,11 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/examples/internal/exampletest"
 )
-
-// The tests' devices: loopback addresses no other package's tests use.
-const (
-	serverAddr = "127.0.3.3"
-	clientAddr = "127.0.3.4"
-)
-
-// lineWriter collects a command's output and reports each complete line.
-type lineWriter struct {
-	mu      sync.Mutex
-	all     bytes.Buffer
-	partial []byte
-	lines   chan string
-}
-
-func newLineWriter() *lineWriter { return &lineWriter{lines: make(chan string, 100)} }
-
-func (w *lineWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.all.Write(p)
-	w.partial = append(w.partial, p...)
-	for {
-		i := bytes.IndexByte(w.partial, '\n')
-		if i < 0 {
-			return len(p), nil
-		}
-		select {
-		case w.lines <- string(w.partial[:i]):
-		default:
-		}
-		w.partial = w.partial[i+1:]
-	}
-}
-
-func (w *lineWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.all.String()
-}
-
-// startServer runs the server on a free TCP port and returns its address
-// and a channel that yields run's result.
-func startServer(t *testing.T, ctx context.Context, extra ...string) (string, *lineWriter, <-chan error) {
-	t.Helper()
-	out := newLineWriter()
-	done := make(chan error, 1)
-	args := append([]string{"-server", "-addr", serverAddr, "-port", "0"}, extra...)
-	go func() { done <- run(ctx, args, out) }()
-	for {
-		select {
-		case line := <-out.lines:
-			if rest, ok := strings.CutPrefix(line, "server: listening on "); ok {
-				addr, _, _ := strings.Cut(rest, ";")
-				return addr, out, done
-			}
-		case err := <-done:
-			t.Fatalf("server ended before listening: %v\n%s", err, out)
-		case <-ctx.Done():
-			t.Fatalf("server not listening: %v\n%s", ctx.Err(), out)
-		}
-	}
-}
 
 func TestEcho(t *testing.T) {
 	tests := []struct {
@@ -92,10 +30,10 @@ func TestEcho(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			addr, serverOut, serverDone := startServer(t, ctx, tc.serverArgs...)
+			addr, server := exampletest.StartServer(t, ctx, run, tc.serverArgs...)
 
 			var clientOut bytes.Buffer
-			err := run(ctx, append([]string{"-addr", clientAddr, "-connect", addr}, tc.clientArgs...), &clientOut)
+			err := run(ctx, append([]string{"-addr", exampletest.ClientAddr, "-connect", addr}, tc.clientArgs...), &clientOut)
 			if tc.clientErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.clientErr) {
 					t.Fatalf("client error %v, want one containing %q", err, tc.clientErr)
@@ -103,8 +41,8 @@ func TestEcho(t *testing.T) {
 			} else if err != nil {
 				t.Fatalf("client: %v\n%s", err, &clientOut)
 			}
-			if err := <-serverDone; err != nil {
-				t.Fatalf("server: %v\n%s", err, serverOut)
+			if err := server.Wait(); err != nil {
+				t.Fatalf("server: %v\n%s", err, server)
 			}
 			if tc.clientErr != "" {
 				return
@@ -126,8 +64,8 @@ func TestEcho(t *testing.T) {
 			if !strings.Contains(clientOut.String(), fmt.Sprintf("client: %d echoes intact; round trip min ", n)) {
 				t.Errorf("client output lacks the summary of %d echoes:\n%s", n, &clientOut)
 			}
-			if want := fmt.Sprintf("server: client left after %d messages", n); !strings.Contains(serverOut.String(), want) {
-				t.Errorf("server output lacks %q:\n%s", want, serverOut)
+			if want := fmt.Sprintf("server: client left after %d messages", n); !strings.Contains(server.String(), want) {
+				t.Errorf("server output lacks %q:\n%s", want, server)
 			}
 		})
 	}
@@ -140,19 +78,13 @@ func TestUsageErrors(t *testing.T) {
 		want string
 	}{
 		{"no address", []string{"-server"}, "-addr"},
-		{"client without server", []string{"-addr", clientAddr}, "-connect"},
-		{"no messages", []string{"-addr", clientAddr, "-connect", "127.0.3.3:1", "-n", "0"}, "-n"},
-		{"zero size", []string{"-server", "-addr", serverAddr, "-size", "0"}, "-size"},
-		{"stray argument", []string{"-addr", clientAddr, "extra"}, "unexpected argument"},
+		{"client without server", []string{"-addr", exampletest.ClientAddr}, "-connect"},
+		{"no messages", []string{"-addr", exampletest.ClientAddr, "-connect", exampletest.ServerAddr + ":1", "-n", "0"}, "-n"},
+		{"zero size", []string{"-server", "-addr", exampletest.ServerAddr, "-size", "0"}, "-size"},
+		{"stray argument", []string{"-addr", exampletest.ClientAddr, "extra"}, "unexpected argument"},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			var out bytes.Buffer
-			err := run(context.Background(), tc.args, &out)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("run(%q) = %v, want an error mentioning %q", tc.args, err, tc.want)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { exampletest.WantArgError(t, run, tc.args, tc.want) })
 	}
 }
 

@@ -5,73 +5,11 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/examples/internal/exampletest"
 )
-
-// The tests' devices: loopback addresses no other package's tests use.
-const (
-	serverAddr = "127.0.3.1"
-	clientAddr = "127.0.3.2"
-)
-
-// lineWriter collects a command's output and reports each complete line.
-type lineWriter struct {
-	mu      sync.Mutex
-	all     bytes.Buffer
-	partial []byte
-	lines   chan string
-}
-
-func newLineWriter() *lineWriter { return &lineWriter{lines: make(chan string, 100)} }
-
-func (w *lineWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.all.Write(p)
-	w.partial = append(w.partial, p...)
-	for {
-		i := bytes.IndexByte(w.partial, '\n')
-		if i < 0 {
-			return len(p), nil
-		}
-		select {
-		case w.lines <- string(w.partial[:i]):
-		default:
-		}
-		w.partial = w.partial[i+1:]
-	}
-}
-
-func (w *lineWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.all.String()
-}
-
-// startServer runs the server on a free TCP port and returns its address
-// and a channel that yields run's result.
-func startServer(t *testing.T, ctx context.Context, extra ...string) (string, *lineWriter, <-chan error) {
-	t.Helper()
-	out := newLineWriter()
-	done := make(chan error, 1)
-	args := append([]string{"-server", "-addr", serverAddr, "-port", "0"}, extra...)
-	go func() { done <- run(ctx, args, out) }()
-	for {
-		select {
-		case line := <-out.lines:
-			if rest, ok := strings.CutPrefix(line, "server: listening on "); ok {
-				addr, _, _ := strings.Cut(rest, ";")
-				return addr, out, done
-			}
-		case err := <-done:
-			t.Fatalf("server ended before listening: %v\n%s", err, out)
-		case <-ctx.Done():
-			t.Fatalf("server not listening: %v\n%s", ctx.Err(), out)
-		}
-	}
-}
 
 func TestClientAndServer(t *testing.T) {
 	long := strings.Repeat("0123456789abcdef", 700) // 11200 bytes: three 4 KiB packets
@@ -89,10 +27,10 @@ func TestClientAndServer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			addr, serverOut, serverDone := startServer(t, ctx, tc.serverArgs...)
+			addr, server := exampletest.StartServer(t, ctx, run, tc.serverArgs...)
 
 			var clientOut bytes.Buffer
-			err := run(ctx, []string{"-addr", clientAddr, "-connect", addr, "-msg", tc.msg}, &clientOut)
+			err := run(ctx, []string{"-addr", exampletest.ClientAddr, "-connect", addr, "-msg", tc.msg}, &clientOut)
 			if tc.clientErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.clientErr) {
 					t.Fatalf("client error %v, want one containing %q", err, tc.clientErr)
@@ -101,12 +39,12 @@ func TestClientAndServer(t *testing.T) {
 				t.Fatalf("client: %v\n%s", err, &clientOut)
 			}
 			// The client's departure ends the server.
-			if err := <-serverDone; err != nil {
-				t.Fatalf("server: %v\n%s", err, serverOut)
+			if err := server.Wait(); err != nil {
+				t.Fatalf("server: %v\n%s", err, server)
 			}
 			if tc.clientErr != "" {
-				if !strings.Contains(serverOut.String(), "counter = 100,") {
-					t.Errorf("the server's counter changed:\n%s", serverOut)
+				if !strings.Contains(server.String(), "counter = 100,") {
+					t.Errorf("the server's counter changed:\n%s", server)
 				}
 				return
 			}
@@ -122,8 +60,8 @@ func TestClientAndServer(t *testing.T) {
 			}
 			// The server's memory changed without the server doing anything.
 			want := fmt.Sprintf("server: client left; counter = 101, message = %q\n", tc.msg)
-			if !strings.HasSuffix(serverOut.String(), want) {
-				t.Errorf("server output does not end with %q:\n%s", want, serverOut)
+			if !strings.HasSuffix(server.String(), want) {
+				t.Errorf("server output does not end with %q:\n%s", want, server)
 			}
 		})
 	}
@@ -137,20 +75,14 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{"no address", []string{"-server"}, "-addr"},
 		{"bad address", []string{"-addr", "127.0.3.300"}, "-addr"},
-		{"client without server", []string{"-addr", clientAddr}, "-connect"},
-		{"empty message", []string{"-addr", clientAddr, "-connect", "127.0.3.1:1", "-msg", ""}, "-msg"},
-		{"tiny buffer", []string{"-server", "-addr", serverAddr, "-size", "8"}, "-size"},
-		{"stray argument", []string{"-addr", clientAddr, "extra"}, "unexpected argument"},
+		{"client without server", []string{"-addr", exampletest.ClientAddr}, "-connect"},
+		{"empty message", []string{"-addr", exampletest.ClientAddr, "-connect", exampletest.ServerAddr + ":1", "-msg", ""}, "-msg"},
+		{"tiny buffer", []string{"-server", "-addr", exampletest.ServerAddr, "-size", "8"}, "-size"},
+		{"stray argument", []string{"-addr", exampletest.ClientAddr, "extra"}, "unexpected argument"},
 		{"unknown flag", []string{"-bogus"}, "bogus"},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			var out bytes.Buffer
-			err := run(context.Background(), tc.args, &out)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("run(%q) = %v, want an error mentioning %q", tc.args, err, tc.want)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { exampletest.WantArgError(t, run, tc.args, tc.want) })
 	}
 }
 
@@ -159,15 +91,15 @@ func TestNoServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// A listener that is closed again leaves a port nobody listens on.
-	addr, _, done := startServer(t, ctx)
+	addr, server := exampletest.StartServer(t, ctx, run)
 	var out bytes.Buffer
-	if err := run(ctx, []string{"-addr", clientAddr, "-connect", addr}, &out); err != nil {
+	if err := run(ctx, []string{"-addr", exampletest.ClientAddr, "-connect", addr}, &out); err != nil {
 		t.Fatalf("first client: %v", err)
 	}
-	if err := <-done; err != nil {
+	if err := server.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	if err := run(ctx, []string{"-addr", clientAddr, "-connect", addr}, &out); err == nil {
+	if err := run(ctx, []string{"-addr", exampletest.ClientAddr, "-connect", addr}, &out); err == nil {
 		t.Fatal("connecting to a server that left succeeded")
 	}
 }

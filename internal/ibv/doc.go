@@ -5,7 +5,10 @@
 // the other without a conversion: ibv_wr_opcode (WROpcode), ibv_send_flags
 // (SendFlags), ibv_wc_status (WCStatus), ibv_wc_opcode (WCOpcode),
 // ibv_wc_flags (WCFlags), ibv_access_flags (AccessFlags), ibv_mtu (MTU),
-// ibv_qp_type (QPType) and ibv_qp_state (QPState).
+// ibv_qp_type (QPType), ibv_qp_state (QPState), ibv_placement_type
+// (FlushType) and ibv_selectivity_level (FlushLevel). Where the wire
+// carries such a value (the FLUSH extended transport header), the values
+// are the wire's too; internal/wire keeps only the bit fields.
 //
 // Package verbs exposes them as type aliases with the same names
 // (verbs.WCStatus is ibv.WCStatus), so the String methods here are the

@@ -71,7 +71,7 @@ func TestFuzzSeeds(t *testing.T) {
 	for i, m := range craftedMADs(t) {
 		seeds[fmt.Sprintf("crafted-%02d", i)] = m
 	}
-	if _, err := os.Stat(capturesDir); err == nil {
+	if haveCaptures() {
 		for _, fm := range captureMADs(t) {
 			seeds[fmt.Sprintf("%s-%d", strings.TrimSuffix(fm.file, ".pcap"), fm.frame)] = fm.mad
 		}

@@ -3,8 +3,6 @@ package mad
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,21 +10,14 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/pcap"
+	"github.com/goroce/goroce/internal/pcap/pcaptest"
 	"github.com/goroce/goroce/internal/psn"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/internal/wire"
 )
 
-// capturesDir holds real rxe traffic (../shared beside the repository, as
-// for the other packages' capture tests; $GOROCE_CAPTURES overrides it, for
-// a worktree that is not beside shared/). cmCaptures are the files with
-// RDMA CM connection setup in them.
-var capturesDir = func() string {
-	if d := os.Getenv("GOROCE_CAPTURES"); d != "" {
-		return d
-	}
-	return "../../../shared/rxe-vm/captures"
-}()
-
+// cmCaptures are the rxe captures (testkit.Captures) with RDMA CM
+// connection setup in them.
 var cmCaptures = []string{"rping.pcap", "write_bw_rdmacm.pcap"}
 
 // frameMAD is a CM MAD found in a pcap file.
@@ -45,41 +36,25 @@ func (f frameMAD) String() string { return f.file + ":" + strconv.Itoa(f.frame) 
 // MADs, checked for an ICRC, the GSI Q_Key and a 256-byte payload.
 func readMADs(t testing.TB, path string) []frameMAD {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := pcap.NewReader(bytes.NewReader(data))
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
 	var out []frameMAD
-	for frame := 1; ; frame++ {
-		rec, err := r.ReadPacket(nil)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("%s: frame %d: %v", path, frame, err)
-		}
-		fr, err := pcap.DecodeFrame(r.LinkType(), rec.Data)
-		if err != nil || fr.DstPort != wire.RoCEv2Port {
+	for _, fr := range pcaptest.Frames(t, path) {
+		if fr.DstPort != wire.RoCEv2Port {
 			continue
 		}
 		var p wire.Packet
 		if err := p.Parse(fr.UDPPayload, 0); err != nil {
-			t.Fatalf("%s: frame %d: %v", path, frame, err)
+			t.Fatalf("%s: frame %d: %v", path, fr.Number, err)
 		}
 		if p.BTH.Opcode() != wire.UDSendOnly || p.BTH.DestQP() != wire.GSIQPN {
 			continue
 		}
 		if !wire.CheckICRC(fr.IPHeader, fr.UDPHeader, fr.UDPPayload) {
-			t.Fatalf("%s: frame %d: bad ICRC", path, frame)
+			t.Fatalf("%s: frame %d: bad ICRC", path, fr.Number)
 		}
 		if p.DETH.QKey() != wire.GSIQKey || len(p.Payload) != MADSize {
-			t.Fatalf("%s: frame %d: Q_Key %#x, payload %d bytes", path, frame, p.DETH.QKey(), len(p.Payload))
+			t.Fatalf("%s: frame %d: Q_Key %#x, payload %d bytes", path, fr.Number, p.DETH.QKey(), len(p.Payload))
 		}
-		out = append(out, frameMAD{file: filepath.Base(path), frame: frame, src: p.DETH.SrcQP(),
+		out = append(out, frameMAD{file: fr.File, frame: fr.Number, src: p.DETH.SrcQP(),
 			udpSrc: fr.SrcPort, mad: p.Payload, payload: fr.UDPPayload})
 	}
 	return out
@@ -90,14 +65,20 @@ func readMADs(t testing.TB, path string) []frameMAD {
 func captureMADs(t testing.TB) []frameMAD {
 	t.Helper()
 	var all []frameMAD
-	for _, f := range cmCaptures {
-		p := filepath.Join(capturesDir, f)
-		if _, err := os.Stat(p); err != nil {
-			t.Skipf("no capture %s", p)
-		}
+	for _, p := range testkit.Captures(t, cmCaptures...) {
 		all = append(all, readMADs(t, p)...)
 	}
 	return all
+}
+
+// haveCaptures reports whether the rdma_cm captures are at hand.
+func haveCaptures() bool {
+	for _, f := range cmCaptures {
+		if _, err := os.Stat(filepath.Join(testkit.CapturesDir(), f)); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // craftFrame wraps a MAD in Ethernet, IPv4, UDP, BTH and DETH as rxe sends

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"math/rand/v2"
-	"os"
 	"reflect"
 	"testing"
 )
@@ -13,7 +12,7 @@ import (
 // allMADs returns the crafted MADs and, when present, the captured ones.
 func allMADs(t *testing.T) [][]byte {
 	mads := craftedMADs(t)
-	if _, err := os.Stat(capturesDir); err == nil {
+	if haveCaptures() {
 		for _, fm := range captureMADs(t) {
 			mads = append(mads, fm.mad)
 		}

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 )
 
 // Wireshark's InfiniBand dissector is the independent decoder these tests
@@ -39,7 +41,7 @@ var tsharkSkip = []string{"infiniband.reserved", "infiniband.mad.data", "infinib
 func tsharkPcaps(t *testing.T) []string {
 	files := []string{filepath.Join("testdata", "crafted.pcap")}
 	for _, f := range cmCaptures {
-		p := filepath.Join(capturesDir, f)
+		p := filepath.Join(testkit.CapturesDir(), f)
 		if _, err := os.Stat(p); err == nil {
 			files = append(files, p)
 		} else {

@@ -8,37 +8,21 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"runtime"
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/internal/wire"
 )
 
-// Loopback addresses of the tests. Linux routes all of 127.0.0.0/8 to lo;
-// unusual ones avoid clashing with other packages' tests running at the
-// same time, and the last two bytes come from the process id, so that two
-// runs of these tests at the same time (another checkout, another go test)
-// share no address: with fixed ones they took each other's ports and
-// received each other's packets, which the tests then counted.
+// Loopback addresses of the tests: testkit's, of this process's own, so
+// that two runs at the same time share no address (with fixed ones they
+// took each other's ports and received each other's packets, which the
+// tests then counted). Every wait is bounded by testkit.Timeout.
 var (
-	addrA, addrB = loopbackPair(os.Getpid())
+	addrA, addrB = testkit.Addr(1), testkit.Addr(2)
 	addr6        = netip.MustParseAddr("::1")
 )
-
-// loopbackPair returns 127.77.x.y and 127.77.x.y+1, x and y from pid;
-// processes whose ids differ by less than 256*127 get distinct pairs.
-func loopbackPair(pid int) (netip.Addr, netip.Addr) {
-	n := pid % (256 * 127)
-	x, y := byte(n/127), byte(2*(n%127)+1) // y is odd, from 1 to 253
-	return netip.AddrFrom4([4]byte{127, 77, x, y}), netip.AddrFrom4([4]byte{127, 77, x, y + 1})
-}
-
-// waitTimeout bounds every wait for a packet or a goroutine: reaching it
-// means the awaited event never happened, so the test fails rather than
-// hangs. Nothing is asserted about how long things take.
-const waitTimeout = 10 * time.Second
 
 // openConn opens a Conn for the test and closes it at the end.
 func openConn(t testing.TB, cfg Config) *Conn {
@@ -115,7 +99,7 @@ func serve(t testing.TB, c *Conn, h Handler) {
 			if err != nil {
 				t.Errorf("Serve returned %v after Close", err)
 			}
-		case <-time.After(waitTimeout):
+		case <-time.After(testkit.Timeout):
 			t.Error("Serve did not return after Close")
 		}
 	})
@@ -126,21 +110,9 @@ func (c collector) next(t testing.TB) received {
 	select {
 	case r := <-c:
 		return r
-	case <-time.After(waitTimeout):
+	case <-time.After(testkit.Timeout):
 		t.Fatal("no packet received")
 		return received{}
-	}
-}
-
-// waitFor polls cond until it holds.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -151,7 +123,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 // once RxPackets includes it, every other receive counter does.
 func waitCounted(t testing.TB, c *Conn, n uint64) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("%d datagrams to be counted", n), func() bool { return c.Counters().RxPackets.Load() >= n })
+	testkit.WaitFor(t, fmt.Sprintf("%d datagrams to be counted", n), func() bool { return c.Counters().RxPackets.Load() >= n })
 }
 
 // acquire returns a Sender released at the end of the test.
@@ -512,7 +484,7 @@ func TestSenderRelease(t *testing.T) {
 }
 
 func TestCloseStopsEverything(t *testing.T) {
-	before := runtime.NumGoroutine()
+	checkLeaks := testkit.CheckLeaks(t)
 	a, err := Open(Config{Addr: addrA, Port: 24796})
 	if err != nil {
 		t.Fatal(err)
@@ -524,7 +496,7 @@ func TestCloseStopsEverything(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- a.Serve(context.Background(), collector(make(chan received))) }()
 	// Let Serve block in its read; Close must wake it either way.
-	waitFor(t, "Serve to start", func() bool { a.mu.Lock(); defer a.mu.Unlock(); return a.serving })
+	testkit.WaitFor(t, "Serve to start", func() bool { a.mu.Lock(); defer a.mu.Unlock(); return a.serving })
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -533,7 +505,7 @@ func TestCloseStopsEverything(t *testing.T) {
 		if err != nil {
 			t.Errorf("Serve returned %v after Close, want nil", err)
 		}
-	case <-time.After(waitTimeout):
+	case <-time.After(testkit.Timeout):
 		t.Fatal("Serve still running after Close")
 	}
 	if err := s.Send(netip.AddrPortFrom(addrB, 4791), buildTestPacket(t, wire.RCSendOnly, 1, 0, 0)); !errors.Is(err, net.ErrClosed) {
@@ -558,14 +530,14 @@ func TestCloseStopsEverything(t *testing.T) {
 		}
 		uc.Close()
 	}
-	waitFor(t, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
+	checkLeaks()
 }
 
 func TestServeContext(t *testing.T) {
 	a, b := openPair(t, addrA, addrB, Config{})
 	got := make(collector, 4)
 	s := acquire(t, a, MinSourcePort+3)
-	before := runtime.NumGoroutine()
+	checkLeaks := testkit.CheckLeaks(t)
 	for round := range 2 {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -585,11 +557,11 @@ func TestServeContext(t *testing.T) {
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("Serve returned %v, want context.Canceled", err)
 			}
-		case <-time.After(waitTimeout):
+		case <-time.After(testkit.Timeout):
 			t.Fatal("Serve still running after cancel")
 		}
 	}
-	waitFor(t, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
+	checkLeaks()
 }
 
 func TestSendNoAlloc(t *testing.T) {
@@ -700,7 +672,7 @@ func BenchmarkLoopback(b *testing.B) {
 				for sent-int(count.n.Load()) > window {
 					select {
 					case <-arrived:
-					case <-time.After(waitTimeout):
+					case <-time.After(testkit.Timeout):
 						b.Fatalf("stalled: %d sent, %d received", sent, count.n.Load())
 					}
 				}
@@ -713,7 +685,7 @@ func BenchmarkLoopback(b *testing.B) {
 			for int(count.n.Load()) < b.N {
 				select {
 				case <-arrived:
-				case <-time.After(waitTimeout):
+				case <-time.After(testkit.Timeout):
 					b.Fatalf("lost packets: %d sent, %d received", b.N, count.n.Load())
 				}
 			}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -94,7 +95,7 @@ func runFaults(t *testing.T, f Faults, n int) (*Conn, *psnLog) {
 			}
 		}
 		sent := uint64(min(i+burst, n))
-		waitFor(t, "the burst to be accounted for", func() bool { return settled(b, sent) })
+		testkit.WaitFor(t, "the burst to be accounted for", func() bool { return settled(b, sent) })
 	}
 	return b, &log
 }
@@ -274,7 +275,7 @@ func TestFaultTapServeContext(t *testing.T) {
 			if err := s.Send(b.LocalAddr(), pkt); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the packet to be held", func() bool { return b.Counters().FaultDelayed.Load() == 1 })
+			testkit.WaitFor(t, "the packet to be held", func() bool { return b.Counters().FaultDelayed.Load() == 1 })
 		} else {
 			r := got.next(t)
 			if !bytes.Equal(r.raw[:len(pkt)], pkt) {
@@ -287,7 +288,7 @@ func TestFaultTapServeContext(t *testing.T) {
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("Serve returned %v, want context.Canceled", err)
 			}
-		case <-time.After(waitTimeout):
+		case <-time.After(testkit.Timeout):
 			t.Fatal("Serve still running after cancel")
 		}
 	}
@@ -345,7 +346,7 @@ func TestFaultTapSeesSegments(t *testing.T) {
 		if sent, err := s.SendBatch(msgs); sent != run || err != nil {
 			t.Fatalf("SendBatch = %d, %v", sent, err)
 		}
-		waitFor(t, "the run to be accounted for", func() bool { return settled(b, uint64(i+run)) })
+		testkit.WaitFor(t, "the run to be accounted for", func() bool { return settled(b, uint64(i+run)) })
 	}
 	psns, damaged := log.snapshot()
 	ctr := b.Counters()

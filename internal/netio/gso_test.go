@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/internal/pcap"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -333,7 +334,7 @@ func TestSendBatchPayload(t *testing.T) {
 		waitCounted(t, b, uint64(len(msgs)))
 		ac, bc := a.Counters(), b.Counters()
 		// The last batch's counts are added after the handler had it.
-		waitFor(t, "the receive counts", func() bool { return bc.Delivered.Load()+bc.ICRCErrors.Load() >= uint64(len(msgs)) })
+		testkit.WaitFor(t, "the receive counts", func() bool { return bc.Delivered.Load()+bc.ICRCErrors.Load() >= uint64(len(msgs)) })
 		if ac.TxPackets.Load() != uint64(len(msgs)) || ac.TxBytes.Load() != txBytes || ac.SendErrors.Load() != 0 {
 			t.Errorf("NoGSO %v: sender counters %d packets, %d bytes, %d errors; want %d, %d, 0",
 				noGSO, ac.TxPackets.Load(), ac.TxBytes.Load(), ac.SendErrors.Load(), len(msgs), txBytes)

@@ -275,7 +275,42 @@ func (s *Sender) SendBatch(msgs []Message) (int, error) {
 }
 
 // sendChunk sends up to one batch of msgs (as many packets as the batch
-// has message headers) and returns how many packets went out.
+// has message headers) and returns how many packets went out: it prepares
+// the batch's message headers, sends them and accounts for what left.
+func (s *Sender) sendChunk(msgs []Message) (int, error) {
+	nh, nv, prepErr := s.prepare(msgs)
+	// The ICRCs prepare computed read the payloads, which may be
+	// registered memory the application reuses once the peer answers:
+	// tell the race detector that these reads come before the packets
+	// leave.
+	racesync.Sync()
+	doneH, done, fallback, err := s.write(nh)
+	b := s.batch
+	for i := range nv {
+		b.iovs[i].Base = nil // do not keep the caller's buffers reachable
+	}
+	for j := range nh {
+		b.hdrs[j].Hdr.Iov = nil
+	}
+	s.account(msgs, doneH, done)
+	if fallback {
+		// Resent by SendBatch one datagram each, with the ICRC for
+		// identification 0; a packet that failed to prepare fails again.
+		if s.gso.CompareAndSwap(true, false) {
+			s.c.counters.GSOFallbacks.Add(1)
+		}
+		return done, nil
+	}
+	if err == nil {
+		err = prepErr
+	}
+	return done, err
+}
+
+// prepare fills the batch's message headers and I/O vectors for the first
+// packets of msgs, as many as fit, and returns how many headers and
+// vectors it filled; prepErr is the error of the first packet that could
+// not be prepared, which ends the batch.
 //
 // With segmentation offload, consecutive packets to one destination whose
 // sizes allow it (all equal, except a shorter last one) share one message
@@ -285,13 +320,10 @@ func (s *Sender) SendBatch(msgs []Message) (int, error) {
 // one I/O vector, or three with a Payload (headers, payload, pad and
 // ICRC); the kernel cuts a datagram into segments by length, whatever
 // the vectors.
-func (s *Sender) sendChunk(msgs []Message) (int, error) {
+func (s *Sender) prepare(msgs []Message) (nh, nv int, prepErr error) {
 	c, b := s.c, s.batch
 	gso := s.gso.Load()
 	k := min(len(msgs), len(b.hdrs))
-	var prepErr error
-	nh := 0      // message headers filled
-	nv := 0      // I/O vectors filled
 	segSize := 0 // segment size of header nh-1; 0 when it takes no more packets
 	total := 0   // UDP payload bytes of header nh-1
 	for i := range k {
@@ -310,7 +342,7 @@ func (s *Sender) sendChunk(msgs []Message) (int, error) {
 		}
 		if err != nil {
 			// Send what is ready, then report this packet.
-			k, prepErr = i, err
+			prepErr = err
 			break
 		}
 		b.dsts[i] = dst
@@ -354,46 +386,41 @@ func (s *Sender) sendChunk(msgs []Message) (int, error) {
 		}
 		i += b.segs[j]
 	}
+	return nh, nv, prepErr
+}
 
-	// The ICRCs above read the payloads, which may be registered memory
-	// the application reuses once the peer answers: tell the race
-	// detector that these reads come before the packets leave.
-	racesync.Sync()
-
-	doneH, done := 0, 0 // headers and packets sent
-	var err error
-	fallback := false
+// write sends the batch's first nh message headers and returns how many
+// headers and packets went out. fallback reports a kernel that refused a
+// segmented datagram (no GSO on the path), err any other failure.
+func (s *Sender) write(nh int) (doneH, done int, fallback bool, err error) {
+	b := s.batch
 	for doneH < nh {
 		b.off, b.cnt = doneH, nh-doneH
 		if werr := s.rc.Write(b.fn); werr != nil {
-			err = werr
-			break
+			return doneH, done, false, werr
 		}
 		if b.errno != 0 {
 			// The call failed on its first header.
 			if b.segs[doneH] > 1 && gsoRefused(b.errno) {
-				fallback = true
-			} else {
-				err = os.NewSyscallError("sendmmsg", b.errno)
+				return doneH, done, true, nil
 			}
-			break
+			return doneH, done, false, os.NewSyscallError("sendmmsg", b.errno)
 		}
 		if b.n == 0 {
-			err = io.ErrShortWrite // cannot happen on a blocking send; do not spin
-			break
+			return doneH, done, false, io.ErrShortWrite // cannot happen on a blocking send; do not spin
 		}
 		for j := doneH; j < doneH+b.n; j++ {
 			done += b.segs[j]
 		}
 		doneH += b.n
 	}
-	for i := range nv {
-		b.iovs[i].Base = nil // do not keep the caller's buffers reachable
-	}
-	for j := range nh {
-		b.hdrs[j].Hdr.Iov = nil
-	}
+	return doneH, done, false, nil
+}
 
+// account counts the packets of the first doneH headers, done packets, as
+// sent, and hands them to the capture tap.
+func (s *Sender) account(msgs []Message, doneH, done int) {
+	c, b := s.c, s.batch
 	t := c.tap.Load()
 	var bytes, gsoSent uint64
 	for j, i := 0, 0; j < doneH; j++ {
@@ -413,18 +440,6 @@ func (s *Sender) sendChunk(msgs []Message) (int, error) {
 	c.counters.TxPackets.Add(uint64(done))
 	c.counters.TxBytes.Add(bytes)
 	c.counters.TxGSO.Add(gsoSent)
-	if fallback {
-		// Resent by SendBatch one datagram each, with the ICRC for
-		// identification 0; a packet that failed to prepare fails again.
-		if s.gso.CompareAndSwap(true, false) {
-			c.counters.GSOFallbacks.Add(1)
-		}
-		return done, nil
-	}
-	if err == nil {
-		err = prepErr
-	}
-	return done, err
 }
 
 // wholePacket returns the n bytes (ICRC included) of the sent packet m in

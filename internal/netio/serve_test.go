@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -56,7 +57,7 @@ func TestServeDrainsFullBatches(t *testing.T) {
 			serve(t, b, h)
 			// The batch of the last datagram ends after its HandlePacket:
 			// wait for that EndBatch, not only for the datagram.
-			waitFor(t, "the batch of the last datagram to end", func() bool { return h.endedAfter.Load() == int64(tc.n) })
+			testkit.WaitFor(t, "the batch of the last datagram to end", func() bool { return h.endedAfter.Load() == int64(tc.n) })
 			if got, min := h.batches.Load(), int64((tc.n+tc.batch-1)/tc.batch); got < min {
 				t.Errorf("%d batches for %d datagrams of batch size %d, want at least %d", got, tc.n, tc.batch, min)
 			}
@@ -88,7 +89,7 @@ func TestCloseFromHandler(t *testing.T) {
 		if err != nil {
 			t.Errorf("Serve returned %v after Close, want nil", err)
 		}
-	case <-time.After(waitTimeout):
+	case <-time.After(testkit.Timeout):
 		t.Fatal("Serve still running after Close from its Handler")
 	}
 	if err := <-closed; err != nil {
@@ -157,7 +158,7 @@ func TestEndBatchEvery(t *testing.T) {
 		var got runFigures
 		select {
 		case got = <-h.done:
-		case <-time.After(waitTimeout):
+		case <-time.After(testkit.Timeout):
 			t.Fatalf("every %d: not all %d packets delivered", tc.every, n)
 		}
 		if got.longest > tc.maxRun || got.ends < tc.minEnds {
@@ -211,7 +212,7 @@ func TestPollDeliversOnCaller(t *testing.T) {
 	}
 	h := &pollRecorder{seen: make(map[uint32]int)}
 	serve(t, b, h)
-	waitFor(t, "Serve to start", func() bool {
+	testkit.WaitFor(t, "Serve to start", func() bool {
 		b.rxMu.Lock()
 		defer b.rxMu.Unlock()
 		return b.serveRx != nil
@@ -226,7 +227,7 @@ func TestPollDeliversOnCaller(t *testing.T) {
 		got, _ := b.Poll()
 		polled += got
 	}
-	waitFor(t, "every packet", func() bool {
+	testkit.WaitFor(t, "every packet", func() bool {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		return len(h.seen) == n

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 )
 
 // sockopt reads an integer socket option of a raw connection.
@@ -97,7 +99,7 @@ func TestSenderSocketDropsInput(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the stray datagrams to be dropped", func() bool { return udpDrops(t, s.src) == n })
+	testkit.WaitFor(t, "the stray datagrams to be dropped", func() bool { return udpDrops(t, s.src) == n })
 	var queued int
 	var err error
 	if cerr := s.rc.Control(func(fd uintptr) { queued, err = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }); cerr != nil || err != nil {

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/internal/pcap"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -27,7 +28,7 @@ func rawSocket(t testing.TB, proto int) int {
 		t.Skipf("raw socket: %v (needs CAP_NET_RAW)", err)
 	}
 	t.Cleanup(func() { unix.Close(fd) })
-	tv := unix.NsecToTimeval(int64(waitTimeout))
+	tv := unix.NsecToTimeval(int64(testkit.Timeout))
 	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 		t.Fatal(err)
 	}

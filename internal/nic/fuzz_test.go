@@ -2,13 +2,13 @@ package nic
 
 import (
 	"encoding/binary"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"unsafe"
 
 	"github.com/goroce/goroce/internal/nicproto"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -75,7 +75,7 @@ func fuzzSession(t *testing.T) (*session, *pdObj, *cqObj) {
 	fuzzEnv.once.Do(func() {
 		srv := &Server{cfg: Config{Logf: func(string, ...any) {}}}
 		sess := newSession(srv, nil)
-		dev, err := verbs.Open(verbs.DeviceConfig{Addr: netip.MustParseAddr("127.0.0.1"), Port: freeUDPPort(t), NoStatsEndpoint: true})
+		dev, err := verbs.Open(verbs.DeviceConfig{Addr: testkit.Addr(9), NoStatsEndpoint: true})
 		if err != nil {
 			fuzzEnv.err = err
 			return

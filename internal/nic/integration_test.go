@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/libgoroce"
 )
 
@@ -108,7 +109,7 @@ func TestTools(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ibv_devinfo: %v\n%s", err, out)
 	}
-	for _, want := range []string{"hca_id:\tgoroce0", "hca_id:\tgoroce1", "PORT_ACTIVE", "::ffff:127.0.0.1, RoCE v2", "active_mtu:\t\t4096"} {
+	for _, want := range []string{"hca_id:\tgoroce0", "hca_id:\tgoroce1", "PORT_ACTIVE", "::ffff:" + testkit.Addr(1).String() + ", RoCE v2", "active_mtu:\t\t4096"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("ibv_devinfo -v lacks %q:\n%s", want, out)
 		}

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/internal/nicproto"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 )
 
 func TestListAndEnsure(t *testing.T) {
@@ -23,17 +24,17 @@ func TestListAndEnsure(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(devs) != 2 || devs[0].Name != "goroce0" || devs[1].Name != "goroce1" ||
-		devs[0].Addr != netip.MustParseAddr("127.0.0.1") || devs[1].Addr != netip.MustParseAddr("127.0.0.2") {
+		devs[0].Addr != testkit.Addr(1) || devs[1].Addr != testkit.Addr(2) {
 		t.Fatalf("devices %+v", devs)
 	}
-	d, err := cl.Ensure(netip.MustParseAddr("127.0.0.3"))
+	d, err := cl.Ensure(testkit.Addr(3))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d.Name != "goroce2" {
 		t.Fatalf("new device %+v", d)
 	}
-	again, err := cl.Ensure(netip.MustParseAddr("127.0.0.3"))
+	again, err := cl.Ensure(testkit.Addr(3))
 	if err != nil || again != d {
 		t.Fatalf("second Ensure: %+v, %v", again, err)
 	}

@@ -106,7 +106,7 @@ func (s *session) modifySRQ(body []byte, _ []int) (reply, error) {
 	if mask&verbs.SRQMaxWR != 0 && uint64(req.MaxWR) > o.w.entries {
 		return reply{}, errInval
 	}
-	if err := o.srq.Modify(verbs.SRQAttr{MaxWR: int(req.MaxWR), SRQLimit: int(req.SRQLimit)}, mask); err != nil {
+	if err := o.srq.Modify(&verbs.SRQAttr{MaxWR: int(req.MaxWR), SRQLimit: int(req.SRQLimit)}, mask); err != nil {
 		return reply{}, err
 	}
 	return reply{}, nil

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/ibv"
 )
 
 // Seeds beyond the committed corpus (testdata/fuzz), which holds the real
@@ -152,7 +154,7 @@ func FuzzPerftestPeerStream(f *testing.F) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_, err = c.Run(ctx, PerftestPlan{
-			Kind: WriteBW, SysData: SysData{4096, 64}, MTU: MTU1024,
+			Kind: WriteBW, SysData: SysData{4096, 64}, MTU: ibv.MTU1024,
 			Init:    func(context.Context, PerftestAgreement) ([]Dest, error) { return []Dest{testDest}, nil },
 			Connect: func(context.Context, []Dest) error { return nil },
 		})

@@ -14,11 +14,8 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/internal/pcap"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 )
-
-// capturesDir holds real rxe traffic with its out-of-band TCP exchanges
-// (perftest 6.06 and rdma-core's pingpong examples on both sides).
-const capturesDir = "../../../shared/rxe-vm/captures"
 
 // tcpSegment is one TCP segment with payload from a capture.
 type tcpSegment struct {
@@ -35,16 +32,15 @@ type oobCapture struct {
 	c2s, s2c []byte
 }
 
-// loadOOBCapture reads captures/name.pcap and returns the TCP connection to
-// port, or skips the test if the captures are absent. Retransmitted bytes
-// are dropped; a gap in either direction fails the test.
+// loadOOBCapture reads the rxe capture name.pcap (testkit.Captures: real
+// traffic with its out-of-band TCP exchanges, perftest 6.06 and rdma-core's
+// pingpong examples on both sides) and returns the TCP connection to port,
+// or skips the test if the captures are absent. Retransmitted bytes are
+// dropped; a gap in either direction fails the test.
 func loadOOBCapture(t testing.TB, name string, port uint16) oobCapture {
 	t.Helper()
-	path := filepath.Join(capturesDir, name+".pcap")
+	path := testkit.Captures(t, name+".pcap")[0]
 	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		t.Skipf("capture %s absent", path)
-	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,10 +129,11 @@ func (c oobCapture) sizes(fromClient bool) []int {
 	return s
 }
 
-// readLog returns captures/name.log, or skips the test.
+// readLog returns the log of the tools that made the capture name, or
+// skips the test.
 func readLog(t testing.TB, name string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(capturesDir, name+".log"))
+	b, err := os.ReadFile(filepath.Join(testkit.CapturesDir(), name+".log"))
 	if errors.Is(err, os.ErrNotExist) {
 		t.Skipf("log %s absent", name)
 	}

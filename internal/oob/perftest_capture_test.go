@@ -7,10 +7,13 @@ import (
 	"io"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/ibv"
 )
 
 // perftestCaptures maps each capture of a perftest run to its program.
@@ -205,7 +208,7 @@ func TestPerftestCaptureReports(t *testing.T) {
 				fmt.Sprintf("%.2f", r.BWPeak), fmt.Sprintf("%.2f", r.BWAvg), fmt.Sprintf("%.6f", r.MsgRateAvg),
 			}
 			for _, m := range results {
-				if !equalStrings(got, m[1:]) {
+				if !slices.Equal(got, m[1:]) {
 					t.Errorf("report %v prints as %q, log has %q", r, got, m[1:])
 				}
 			}
@@ -214,18 +217,6 @@ func TestPerftestCaptureReports(t *testing.T) {
 			}
 		})
 	}
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // blockSizes returns the sizes of the blocks one side writes for steps,
@@ -362,10 +353,10 @@ func TestPerftestReplay(t *testing.T) {
 				res, err := conn.Run(ctx, PerftestPlan{
 					Kind:    pc.kind,
 					SysData: SysData{CycleBuffer: 4096, CacheLineSize: 64},
-					MTU:     MTU1024,
+					MTU:     ibv.MTU1024,
 					Init: func(_ context.Context, a PerftestAgreement) ([]Dest, error) {
 						steps = append(steps, "init")
-						want := PerftestAgreement{RemoteVersion: "6.06", SysData: SysData{4096, 64}, MTU: MTU1024}
+						want := PerftestAgreement{RemoteVersion: "6.06", SysData: SysData{4096, 64}, MTU: ibv.MTU1024}
 						if a != want {
 							return nil, fmt.Errorf("agreement %+v, want %+v", a, want)
 						}

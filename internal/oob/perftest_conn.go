@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+
+	"github.com/goroce/goroce/internal/ibv"
 )
 
 // PerftestConfig configures a PerftestConn.
@@ -197,7 +199,7 @@ func (c *PerftestConn) ExchangeSysData(ctx context.Context, local SysData) (SysD
 // decimal text, in a 2-byte block toward peers from 5.31 on. It returns the
 // peer's MTU; both sides then use the smaller one. Peers older than 5.1 do
 // not have the step: it returns local without any I/O.
-func (c *PerftestConn) ExchangeMTU(ctx context.Context, local MTU) (MTU, error) {
+func (c *PerftestConn) ExchangeMTU(ctx context.Context, local ibv.MTU) (ibv.MTU, error) {
 	if err := c.needVersion(); err != nil {
 		return 0, err
 	}

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/ibv"
 )
 
 // recConn records the size of every Write call, to check that each block
@@ -112,11 +114,11 @@ func TestPerftestRunBothSides(t *testing.T) {
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				defer cancel()
-				plan := func(side byte, sys SysData, mtu MTU, report BWReport, connected *[]Dest) PerftestPlan {
+				plan := func(side byte, sys SysData, mtu ibv.MTU, report BWReport, connected *[]Dest) PerftestPlan {
 					return PerftestPlan{
 						Kind: kind, SysData: sys, MTU: mtu,
 						Init: func(_ context.Context, a PerftestAgreement) ([]Dest, error) {
-							if a.SysData != (SysData{65536, 128}) || a.MTU != MTU1024 {
+							if a.SysData != (SysData{65536, 128}) || a.MTU != ibv.MTU1024 {
 								return nil, fmt.Errorf("agreement %+v", a)
 							}
 							return qpDests(side, v.qps), nil
@@ -133,10 +135,10 @@ func TestPerftestRunBothSides(t *testing.T) {
 				var sRes PerftestResult
 				wait := peer(func() error {
 					var err error
-					sRes, err = server.Run(ctx, plan('s', SysData{4096, 128}, MTU1024, BWReport{}, &sConnected))
+					sRes, err = server.Run(ctx, plan('s', SysData{4096, 128}, ibv.MTU1024, BWReport{}, &sConnected))
 					return err
 				})
-				cRes, err := client.Run(ctx, plan('c', SysData{65536, 64}, MTU4096, cReport, &cConnected))
+				cRes, err := client.Run(ctx, plan('c', SysData{65536, 64}, ibv.MTU4096, cReport, &cConnected))
 				if err != nil {
 					t.Fatalf("client: %v (server: %v)", err, wait())
 				}
@@ -204,7 +206,7 @@ func TestPerftestRunBothSides(t *testing.T) {
 func versionPrefix() []byte {
 	b := appendVersionBlock(nil, "6.06")
 	b = appendSysData(b, SysData{4096, 64})
-	return appendMTUBlock(b, MTU1024, 2)
+	return appendMTUBlock(b, ibv.MTU1024, 2)
 }
 
 // preamble runs the steps before the first key line on c.
@@ -215,7 +217,7 @@ func preamble(ctx context.Context, c *PerftestConn) error {
 	if _, err := c.ExchangeSysData(ctx, SysData{4096, 64}); err != nil {
 		return err
 	}
-	_, err := c.ExchangeMTU(ctx, MTU1024)
+	_, err := c.ExchangeMTU(ctx, ibv.MTU1024)
 	return err
 }
 
@@ -588,7 +590,7 @@ func TestPerftestRunCallbackErrors(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			ok := PerftestPlan{
-				Kind: SendBW, SysData: SysData{4096, 64}, MTU: MTU1024,
+				Kind: SendBW, SysData: SysData{4096, 64}, MTU: ibv.MTU1024,
 				Init:    func(context.Context, PerftestAgreement) ([]Dest, error) { return qpDests('s', 1), nil },
 				Connect: func(context.Context, []Dest) error { return nil },
 			}

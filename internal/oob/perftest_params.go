@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strconv"
+
+	"github.com/goroce/goroce/internal/ibv"
 )
 
 // DefaultPerftestVersion is the version goroce announces to perftest peers.
@@ -137,38 +139,6 @@ func (s SysData) check() error {
 	return checkSysDataValue("cache line size", s.CacheLineSize)
 }
 
-// MTU is the ibv_mtu enum perftest exchanges: 1 for 256 bytes up to 5 for
-// 4096.
-type MTU uint8
-
-// The path MTUs of the ibv_mtu enum.
-const (
-	MTU256  MTU = 1
-	MTU512  MTU = 2
-	MTU1024 MTU = 3
-	MTU2048 MTU = 4
-	MTU4096 MTU = 5
-)
-
-// Bytes returns the MTU in bytes, or 0 if m is not a valid enum value.
-func (m MTU) Bytes() int {
-	if !m.Valid() {
-		return 0
-	}
-	return 128 << m
-}
-
-// Valid reports whether m is one of MTU256 to MTU4096.
-func (m MTU) Valid() bool { return m >= MTU256 && m <= MTU4096 }
-
-// String returns the size in bytes, or "MTU(n)" for an invalid value.
-func (m MTU) String() string {
-	if !m.Valid() {
-		return "MTU(" + strconv.Itoa(int(m)) + ")"
-	}
-	return strconv.Itoa(m.Bytes())
-}
-
 // mtuBlockSize returns the size of check_mtu's block for a peer of the
 // given version: char[2] from 5.31, sizeof(int) before. perftest holds the
 // peer's version in a float there, so the comparison is done in float32.
@@ -182,7 +152,7 @@ func mtuBlockSize(remote float64) int {
 // appendMTUBlock appends m as check_mtu writes it: the enum as decimal text
 // with its NUL ("3\0"), in a block of size bytes. In the 4-byte form perftest
 // sends the two bytes after the NUL uninitialised; goroce sends zeros.
-func appendMTUBlock(b []byte, m MTU, size int) []byte {
+func appendMTUBlock(b []byte, m ibv.MTU, size int) []byte {
 	b = strconv.AppendInt(b, int64(m), 10)
 	b = append(b, 0)
 	for i := 2; i < size; i++ {
@@ -195,14 +165,14 @@ func appendMTUBlock(b []byte, m MTU, size int) []byte {
 // anything after the NUL (the 4-byte form's stack garbage) is ignored.
 // perftest would quietly keep its own MTU on garbage; an invalid value here
 // is an error, since it means the stream is out of step.
-func parseMTUBlock(b []byte) (MTU, error) {
+func parseMTUBlock(b []byte) (ibv.MTU, error) {
 	if len(b) < 2 {
 		return 0, fmt.Errorf("%w: perftest MTU block of %d bytes", ErrMalformed, len(b))
 	}
-	if b[1] != 0 || b[0] < '0'+byte(MTU256) || b[0] > '0'+byte(MTU4096) {
+	if b[1] != 0 || b[0] < '0'+byte(ibv.MTU256) || b[0] > '0'+byte(ibv.MTU4096) {
 		return 0, fmt.Errorf("%w: perftest MTU %s is not an ibv_mtu value 1-5 with its NUL", ErrMalformed, quoteBytes(b))
 	}
-	return MTU(b[0] - '0'), nil
+	return ibv.MTU(b[0] - '0'), nil
 }
 
 func appendSysData(b []byte, s SysData) []byte {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math"
 	"testing"
+
+	"github.com/goroce/goroce/internal/ibv"
 )
 
 func TestVersionBlock(t *testing.T) {
@@ -86,7 +88,7 @@ func TestVersionThresholds(t *testing.T) {
 }
 
 func TestMTUBlock(t *testing.T) {
-	for m := MTU256; m <= MTU4096; m++ {
+	for m := ibv.MTU256; m <= ibv.MTU4096; m++ {
 		for _, size := range []int{2, 4} {
 			b := appendMTUBlock(nil, m, size)
 			if len(b) != size || b[0] != '0'+byte(m) || b[1] != 0 {
@@ -98,7 +100,7 @@ func TestMTUBlock(t *testing.T) {
 			}
 		}
 	}
-	if got, err := parseMTUBlock([]byte("3\x00\xde\xad")); err != nil || got != MTU1024 {
+	if got, err := parseMTUBlock([]byte("3\x00\xde\xad")); err != nil || got != ibv.MTU1024 {
 		t.Errorf("4-byte block with stack garbage: %v, %v", got, err)
 	}
 	for _, bad := range []string{"", "3", "0\x00", "6\x00", "33", "a\x00", "\x003", "-1"} {
@@ -107,10 +109,10 @@ func TestMTUBlock(t *testing.T) {
 			t.Errorf("parseMTUBlock(%q): %v", bad, err)
 		}
 	}
-	if MTU1024.Bytes() != 1024 || MTU256.Bytes() != 256 || MTU4096.Bytes() != 4096 || MTU(0).Bytes() != 0 || MTU(6).Valid() {
+	if ibv.MTU1024.Bytes() != 1024 || ibv.MTU256.Bytes() != 256 || ibv.MTU4096.Bytes() != 4096 || ibv.MTU(0).Bytes() != 0 || ibv.MTU(6).Valid() {
 		t.Error("MTU.Bytes")
 	}
-	if MTU2048.String() != "2048" || MTU(9).String() != "MTU(9)" {
+	if ibv.MTU2048.String() != "2048" || ibv.MTU(9).String() != "MTU(9)" {
 		t.Error("MTU.String")
 	}
 }

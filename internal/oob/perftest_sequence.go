@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/goroce/goroce/internal/ibv"
 )
 
 // PerftestKind names a perftest program. Their out-of-band sequences differ
@@ -184,7 +186,7 @@ type PerftestAgreement struct {
 	// SysData is the larger of each side's values.
 	SysData SysData
 	// MTU is the smaller of the two sides' MTUs.
-	MTU MTU
+	MTU ibv.MTU
 }
 
 // PerftestPlan is what Run needs: the test, this side's parameters and the
@@ -195,7 +197,7 @@ type PerftestPlan struct {
 	// sysconf(_SC_PAGESIZE) and the L1 data cache line size).
 	SysData SysData
 	// MTU is this side's active MTU.
-	MTU MTU
+	MTU ibv.MTU
 
 	// Init creates the QPs and buffers for the agreed parameters and
 	// returns one Dest per QP, at least one. Required.
@@ -256,7 +258,7 @@ func (c *PerftestConn) Run(ctx context.Context, plan PerftestPlan) (PerftestResu
 				res.SysData = plan.SysData.Max(remote)
 			}
 		case OpMTU:
-			var remote MTU
+			var remote ibv.MTU
 			remote, err = c.ExchangeMTU(ctx, plan.MTU)
 			res.MTU = min(plan.MTU, remote)
 		case OpInit:

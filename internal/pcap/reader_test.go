@@ -11,23 +11,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 )
 
-// capturesDir holds real rxe traffic recorded with tcpdump (see
-// shared/rxe-vm/README.md).
-const capturesDir = "../../../shared/rxe-vm/captures"
-
-func captureFiles(t *testing.T) []string {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join(capturesDir, "*.pcap"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) == 0 {
-		t.Skipf("no captures in %s", capturesDir)
-	}
-	return files
-}
+// captureFiles are the real rxe captures (testkit.Captures), recorded
+// with tcpdump.
+func captureFiles(t *testing.T) []string { return testkit.Captures(t) }
 
 // TestReadCaptures reads every rxe capture and decodes every frame. The
 // record and RoCEv2 counts were taken with tshark; a RoCEv2 frame is one

@@ -17,16 +17,18 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/oob"
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
 
-// The server runs on 127.0.6.1 and the client on 127.0.6.2, never on
-// 127.0.0.x, which other packages' tests bind at the same time. The server
-// listens on an ephemeral TCP port (-p 0) that the test learns through
-// program.listening.
-const (
-	serverAddr = "127.0.6.1"
-	clientAddr = "127.0.6.2"
+// The server runs on testkit.Addr(1) and the client on Addr(2), addresses
+// of this test process's own: other packages' tests, and other runs of
+// these, bind theirs at the same time. The server listens on an ephemeral
+// TCP port (-p 0) that the test learns through program.listening.
+var (
+	serverAddr = testkit.Addr(1).String()
+	clientAddr = testkit.Addr(2).String()
 )
 
 // hangGuard bounds every run: a test that reaches it has hung.
@@ -375,7 +377,8 @@ func TestServerCancelled(t *testing.T) {
 // TestServerAddressFromConnection runs the server without --bind: it
 // listens on every address and opens its device on the address the client
 // reached. (The client's default, the source address of its connection,
-// is 127.0.0.1 toward any 127.0.6.x address, which tests must not bind.)
+// is 127.0.0.1 toward any other loopback address, which tests must not
+// bind.)
 func TestServerAddressFromConnection(t *testing.T) {
 	addrs := make(chan string, 1)
 	done := make(chan outcome, 1)
@@ -481,11 +484,7 @@ func TestUsage(t *testing.T) {
 // TestLocalErrors: options the device refuses fail before any peer is
 // involved.
 func TestLocalErrors(t *testing.T) {
-	busy, err := verbs.Open(verbs.DeviceConfig{Addr: netip.MustParseAddr(clientAddr)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer busy.Close()
+	rdmatest.OpenDevice(t, verbs.DeviceConfig{Addr: testkit.Addr(2)}) // clientAddr is taken
 	for _, tc := range []struct {
 		args []string
 		want string

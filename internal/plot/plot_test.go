@@ -9,6 +9,7 @@ import (
 	"image/png"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -251,7 +252,7 @@ func TestRef(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []float64{5000, 7000.5, 9000}; !slicesEqual(ref.Samples, want) {
+	if want := []float64{5000, 7000.5, 9000}; !slices.Equal(ref.Samples, want) {
 		t.Errorf("samples %v, want %v", ref.Samples, want)
 	}
 	b := encode(t, testChart(testSeries(3, 3, 100), ref), SVG)
@@ -265,24 +266,12 @@ func TestRef(t *testing.T) {
 	}
 }
 
-func slicesEqual(a, b []float64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 func TestParseRefSorts(t *testing.T) {
 	r, err := ParseRef("x", "f", []byte("3\n1\n  2  \n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []float64{1, 2, 3}; !slicesEqual(r.Samples, want) || r.Label != "x" {
+	if want := []float64{1, 2, 3}; !slices.Equal(r.Samples, want) || r.Label != "x" {
 		t.Errorf("got %q %v, want x %v", r.Label, r.Samples, want)
 	}
 }

@@ -21,12 +21,12 @@ import (
 // QP and on the memory region: FLUSH_GLOBAL for global visibility,
 // FLUSH_PERSISTENT for persistence. Unknown placement bits need nothing,
 // as in rxe.
-func flushAccess(t uint8) ibv.AccessFlags {
+func flushAccess(t ibv.FlushType) ibv.AccessFlags {
 	var a ibv.AccessFlags
-	if t&wire.FlushGlobalVisibility != 0 {
+	if t&ibv.FlushGlobal != 0 {
 		a |= ibv.AccessFlushGlobal
 	}
-	if t&wire.FlushPersistence != 0 {
+	if t&ibv.FlushPersistent != 0 {
 		a |= ibv.AccessFlushPersistent
 	}
 	return a
@@ -51,12 +51,12 @@ func (qp *QP) execFlush(p *wire.Packet, P psn.PSN, out *Output) {
 		return
 	}
 	va, rkey, l := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALength()
-	need := flushAccess(p.FETH.PlacementType())
+	need := flushAccess(ibv.FlushType(p.FETH.PlacementType()))
 	var err error
 	switch {
 	case qp.mem == nil:
 		err = ErrInvalidKey
-	case p.FETH.SelectivityLevel() != wire.FlushRange:
+	case ibv.FlushLevel(p.FETH.SelectivityLevel()) != ibv.FlushRange:
 		// The whole region: va and length are not checked (rxe treats
 		// every level but the range this way).
 		if c, ok := qp.mem.(RKeyChecker); ok {

@@ -16,9 +16,9 @@ func flushOpts() pairOpts {
 	return o
 }
 
-func flushReq(p uint32, rkey uint32, va uint64, l uint32, typ, level uint8) []byte {
+func flushReq(p uint32, rkey uint32, va uint64, l uint32, typ ibv.FlushType, level ibv.FlushLevel) []byte {
 	return req(wire.RCFlush, base.Add(p), true, nil, func(h *wire.Headers) {
-		h.FETH = wire.FETHFields{PlacementType: typ, SelectivityLevel: level}
+		h.FETH = wire.FETHFields{PlacementType: uint8(typ), SelectivityLevel: uint8(level)}
 		h.RETH = wire.RETHFields{VA: va, RKey: rkey, DMALength: l}
 	})
 }
@@ -40,7 +40,7 @@ func TestFlushAndAtomicWriteReplay(t *testing.T) {
 	l := newLink(t, a, b)
 	mem := make([]byte, 64)
 	key := b.mem.register(pd, mem, 0, ibv.AccessRemoteWrite|ibv.AccessRemoteRead|ibv.AccessFlushGlobal)
-	eq(t, "flush", l.inject(a, b, flushReq(0, key, 0, 64, wire.FlushGlobalVisibility, wire.FlushRange)),
+	eq(t, "flush", l.inject(a, b, flushReq(0, key, 0, 64, ibv.FlushGlobal, ibv.FlushRange)),
 		"RC RDMA_READ_RESPONSE_ONLY@0 ACK credits=31")
 	aw := atomicWriteReq(1, key, 8, 8, []byte{1, 2, 3, 4, 5, 6, 7, 8})
 	eq(t, "atomic write", l.inject(a, b, aw), "RC RDMA_READ_RESPONSE_ONLY@1 ACK credits=31")
@@ -50,13 +50,13 @@ func TestFlushAndAtomicWriteReplay(t *testing.T) {
 	if mem[8] != 0xEE {
 		t.Fatal("a duplicate ATOMIC_WRITE was executed again")
 	}
-	eq(t, "duplicate flush", l.inject(a, b, flushReq(0, key, 0, 64, wire.FlushGlobalVisibility, wire.FlushRange)),
+	eq(t, "duplicate flush", l.inject(a, b, flushReq(0, key, 0, 64, ibv.FlushGlobal, ibv.FlushRange)),
 		"RC RDMA_READ_RESPONSE_ONLY@0 ACK credits=31")
 	// Two more push both out of the 2-entry ring.
-	l.inject(a, b, flushReq(2, key, 0, 8, wire.FlushGlobalVisibility, wire.FlushMemoryRegion))
+	l.inject(a, b, flushReq(2, key, 0, 8, ibv.FlushGlobal, ibv.FlushMR))
 	l.inject(a, b, atomicWriteReq(3, key, 0, 8, make([]byte, 8)))
 	eq(t, "forgotten atomic write", l.inject(a, b, aw))
-	eq(t, "forgotten flush", l.inject(a, b, flushReq(0, key, 0, 64, wire.FlushGlobalVisibility, wire.FlushRange)))
+	eq(t, "forgotten flush", l.inject(a, b, flushReq(0, key, 0, 64, ibv.FlushGlobal, ibv.FlushRange)))
 	if s := b.qp.Snapshot(); s.MSN != 4 || s.ExpectedPSN != base.Add(4) || b.qp.State() != ibv.QPStateRTS || b.mem.refs != 0 {
 		t.Fatalf("MSN %v ePSN %v state %v refs %d", s.MSN, s.ExpectedPSN, b.qp.State(), b.mem.refs)
 	}
@@ -68,8 +68,8 @@ func TestFlushAndAtomicWriteReplay(t *testing.T) {
 // ATOMIC_WRITE's length and alignment (invalid request).
 func TestFlushAndAtomicWriteErrors(t *testing.T) {
 	const (
-		global  = wire.FlushGlobalVisibility
-		persist = wire.FlushPersistence
+		global  = ibv.FlushGlobal
+		persist = ibv.FlushPersistent
 	)
 	cases := []struct {
 		name     string
@@ -80,22 +80,22 @@ func TestFlushAndAtomicWriteErrors(t *testing.T) {
 		want     string
 	}{
 		{"flush: QP without FLUSH_GLOBAL", ibv.AccessRemoteWrite | ibv.AccessFlushPersistent, 16, ibv.AccessFlushGlobal,
-			func(k uint32) []byte { return flushReq(0, k, 0, 8, global, wire.FlushRange) }, "NAK invalid request"},
+			func(k uint32) []byte { return flushReq(0, k, 0, 8, global, ibv.FlushRange) }, "NAK invalid request"},
 		{"flush: QP without FLUSH_PERSISTENT", ibv.AccessFlushGlobal, 16, ibv.AccessFlushGlobal | ibv.AccessFlushPersistent,
-			func(k uint32) []byte { return flushReq(0, k, 0, 8, persist, wire.FlushMemoryRegion) }, "NAK invalid request"},
+			func(k uint32) []byte { return flushReq(0, k, 0, 8, persist, ibv.FlushMR) }, "NAK invalid request"},
 		{"flush: no responder resources", flushOpts().access, 0, ibv.AccessFlushGlobal,
-			func(k uint32) []byte { return flushReq(0, k, 0, 8, global, wire.FlushRange) }, "NAK invalid request"},
+			func(k uint32) []byte { return flushReq(0, k, 0, 8, global, ibv.FlushRange) }, "NAK invalid request"},
 		{"flush: placement type violation", flushOpts().access, 16, ibv.AccessFlushGlobal,
-			func(k uint32) []byte { return flushReq(0, k, 0, 8, persist, wire.FlushRange) }, "NAK remote access error"},
+			func(k uint32) []byte { return flushReq(0, k, 0, 8, persist, ibv.FlushRange) }, "NAK remote access error"},
 		{"flush: whole region, type violation", flushOpts().access, 16, ibv.AccessFlushGlobal,
-			func(k uint32) []byte { return flushReq(0, k, 0, 8, global|persist, wire.FlushMemoryRegion) }, "NAK remote access error"},
+			func(k uint32) []byte { return flushReq(0, k, 0, 8, global|persist, ibv.FlushMR) }, "NAK remote access error"},
 		{"flush: range outside", flushOpts().access, 16, ibv.AccessFlushGlobal,
-			func(k uint32) []byte { return flushReq(0, k, 60, 8, global, wire.FlushRange) }, "NAK remote access error"},
+			func(k uint32) []byte { return flushReq(0, k, 60, 8, global, ibv.FlushRange) }, "NAK remote access error"},
 		{"flush: bad rkey", flushOpts().access, 16, ibv.AccessFlushGlobal,
-			func(k uint32) []byte { return flushReq(0, k+0x100, 0, 8, global, wire.FlushMemoryRegion) }, "NAK remote access error"},
+			func(k uint32) []byte { return flushReq(0, k+0x100, 0, 8, global, ibv.FlushMR) }, "NAK remote access error"},
 		// Without RKeyChecker the address must lie in the region.
 		{"flush: whole region ignores the length", flushOpts().access, 16, ibv.AccessFlushGlobal,
-			func(k uint32) []byte { return flushReq(0, k, 8, 1<<31, global, wire.FlushMemoryRegion) }, "ACK credits=31"},
+			func(k uint32) []byte { return flushReq(0, k, 8, 1<<31, global, ibv.FlushMR) }, "ACK credits=31"},
 		{"atomic write: QP without REMOTE_WRITE", ibv.AccessRemoteAtomic, 16, ibv.AccessRemoteWrite,
 			func(k uint32) []byte { return atomicWriteReq(0, k, 0, 8, make([]byte, 8)) }, "NAK invalid request"},
 		{"atomic write: region without REMOTE_WRITE", flushOpts().access, 16, ibv.AccessRemoteAtomic | ibv.AccessRemoteRead,
@@ -156,10 +156,10 @@ func TestFlushAndAtomicWriteRequester(t *testing.T) {
 	rkey := b.mem.register(pd, dst, 0x8000, ibv.AccessRemoteWrite|ibv.AccessFlushGlobal|ibv.AccessFlushPersistent)
 	l.post(a, SendWQE{WRID: 1, Opcode: ibv.WRRDMAWrite, SGL: []SGE{{0x1000, 32, lkey}}, RemoteAddr: 0x8000, RKey: rkey})
 	l.post(a, SendWQE{WRID: 2, Opcode: ibv.WRFlush, Flags: ibv.SendSignaled, RemoteAddr: 0x8000, RKey: rkey,
-		FlushLength: 32, FlushType: wire.FlushPersistence, FlushLevel: wire.FlushRange})
+		FlushLength: 32, FlushType: ibv.FlushPersistent, FlushLevel: ibv.FlushRange})
 	l.post(a, SendWQE{WRID: 3, Opcode: ibv.WRAtomicWrite, Flags: ibv.SendSignaled, SGL: []SGE{{0x1000 + 40, 8, lkey}}, RemoteAddr: 0x8000 + 40, RKey: rkey})
 	l.post(a, SendWQE{WRID: 4, Opcode: ibv.WRFlush, Flags: ibv.SendSignaled, RemoteAddr: 0x8000, RKey: rkey,
-		FlushType: wire.FlushGlobalVisibility, FlushLevel: wire.FlushMemoryRegion})
+		FlushType: ibv.FlushGlobal, FlushLevel: ibv.FlushMR})
 	l.run(time.Second)
 	wantCompletions(t, a.scq.take(),
 		Completion{WRID: 2, Status: ibv.WCSuccess, Opcode: ibv.WCFlush, ByteLen: 32, QPN: qpnA},
@@ -172,13 +172,13 @@ func TestFlushAndAtomicWriteRequester(t *testing.T) {
 	}
 	// A READ response with data at a FLUSH's PSN is a bad response.
 	l.post(a, SendWQE{WRID: 5, Opcode: ibv.WRFlush, Flags: ibv.SendSignaled, RKey: rkey,
-		FlushType: wire.FlushGlobalVisibility, FlushLevel: wire.FlushMemoryRegion})
+		FlushType: ibv.FlushGlobal, FlushLevel: ibv.FlushMR})
 	pkts := a.out.Packets()
 	if len(pkts) != 1 {
 		t.Fatalf("%d packets for a FLUSH", len(pkts))
 	}
 	p := l.parse(a, pkts[0].Bytes)
-	if p.BTH.Opcode() != wire.RCFlush || p.FETH.SelectivityLevel() != wire.FlushMemoryRegion || !p.BTH.AckReq() {
+	if p.BTH.Opcode() != wire.RCFlush || ibv.FlushLevel(p.FETH.SelectivityLevel()) != ibv.FlushMR || !p.BTH.AckReq() {
 		t.Fatalf("FLUSH packet %+v", p.Headers())
 	}
 	P := p.BTH.PSN()

@@ -173,10 +173,10 @@ func fuzzSeeds() []fuzzSeed {
 			p(wire.RCFetchAdd, 0, true, nil, func(h *wire.Headers) { h.AtomicETH = wire.AtomicETHFields{VA: 16, RKey: 0x15A, SwapAdd: 5} }),
 			p(wire.RCCompareSwap, 1, true, nil, func(h *wire.Headers) { h.AtomicETH = wire.AtomicETHFields{VA: 16, RKey: 0x15A, Compare: 5} }))},
 		{"flush_atomic_write_replay", seq(
-			p(wire.RCFlush, 0, true, nil, func(h *wire.Headers) { reth(0, 64)(h); h.FETH.SelectivityLevel = wire.FlushRange }),
+			p(wire.RCFlush, 0, true, nil, func(h *wire.Headers) { reth(0, 64)(h); h.FETH.SelectivityLevel = uint8(ibv.FlushRange) }),
 			p(wire.RCAtomicWrite, 1, true, full[:8], reth(8, 8)), p(wire.RCAtomicWrite, 1, true, full[:8], reth(8, 8)),
 			p(wire.RCFlush, 0, true, nil, reth(0, 64)),
-			p(wire.RCFlush, 2, true, nil, func(h *wire.Headers) { reth(0, 0)(h); h.FETH.PlacementType = wire.FlushGlobalVisibility }))},
+			p(wire.RCFlush, 2, true, nil, func(h *wire.Headers) { reth(0, 0)(h); h.FETH.PlacementType = uint8(ibv.FlushGlobal) }))},
 		{"send_ahead_then_expected", seq(p(wire.RCSendOnly, 2, true, full[:5], nil), p(wire.RCSendOnly, 0, true, full[:5], nil))},
 		// Responses to a (WRITE at +0..+2, READ at +3..+5, FETCH_ADD at +6, SEND at +7..+8).
 		{"ack_read_atomic_ack", seq(resp(wire.RCAcknowledge, 2, ack, nil, nil),

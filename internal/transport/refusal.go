@@ -199,7 +199,7 @@ func opAccess(p *wire.Packet, info wire.OpInfo) ibv.AccessFlags {
 	case info.IsAtomic():
 		return ibv.AccessRemoteAtomic
 	case info.IsFlush():
-		return flushAccess(p.FETH.PlacementType())
+		return flushAccess(ibv.FlushType(p.FETH.PlacementType()))
 	}
 	return 0
 }

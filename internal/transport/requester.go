@@ -155,7 +155,7 @@ func (qp *QP) transmit(s *sendSlot, now time.Time, out *Output) bool {
 		}
 	case op == ibv.WRFlush:
 		h.BTH.Opcode = wire.RCFlush
-		h.FETH = wire.FETHFields{PlacementType: s.wqe.FlushType, SelectivityLevel: s.wqe.FlushLevel}
+		h.FETH = wire.FETHFields{PlacementType: uint8(s.wqe.FlushType), SelectivityLevel: uint8(s.wqe.FlushLevel)}
 		h.RETH = wire.RETHFields{VA: s.wqe.RemoteAddr, RKey: s.wqe.RKey, DMALength: s.wqe.FlushLength}
 	case op == ibv.WRAtomicWrite:
 		// The 8 bytes are gathered from the SGL below, like a WRITE.

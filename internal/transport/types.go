@@ -156,13 +156,11 @@ type SendWQE struct {
 	// responder, or a LOCAL_INV locally.
 	InvalidateRKey uint32
 	// FlushLength, FlushType and FlushLevel describe a FLUSH of
-	// [RemoteAddr, RemoteAddr+FlushLength) under RKey: the placement type
-	// (wire.FlushGlobalVisibility, wire.FlushPersistence) and the
-	// selectivity level (wire.FlushRange, wire.FlushMemoryRegion) of its
-	// FETH.
+	// [RemoteAddr, RemoteAddr+FlushLength) under RKey, with the placement
+	// type and selectivity level of its FETH.
 	FlushLength uint32
-	FlushType   uint8
-	FlushLevel  uint8
+	FlushType   ibv.FlushType
+	FlushLevel  ibv.FlushLevel
 	// Bind is the memory window binding of a BIND_MW, executed through
 	// the QP's Memory (LocalOps).
 	Bind MWBind

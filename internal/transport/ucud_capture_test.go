@@ -1,45 +1,27 @@
 package transport
 
 import (
-	"bytes"
-	"errors"
-	"io"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/pcap"
+	"github.com/goroce/goroce/internal/pcap/pcaptest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/internal/wire"
 )
 
 // capturedRoCE returns the RoCEv2 frames of a capture of real rxe traffic
-// in ../../../shared/rxe-vm/captures, skipping the test if it is absent.
+// (testkit.Captures), skipping the test if it is absent.
 func capturedRoCE(t *testing.T, name string) []pcap.Frame {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "..", "shared", "rxe-vm", "captures", name))
-	if err != nil {
-		t.Skipf("capture %s: %v", name, err)
-	}
-	r, err := pcap.NewReader(bytes.NewReader(data))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []pcap.Frame
-	for {
-		rec, err := r.ReadPacket(nil)
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		fr, err := pcap.DecodeFrame(r.LinkType(), rec.Data)
-		if err == nil && fr.DstPort == wire.RoCEv2Port {
-			out = append(out, fr)
+	for _, fr := range pcaptest.Frames(t, testkit.Captures(t, name)[0]) {
+		if fr.DstPort == wire.RoCEv2Port {
+			out = append(out, fr.Frame)
 		}
 	}
+	return out
 }
 
 // TestUDCapture replays rxe's ibv_ud_pingpong: every datagram is received

@@ -4,18 +4,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"io"
-	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 
-	"github.com/goroce/goroce/internal/pcap"
+	"github.com/goroce/goroce/internal/pcap/pcaptest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 )
-
-// capturesDir holds real rxe traffic, every ICRC valid except the probes that
-// were made bad on purpose.
-const capturesDir = "../../../shared/rxe-vm/captures"
 
 // capture is one RoCEv2 packet of a capture file, as internal/pcap decodes
 // it (that package is checked against tshark's frame counts on its own; the
@@ -31,39 +25,17 @@ type capture struct {
 func (c capture) String() string { return c.file + ":" + strconv.Itoa(c.frame) }
 
 // loadCaptures returns every RoCEv2 packet (UDP to port 4791) of every
-// capture file, or skips the test if the captures are absent.
+// rxe capture (testkit.Captures, whose ICRCs are all valid except the
+// probes made bad on purpose), or skips the test if they are absent.
 func loadCaptures(t testing.TB) []capture {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(capturesDir, "*.pcap"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) == 0 {
-		t.Skipf("no captures in %s", capturesDir)
-	}
 	var all []capture
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := pcap.NewReader(bytes.NewReader(data))
-		if err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		for frame := 1; ; frame++ {
-			rec, err := r.ReadPacket(nil)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatalf("%s: frame %d: %v", f, frame, err)
-			}
-			fr, err := pcap.DecodeFrame(r.LinkType(), rec.Data)
-			if err != nil || fr.DstPort != RoCEv2Port || rec.Truncated() {
+	for _, f := range testkit.Captures(t) {
+		for _, fr := range pcaptest.Frames(t, f) {
+			if fr.DstPort != RoCEv2Port || fr.Record.Truncated() {
 				continue
 			}
-			all = append(all, capture{file: filepath.Base(f), frame: frame,
+			all = append(all, capture{file: fr.File, frame: fr.Number,
 				ip: fr.IPHeader, udp: fr.UDPHeader, transport: fr.UDPPayload})
 		}
 	}

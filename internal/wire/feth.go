@@ -13,20 +13,10 @@ const (
 	fethReservedMask    = 0xFFFFFFC0 // bits 31:6
 )
 
-// FLUSH placement types (bit flags, FETH bits 3:0).
-const (
-	FlushGlobalVisibility = 1 // make the data globally visible
-	FlushPersistence      = 2 // make the data persistent
-)
-
-// FLUSH selectivity levels (FETH bits 5:4).
-const (
-	FlushRange        = 0 // the range given by the RETH
-	FlushMemoryRegion = 1 // the whole memory region of the RETH's rkey
-)
-
 // FETH is a view of the FLUSH extended transport header, which precedes the
-// RETH in a FLUSH request.
+// RETH in a FLUSH request. Its placement type and selectivity level hold the
+// values of ibv.FlushType and ibv.FlushLevel (libibverbs' enums are the
+// IBTA's there).
 type FETH []byte
 
 // Word returns the whole header as a big-endian word, reserved bits included.

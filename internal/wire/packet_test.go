@@ -15,7 +15,7 @@ func fullHeaders(o Opcode, padCount uint8) Headers {
 		BTH: BTHFields{Opcode: o, SolicitedEvent: true, MigReq: true, PadCount: padCount, PKey: 0x8001,
 			FECN: true, BECN: true, Resv6: 0x2A, DestQP: 0xABCDEF, AckReq: true, Resv7: 0x55, PSN: 0xFFFFFF},
 		DETH:         DETHFields{QKey: 0x11111111, Resv8: 0x22, SrcQP: 0x333333},
-		FETH:         FETHFields{PlacementType: FlushPersistence, SelectivityLevel: FlushMemoryRegion, Reserved: 0x1234},
+		FETH:         FETHFields{PlacementType: 2, SelectivityLevel: 1, Reserved: 0x1234},
 		RETH:         RETHFields{VA: 0x4444444444444444, RKey: 0x55555555, DMALength: 0x66666666},
 		AtomicETH:    AtomicETHFields{VA: 0x7777777777777777, RKey: 0x88888888, SwapAdd: 0x9999999999999999, Compare: 0xAAAAAAAAAAAAAAAA},
 		AETH:         AETHFields{Syndrome: RNRNakSyndrome(14), MSN: 0xBBBBBB},

@@ -182,8 +182,8 @@ func TestExtensionAccessors(t *testing.T) {
 	}
 
 	f := FETH(make([]byte, FETHLen))
-	f.SetPlacementType(FlushGlobalVisibility | FlushPersistence | 0xF0)
-	f.SetSelectivityLevel(FlushMemoryRegion | 0xFC)
+	f.SetPlacementType(1 | 2 | 0xF0) // global and persistent, and bits beyond the field
+	f.SetSelectivityLevel(1 | 0xFC)  // memory region, and bits beyond the field
 	if want := []byte{0, 0, 0, 0x13}; !bytes.Equal(f, want) {
 		t.Errorf("FETH %x, want %x", []byte(f), want)
 	}

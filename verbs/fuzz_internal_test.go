@@ -3,6 +3,8 @@ package verbs
 import (
 	"math/bits"
 	"testing"
+
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 )
 
 // FuzzMRCheckRemote checks the bounds and rights test the responder applies
@@ -13,7 +15,7 @@ func FuzzMRCheckRemote(f *testing.F) {
 	f.Add(uint64(0x1000), uint16(0x100), uint64(0x1000), int64(0x100), uint8(AccessLocalWrite|AccessRemoteWrite), uint8(AccessRemoteWrite))
 	f.Add(^uint64(0)-0xff, uint16(0x100), ^uint64(0), int64(2), uint8(AccessLocalWrite|AccessRemoteAtomic), uint8(AccessRemoteAtomic))
 	f.Add(uint64(0), uint16(1), ^uint64(0), int64(2), uint8(AccessRemoteRead), uint8(AccessRemoteRead))
-	d, err := Open(DeviceConfig{Addr: mustAddr("127.0.1.1")})
+	d, err := Open(DeviceConfig{Addr: testkit.Addr(1)})
 	if err != nil {
 		f.Fatal(err)
 	}

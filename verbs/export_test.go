@@ -1,0 +1,162 @@
+package verbs
+
+import (
+	"io"
+
+	"github.com/goroce/goroce/internal/transport"
+)
+
+// Peepholes for the black-box tests (package verbs_test): the few internal
+// states and hooks they look at or drive where the public API cannot, each
+// for the assertion named beside it. Tests of the internals themselves are
+// in package verbs (*_internal_test.go).
+
+// Push adds a completion as the device would (CQ, async and Wait tests:
+// completions without traffic); it reports whether the CQ refused it.
+func (cq *CQ) Push(wc WorkCompletion, solicited bool) (overflow bool) { return cq.push(wc, solicited) }
+
+// OverrunCount is the number of completions a full CQ dropped.
+func (cq *CQ) OverrunCount() uint64 { return cq.overrunCount() }
+
+// ParkedWaiters is the number of goroutines parked in cq.Wait.
+func ParkedWaiters(cq *CQ) int {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return cq.wait.waiters
+}
+
+// AsyncQueueLen is how many asynchronous events wait at most.
+const AsyncQueueLen = asyncQueueLen
+
+// SRQTake takes a receive work request from s as a QP's responder does;
+// length is the sum of its SGEs' lengths.
+func SRQTake(s *SRQ) (wr RecvWR, length uint32, ok bool) {
+	w := transport.RecvWQE{SGL: make([]transport.SGE, 0, 8)}
+	if !(*srqSource)(s).TakeRecv(&w) {
+		return RecvWR{}, 0, false
+	}
+	wr.WRID = w.WRID
+	for _, g := range w.SGL {
+		wr.SGList = append(wr.SGList, SGE{Addr: g.Addr, Length: g.Length, LKey: g.LKey})
+	}
+	return wr, uint32(sgListLength(wr.SGList)), true
+}
+
+// SRQLimitEvents is the number of SRQ limit events s raised.
+func SRQLimitEvents(s *SRQ) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.limitEvents
+}
+
+// QPSnapshot is the transport's view of qp (queue depths, PSNs,
+// outstanding READs and atomics).
+func QPSnapshot(qp *QP) transport.Snapshot {
+	qp.xmu.Lock()
+	defer qp.xmu.Unlock()
+	return qp.tq.Snapshot()
+}
+
+// EmptyQueues empties the transport's queues of a QP in RTS, as a move to
+// RESET and back would, without a Modify (a test of allocations posts
+// until the queue is full, again and again).
+func EmptyQueues(qp *QP) {
+	qp.xmu.Lock()
+	defer qp.xmu.Unlock()
+	qp.tq.SetState(QPStateReset)
+	qp.tq.SetState(QPStateRTS)
+}
+
+// ForceState puts qp in state s, which no verb may reach directly (SQE),
+// as the transport does on a send error.
+func ForceState(qp *QP, s QPState) {
+	qp.mu.Lock()
+	qp.xmu.Lock()
+	qp.state.Store(int32(s))
+	if qp.tq != nil {
+		qp.tq.SetState(s)
+	}
+	qp.xmu.Unlock()
+	qp.mu.Unlock()
+}
+
+// QPSourcePort is the UDP source port of qp's connection.
+func QPSourcePort(qp *QP) uint16 { return qp.sender.Port() }
+
+// QPHoldsOutput reports whether qp holds packet buffers (an idle QP gives
+// them back to the device's pool).
+func QPHoldsOutput(qp *QP) bool {
+	qp.xmu.Lock()
+	defer qp.xmu.Unlock()
+	return qp.out != nil
+}
+
+// SetCapture writes every packet d sends or accepts to w as pcap (nil
+// stops).
+func SetCapture(d *Device, w io.Writer) error { return d.eng.conn.SetCapture(w) }
+
+// QPMemory is qp's memory as its responder reaches it (window tests).
+func QPMemory(qp *QP) transport.Memory { return (*qpMemory)(qp) }
+
+// WatchWithdrawal returns a function that reports whether the region mw
+// is bound to now has started to be withdrawn (Dealloc, invalidation).
+func WatchWithdrawal(mw *MW) (withdrawn func() bool) {
+	r := mw.binding.Load()
+	return func() bool { return r.refs.Load()&regionDead != 0 }
+}
+
+// LookupMR and LookupQP are the receive path's lookups by key and QP
+// number.
+func (d *Device) LookupMR(key uint32) *MR { return d.lookupMR(key) }
+func (d *Device) LookupQP(qpn uint32) *QP { return d.lookupQP(qpn) }
+
+// SetNextQPN makes n the next QP number tried.
+func (d *Device) SetNextQPN(n uint32) {
+	d.qpnMu.Lock()
+	defer d.qpnMu.Unlock()
+	d.nextQPN = n
+}
+
+// The QP number range, the largest MaxMR and MaxQP, and the defaults of
+// Open.
+const (
+	QPNMin   = qpnMin
+	QPNMax   = qpnMax
+	CapMaxMR = capMaxMR
+	CapMaxQP = capMaxQP
+)
+
+var (
+	DefaultActiveMTU  = defaultActiveMTU
+	DefaultDeviceAttr = defaultDeviceAttr
+)
+
+// BatchPoint names a point at the end of a receive batch.
+type BatchPoint = batchPoint
+
+const (
+	BatchStart = batchStart // before any QP's output is sent
+	BatchFlush = batchFlush // QPs' own packets sent, replies not flushed
+)
+
+// SetEndBatchHook makes every device's receive path call h at both
+// points of the end of each batch (nil removes it).
+func SetEndBatchHook(h func(*Device, BatchPoint)) {
+	if h == nil {
+		endBatchHook.Store(nil)
+		return
+	}
+	endBatchHook.Store(&h)
+}
+
+// DefaultPKey is the P_Key of every goroce QP.
+const DefaultPKey = defaultPKey
+
+// SubCounters returns a - b, counter by counter.
+func SubCounters(a, b Counters) Counters {
+	var c Counters
+	for _, f := range counterFields {
+		*f.ptr(&c) = *f.ptr(&a) - *f.ptr(&b)
+	}
+	return c
+}
