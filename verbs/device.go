@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"github.com/goroce/goroce/internal/gsi"
 )
 
 // DefaultUDPPort is the RoCEv2 UDP destination port (IANA 4791).
@@ -117,6 +119,10 @@ type Device struct {
 	busyPoll bool    // DeviceConfig.BusyPoll
 
 	stats *statsEndpoint // nil without one (NoStatsEndpoint, or it failed)
+
+	// gsi is QP 1 (gsi.go), set once the engine runs; the receive path
+	// loads it for packets that match no QP.
+	gsi atomic.Pointer[gsiPort]
 
 	// qps maps QP numbers to QPs; sync.Map loads are lock-free, which is
 	// what the receive path's dispatch by destination QPN needs.
@@ -265,6 +271,12 @@ func Open(cfg DeviceConfig) (*Device, error) {
 		return nil, errorf(op, "Addr", ErrInvalidArgument, "cannot bind %v: %v", netip.AddrPortFrom(addr, udpPort), err)
 	}
 	d.eng = eng
+	g, err := openGSI(d)
+	if err != nil {
+		eng.stop()
+		return nil, errorf(op, "Addr", ErrInvalidArgument, "QP 1 source port: %v", err)
+	}
+	d.gsi.Store(g)
 	d.busyPoll = cfg.BusyPoll
 	d.res = resources{
 		pd:  resource{name: "max_pd", limit: int64(attr.MaxPD)},
@@ -279,6 +291,8 @@ func Open(cfg DeviceConfig) (*Device, error) {
 		// Best effort: a device without an endpoint works the same.
 		d.stats, _ = startStatsEndpoint(d)
 	}
+	// The connection manager (package cm) learns of the device here.
+	gsi.Register(g)
 	return d, nil
 }
 
@@ -427,6 +441,11 @@ func (d *Device) Close() error {
 	pds, cqs, chans, srqs, ahs := d.pds, d.cqs, d.channels, d.srqs, d.ahs
 	d.pds, d.cqs, d.channels, d.srqs, d.ahs = nil, nil, nil, nil, nil
 	d.mu.Unlock()
+	// The connection manager lets go first, while QP 1 can still tell
+	// the peers of its connections (it disconnects them as the kernel's
+	// CM does when an ID is destroyed).
+	g := d.gsi.Load()
+	gsi.Unregister(g)
 
 	// addQP checks closed under qpnMu, so once this collection holds
 	// qpnMu no QP can appear behind it.
@@ -463,6 +482,7 @@ func (d *Device) Close() error {
 	if d.stats != nil {
 		d.stats.close()
 	}
+	g.close()
 	d.eng.stop()
 	return nil
 }

@@ -1,0 +1,274 @@
+package verbs
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+
+	"github.com/goroce/goroce/internal/gsi"
+	"github.com/goroce/goroce/internal/netio"
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// madRecorder is a gsi.Receiver that keeps what it gets.
+type madRecorder struct {
+	mu      sync.Mutex
+	mads    [][]byte
+	froms   []netip.AddrPort
+	tos     []netip.Addr
+	commEst []uint32
+}
+
+func (r *madRecorder) ReceiveMAD(from netip.AddrPort, to netip.Addr, mad []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.mads = append(r.mads, bytes.Clone(mad))
+	r.froms = append(r.froms, from)
+	r.tos = append(r.tos, to)
+}
+
+func (r *madRecorder) CommEstablished(qpn uint32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.commEst = append(r.commEst, qpn)
+}
+
+func (r *madRecorder) count() (mads, commEst int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.mads), len(r.commEst)
+}
+
+// portOf returns d's QP 1 from the registry.
+func portOf(t testing.TB, d *Device) gsi.Port {
+	t.Helper()
+	p := gsi.Lookup(d.Addr())
+	if p == nil || p.Device() != d {
+		t.Fatalf("no GSI port registered for %v", d.Addr())
+	}
+	return p
+}
+
+// testMAD is a recognisable 256-byte MAD.
+func testMAD(seed byte) []byte {
+	m := make([]byte, gsi.MADSize)
+	fill(m, seed)
+	return m
+}
+
+// TestGSIExchange: a device's QP 1 sends a MAD to another's, which hands
+// it to its receiver with the sender's address and QP 1's constant
+// source port; the registry follows the devices' lives.
+func TestGSIExchange(t *testing.T) {
+	a := openDevice(t, DeviceConfig{Addr: netip.MustParseAddr("127.0.1.1")})
+	b := openDevice(t, DeviceConfig{Addr: netip.MustParseAddr("127.0.1.2")})
+	pa, pb := portOf(t, a), portOf(t, b)
+	if pa.NodeGUID() != uint64(a.Query().NodeGUID) || pa.UDPPort() != a.UDPPort() || pa.Addr() != a.Addr() {
+		t.Errorf("port of a: GUID %#x addr %v:%d", pa.NodeGUID(), pa.Addr(), pa.UDPPort())
+	}
+	var rb madRecorder
+	pb.SetReceiver(&rb)
+	for i := range 3 {
+		if err := pa.Send(netip.AddrPortFrom(b.Addr(), b.UDPPort()), testMAD(byte(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "three MADs", func() bool { n, _ := rb.count(); return n == 3 })
+	for i, m := range rb.mads {
+		if !bytes.Equal(m, testMAD(byte(i))) {
+			t.Errorf("MAD %d differs", i)
+		}
+		if want := netip.AddrPortFrom(a.Addr(), netio.SourcePortForQPN(wire.GSIQPN)); rb.froms[i] != want {
+			t.Errorf("MAD %d from %v, want %v", i, rb.froms[i], want)
+		}
+		if rb.tos[i] != b.Addr() {
+			t.Errorf("MAD %d to %v", i, rb.tos[i])
+		}
+	}
+	if ca, cb := a.Counters(), b.Counters(); ca.GSISent != 3 || cb.GSIRcvd != 3 || cb.GSIDropped != 0 || cb.DroppedUnknownQP != 0 {
+		t.Errorf("counters: a sent %d, b received %d, dropped %d, unknown QP %d", ca.GSISent, cb.GSIRcvd, cb.GSIDropped, cb.DroppedUnknownQP)
+	}
+	if err := pa.Send(netip.AddrPortFrom(b.Addr(), b.UDPPort()), make([]byte, 100)); err == nil {
+		t.Error("Send of a 100-byte MAD succeeded")
+	}
+
+	// Without a receiver the MAD is counted and dropped.
+	pb.SetReceiver(nil)
+	if err := pa.Send(netip.AddrPortFrom(b.Addr(), b.UDPPort()), testMAD(9)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a dropped MAD", func() bool { return b.Counters().GSIDropped == 1 })
+
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if gsi.Lookup(b.Addr()) != nil {
+		t.Error("a closed device's port is still registered")
+	}
+	if err := pb.Send(netip.AddrPortFrom(a.Addr(), a.UDPPort()), testMAD(1)); err == nil {
+		t.Error("QP 1 of a closed device sent")
+	}
+}
+
+// gsiPacket is a packet to QP 1 shaped by the arguments.
+func gsiPacket(op wire.Opcode, qkey uint32, srcQP wire.QPN, pkey uint16, payload []byte) []byte {
+	h := wire.Headers{
+		BTH:  wire.BTHFields{Opcode: op, PKey: pkey, DestQP: wire.GSIQPN, PadCount: wire.PadCount(len(payload))},
+		DETH: wire.DETHFields{QKey: qkey, SrcQP: srcQP},
+	}
+	b := wire.AppendHeaders(nil, &h)
+	b = append(b, payload...)
+	return wire.AppendPad(b, wire.PadCount(len(payload)))
+}
+
+// TestGSIMalformed: packets for QP 1 that are not a well-formed MAD are
+// counted as dropped and never reach the receiver; a good one does.
+func TestGSIMalformed(t *testing.T) {
+	d := openDevice(t, DeviceConfig{Addr: netip.MustParseAddr("127.0.1.1")})
+	var r madRecorder
+	portOf(t, d).SetReceiver(&r)
+	uc, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.1.3:0")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	src := uc.LocalAddr().(*net.UDPAddr).AddrPort()
+	dst := netip.AddrPortFrom(d.Addr(), d.UDPPort())
+	send := func(pkt []byte) {
+		t.Helper()
+		crc := wire.ICRCv4(src.Addr().As4(), dst.Addr().As4(), 0, src.Port(), dst.Port(), pkt, nil)
+		if _, err := uc.WriteToUDPAddrPort(wire.AppendICRC(pkt, crc), dst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mad := testMAD(7)
+	bad := [][]byte{
+		gsiPacket(wire.UDSendOnly, 0x1234, wire.GSIQPN, wire.DefaultPKey, mad),             // Q_Key
+		gsiPacket(wire.UDSendOnly, wire.GSIQKey, 5, wire.DefaultPKey, mad),                 // source QP
+		gsiPacket(wire.UDSendOnly, wire.GSIQKey, wire.GSIQPN, 0x7FFF, mad),                 // P_Key
+		gsiPacket(wire.UDSendOnly, wire.GSIQKey, wire.GSIQPN, wire.DefaultPKey, mad[:200]), // length
+		gsiPacket(wire.UDSendOnlyWithImmediate, wire.GSIQKey, wire.GSIQPN, wire.DefaultPKey, mad),
+		rawPacket(src, dst, 1)[:wire.BTHLen+4], // an RC SEND to QP 1 (ICRC appended again below)
+	}
+	for _, pkt := range bad {
+		send(pkt)
+	}
+	waitFor(t, "six drops", func() bool { return d.Counters().GSIDropped == uint64(len(bad)) })
+	send(gsiPacket(wire.UDSendOnly, wire.GSIQKey, wire.GSIQPN, wire.DefaultPKey, mad))
+	waitFor(t, "the good MAD", func() bool { n, _ := r.count(); return n == 1 })
+	if !bytes.Equal(r.mads[0], mad) || r.froms[0] != src {
+		t.Errorf("received MAD from %v differs", r.froms[0])
+	}
+	if c := d.Counters(); c.GSIRcvd != 1 || c.GSIDropped != uint64(len(bad)) || c.DroppedUnknownQP != 0 {
+		t.Errorf("counters: received %d, dropped %d, unknown QP %d", c.GSIRcvd, c.GSIDropped, c.DroppedUnknownQP)
+	}
+}
+
+// TestCommEst: an RC QP in RTR that receives its first packet raises
+// EventCommEst, once, and tells the CM's receiver; a QP moved on to RTS
+// and a second packet raise nothing more, and a new connection raises it
+// again.
+func TestCommEst(t *testing.T) {
+	a, b := newEnd(t, "127.0.1.1", endOpts{}), newEnd(t, "127.0.1.2", endOpts{})
+	var r madRecorder
+	portOf(t, b.dev).SetReceiver(&r)
+	linkQP(t, a.qp, b.qp, b.dev, defaultLink(), 100, 200)
+	// b only to RTR: it takes a's SENDs but cannot answer them yet.
+	gid, _ := a.dev.QueryGID(1, 1)
+	mustModify(t, b.qp, step{QPAttr{QPState: QPStateInit, PortNum: 1, QPAccessFlags: rcAccess},
+		QPAttrState | QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags})
+	mustModify(t, b.qp, step{QPAttr{QPState: QPStateRTR, PathMTU: MTU1024, DestQPNum: a.qp.QPN(), RQPSN: 100,
+		MaxDestRdAtomic: 1, MinRNRTimer: 1, AHAttr: AddressVector{DGID: gid, SGIDIndex: 1, HopLimit: 64, IsGlobal: true, PortNum: 1}},
+		QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer})
+	for i := range 2 {
+		mustPostRecv(t, b.qp, RecvWR{WRID: uint64(i), SGList: []SGE{b.mr.SGE(0, 64)}})
+		mustPostSend(t, a.qp, SendWR{WRID: uint64(i), Opcode: WRSend, SendFlags: SendSignaled, SGList: []SGE{a.mr.SGE(0, 8)}})
+		waitN(t, b.cq, 1)
+	}
+	_, n := r.count()
+	if n != 1 || r.commEst[0] != b.qp.QPN() {
+		t.Fatalf("CM told of %v, want QP %#x once", r.commEst, b.qp.QPN())
+	}
+	events := drainAsync(b.dev)
+	if len(events) != 1 || events[0].Type != EventCommEst || events[0].QP != b.qp {
+		t.Fatalf("async events %+v, want one COMM_EST for b's QP", events)
+	}
+
+	// RTS: more packets, no more events.
+	mustModify(t, b.qp, step{QPAttr{QPState: QPStateRTS, SQPSN: 200, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+		QPAttrState | QPAttrSQPSN | QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrMaxQPRdAtomic})
+	mustPostRecv(t, b.qp, RecvWR{WRID: 3, SGList: []SGE{b.mr.SGE(0, 64)}})
+	mustPostSend(t, a.qp, SendWR{WRID: 3, Opcode: WRSend, SendFlags: SendSignaled, SGList: []SGE{a.mr.SGE(0, 8)}})
+	waitN(t, b.cq, 1)
+	if evs := drainAsync(b.dev); len(evs) != 0 {
+		t.Errorf("events in RTS: %+v", evs)
+	}
+
+	// A new connection of the same QP raises it again.
+	mustModify(t, b.qp, step{QPAttr{QPState: QPStateReset}, QPAttrState})
+	mustModify(t, b.qp, step{QPAttr{QPState: QPStateInit, PortNum: 1, QPAccessFlags: rcAccess},
+		QPAttrState | QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags})
+	mustModify(t, b.qp, step{QPAttr{QPState: QPStateRTR, PathMTU: MTU1024, DestQPNum: a.qp.QPN(), RQPSN: 103,
+		MaxDestRdAtomic: 1, MinRNRTimer: 1, AHAttr: AddressVector{DGID: gid, SGIDIndex: 1, HopLimit: 64, IsGlobal: true, PortNum: 1}},
+		QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer})
+	mustPostRecv(t, b.qp, RecvWR{WRID: 4, SGList: []SGE{b.mr.SGE(0, 64)}})
+	mustPostSend(t, a.qp, SendWR{WRID: 4, Opcode: WRSend, SendFlags: SendSignaled, SGList: []SGE{a.mr.SGE(0, 8)}})
+	waitN(t, b.cq, 1)
+	if evs := drainAsync(b.dev); len(evs) != 1 || evs[0].Type != EventCommEst {
+		t.Errorf("events of the second connection: %+v", evs)
+	}
+}
+
+// drainAsync returns the device's queued asynchronous events.
+func drainAsync(d *Device) []AsyncEvent {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var evs []AsyncEvent
+	for {
+		ev, err := d.GetAsyncEvent(ctx)
+		if err != nil {
+			return evs
+		}
+		evs = append(evs, ev)
+	}
+}
+
+// FuzzGSIReceive drives QP 1's receive path with arbitrary packets
+// addressed to it (the bytes from the BTH on, as the socket hands them
+// over after the ICRC check): every packet is either delivered, exactly
+// when it is a well-formed MAD and then byte for byte, or counted as
+// dropped; nothing panics.
+func FuzzGSIReceive(f *testing.F) {
+	mad := testMAD(3)
+	f.Add(gsiPacket(wire.UDSendOnly, wire.GSIQKey, wire.GSIQPN, wire.DefaultPKey, mad))
+	f.Add(gsiPacket(wire.UDSendOnly, 0x1234, wire.GSIQPN, wire.DefaultPKey, mad))
+	f.Add(gsiPacket(wire.UDSendOnly, wire.GSIQKey, wire.GSIQPN, wire.DefaultPKey, mad[:17]))
+	f.Add(gsiPacket(wire.UDSendOnlyWithImmediate, wire.GSIQKey, wire.GSIQPN, wire.DefaultPKey, mad))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var p wire.Packet
+		pkt := append(bytes.Clone(b), 0, 0, 0, 0) // the ICRC the socket checked
+		if p.Parse(pkt, 0) != nil || p.BTH.DestQP() != wire.GSIQPN {
+			return // the socket's malformed count, or another QP's packet
+		}
+		g := &gsiPort{dev: &Device{addr: netip.MustParseAddr("127.0.1.1")}}
+		var r madRecorder
+		g.SetReceiver(&r)
+		from := netip.MustParseAddrPort("127.0.1.2:55410")
+		g.receive(&p, from, netip.Addr{})
+		want, err := checkGSI(&p)
+		n, _ := r.count()
+		switch {
+		case g.rcvd.Load()+g.dropped.Load() != 1:
+			t.Fatalf("received %d, dropped %d", g.rcvd.Load(), g.dropped.Load())
+		case err != nil && n != 0:
+			t.Fatalf("delivered a packet checkGSI refuses: %v", err)
+		case err == nil && (n != 1 || !bytes.Equal(r.mads[0], want) || len(want) != gsi.MADSize):
+			t.Fatalf("well-formed MAD not delivered whole (%d delivered)", n)
+		case n == 1 && (r.froms[0] != from || r.tos[0] != g.dev.addr):
+			t.Fatalf("delivered from %v to %v", r.froms[0], r.tos[0])
+		}
+	})
+}
