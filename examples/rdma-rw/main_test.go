@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -167,8 +168,11 @@ func TestNoServer(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if err := run(ctx, []string{"-addr", clientAddr, "-connect", addr}, &out); err == nil {
-		t.Fatal("connecting to a server that left succeeded")
+	// Its device is closed too: the REQ meets silence, and the client
+	// gives up after -timeout.
+	err := run(ctx, []string{"-addr", clientAddr, "-connect", addr, "-timeout", "1s"}, &out)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("connecting to a server that left: %v", err)
 	}
 }
 
@@ -181,7 +185,7 @@ func FuzzDecodeRegion(f *testing.F) {
 	f.Add(make([]byte, 17))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := decodeRegion(b)
-		if len(b) != 16 {
+		if len(b) < 16 {
 			if err == nil {
 				t.Fatalf("%d bytes decoded as %+v", len(b), r)
 			}
@@ -190,7 +194,8 @@ func FuzzDecodeRegion(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(r.encode(), b) {
+		// The rest is the padding of the CM's fixed-size field.
+		if !bytes.Equal(r.encode(), b[:16]) {
 			t.Fatalf("%x decoded as %+v, which encodes as %x", b, r, r.encode())
 		}
 	})
