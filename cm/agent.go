@@ -102,8 +102,15 @@ func (a *agent) start() {
 	go a.run()
 }
 
+// rxFilter, when set (by tests only), drops the MADs it returns true
+// for, as a lossy network would.
+var rxFilter atomic.Pointer[func(from netip.AddrPort, mad []byte) bool]
+
 // ReceiveMAD queues a MAD from the device's receive path (gsi.Receiver).
 func (a *agent) ReceiveMAD(from netip.AddrPort, _ netip.Addr, b []byte) {
+	if f := rxFilter.Load(); f != nil && (*f)(from, b) {
+		return
+	}
 	m := rxMAD{from: from}
 	copy(m.mad[:], b)
 	select {

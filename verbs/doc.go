@@ -113,10 +113,11 @@
 //     or by an error: no further receive of the SRQ will be consumed by it.
 //   - EventCommEst: an RC or UC QP in RTR received its first packet from
 //     its peer (IBA 11.6.3, communication established), once per
-//     connection (each move to RTR with an address vector). The
-//     connection manager (package cm) learns of it too: it is how a
-//     passive side whose RTU was lost knows the connection is up. rxe
-//     does not raise it; hardware does.
+//     connection (each move to RTR with an address vector). rxe does not
+//     raise it; hardware does. The connection manager (package cm) is
+//     told of a connection's first packet whether the QP is in RTR or
+//     already in RTS: it is how a passive side whose RTU was lost knows
+//     the connection is up.
 //
 // Requester errors are reported by completions only, as in libibverbs.
 // Port, GID, P_Key and path migration events never occur on a

@@ -59,8 +59,8 @@ func (e *engine) HandlePacket(p *wire.Packet, from netip.AddrPort, info netio.Re
 		e.wrongSource.Add(1)
 		return
 	}
-	if qp.State() == QPStateRTR {
-		e.communicationEstablished(qp)
+	if !qp.commEst {
+		e.firstPacket(qp)
 	}
 	raceSync()
 	qp.tq.HandlePacket(p, e.rxNow(), qp.outputLocked())

@@ -147,16 +147,18 @@ func (g *gsiPort) receive(p *wire.Packet, from netip.AddrPort, local netip.Addr)
 	r.r.ReceiveMAD(netip.AddrPortFrom(from.Addr().Unmap(), from.Port()), local.Unmap(), mad)
 }
 
-// communicationEstablished raises EventCommEst for qp, a connected QP in
-// RTR that received its first packet from its peer (IBA 11.6.3), once per
-// connection, and tells the CM, which then treats a lost RTU as received.
-// The caller holds qp.xmu.
-func (e *engine) communicationEstablished(qp *QP) {
-	if qp.commEst {
-		return
-	}
+// firstPacket handles the first packet from its peer of a connected QP
+// (since its last move to RTR with an address vector): in RTR it raises
+// EventCommEst (IBA 11.6.3, communication established); in RTR or RTS it
+// tells the CM, for which a passive connection whose RTU was lost is
+// established by its first packet (rdma_cm moves the passive QP to RTS
+// before the REP, so the packet often finds it there). The caller holds
+// qp.xmu.
+func (e *engine) firstPacket(qp *QP) {
 	qp.commEst = true
-	qp.dev.events().post(AsyncEvent{Type: EventCommEst, QP: qp})
+	if qp.State() == QPStateRTR {
+		qp.dev.events().post(AsyncEvent{Type: EventCommEst, QP: qp})
+	}
 	if g := qp.dev.gsi.Load(); g != nil {
 		if r := g.receiver.Load(); r != nil {
 			r.r.CommEstablished(qp.qpn)

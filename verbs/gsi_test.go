@@ -169,8 +169,8 @@ func TestGSIMalformed(t *testing.T) {
 
 // TestCommEst: an RC QP in RTR that receives its first packet raises
 // EventCommEst, once, and tells the CM's receiver; a QP moved on to RTS
-// and a second packet raise nothing more, and a new connection raises it
-// again.
+// and a second packet raise nothing more, a new connection raises it
+// again, and one whose first packet finds it in RTS only tells the CM.
 func TestCommEst(t *testing.T) {
 	a, b := newEnd(t, "127.0.1.1", endOpts{}), newEnd(t, "127.0.1.2", endOpts{})
 	var r madRecorder
@@ -219,6 +219,23 @@ func TestCommEst(t *testing.T) {
 	waitN(t, b.cq, 1)
 	if evs := drainAsync(b.dev); len(evs) != 1 || evs[0].Type != EventCommEst {
 		t.Errorf("events of the second connection: %+v", evs)
+	}
+	if _, n := r.count(); n != 2 {
+		t.Errorf("CM told %d times, want 2", n)
+	}
+
+	// A third connection reaches RTS before its first packet: no event
+	// (IBA raises it in RTR), but the CM is told.
+	mustModify(t, b.qp, step{QPAttr{QPState: QPStateReset}, QPAttrState})
+	linkQP(t, b.qp, a.qp, a.dev, defaultLink(), 300, 104) // a has sent PSNs 100-103
+	mustPostRecv(t, b.qp, RecvWR{WRID: 5, SGList: []SGE{b.mr.SGE(0, 64)}})
+	mustPostSend(t, a.qp, SendWR{WRID: 5, Opcode: WRSend, SendFlags: SendSignaled, SGList: []SGE{a.mr.SGE(0, 8)}})
+	waitN(t, b.cq, 1)
+	if evs := drainAsync(b.dev); len(evs) != 0 {
+		t.Errorf("events of a connection in RTS: %+v", evs)
+	}
+	if _, n := r.count(); n != 3 || r.commEst[2] != b.qp.QPN() {
+		t.Errorf("CM told %v", r.commEst)
 	}
 }
 

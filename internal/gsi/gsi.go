@@ -48,9 +48,9 @@ type Receiver interface {
 	// sender's address (the source of the GRH), to the device's. mad is
 	// valid only during the call.
 	ReceiveMAD(from netip.AddrPort, to netip.Addr, mad []byte)
-	// CommEstablished reports that connected QP qpn, in RTR, received its
-	// first packet (IBA's communication established event): the CM uses
-	// it when the RTU was lost.
+	// CommEstablished reports that connected QP qpn received its first
+	// packet from its peer, in RTR (IBA's communication established) or
+	// already in RTS: the CM takes it for the RTU when that was lost.
 	CommEstablished(qpn uint32)
 }
 
