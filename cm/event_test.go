@@ -155,6 +155,12 @@ func TestEventFlow(t *testing.T) {
 			t.Error(err)
 		}
 	}
+	// The QPs CreateQP made are gone with DestroyQP.
+	for _, qp := range []*verbs.QP{qa, qb} {
+		if _, _, err := qp.Query(0); !errors.Is(err, verbs.ErrClosed) {
+			t.Errorf("QP %#x after DestroyQP: %v", qp.QPN(), err)
+		}
+	}
 	if err := l.Destroy(); err != nil {
 		t.Fatal(err)
 	}

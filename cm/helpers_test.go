@@ -94,10 +94,14 @@ func (h *host) qp(t *testing.T, typ verbs.QPType) *verbs.QP {
 	return qp
 }
 
-// port returns the address a listener on h uses.
-func (h *host) at(port uint16) string {
-	return netip.AddrPortFrom(h.dev.Addr(), port).String()
+// at returns h's address with port, for Listen and Dial.
+func (h *host) at(port uint16) string { return netipString(h.dev, port) }
+
+func netipString(dev *verbs.Device, port uint16) string {
+	return netip.AddrPortFrom(dev.Addr(), port).String()
 }
+
+func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
 
 // ctx returns a context bounded by testTimeout.
 func ctx(t *testing.T) context.Context {

@@ -240,6 +240,8 @@ func (r *Request) accept(ctx context.Context, qp *verbs.QP, p *Params) (*Conn, e
 // AcceptUD answers a UD service request with qp, a UD QP, which it moves
 // to RTS with the Q_Key UDPQKey: the peer's DialUD learns its QP number,
 // Q_Key and address, and privateData (at most MaxUDAcceptPrivateData).
+// The peer may send at once: hand the QP over in INIT with receives
+// posted (UD has no RNR retries; a datagram without a receive is lost).
 func (r *Request) AcceptUD(qp *verbs.QP, privateData []byte) error {
 	if !r.ud {
 		return fmt.Errorf("cm: accept UD request from %v: an RC request: %w", r.remote.Addr, verbs.ErrInvalidArgument)

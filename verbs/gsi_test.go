@@ -289,3 +289,35 @@ func FuzzGSIReceive(f *testing.F) {
 		}
 	})
 }
+
+// TestFlowLabelSourcePort: a connected QP whose address vector carries a
+// flow label sends from the port rdma_get_udp_sport derives from it (what
+// rxe does for rdma_cm's connections); without one, from both QPNs.
+func TestFlowLabelSourcePort(t *testing.T) {
+	a, b := newEnd(t, "127.0.1.1", endOpts{}), newEnd(t, "127.0.1.2", endOpts{})
+	gid, _ := b.dev.QueryGID(1, 1)
+	mustModify(t, a.qp, step{QPAttr{QPState: QPStateInit, PortNum: 1, QPAccessFlags: rcAccess},
+		QPAttrState | QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags})
+	rtr := func(fl uint32) {
+		mustModify(t, a.qp, step{QPAttr{QPState: QPStateRTR, PathMTU: MTU1024, DestQPNum: b.qp.QPN(), RQPSN: 1,
+			MaxDestRdAtomic: 1, MinRNRTimer: 1, AHAttr: AddressVector{DGID: gid, FlowLabel: fl, SGIDIndex: 1,
+				HopLimit: 64, IsGlobal: true, PortNum: 1}},
+			QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer})
+	}
+	port := func() uint16 {
+		a.qp.xmu.Lock()
+		defer a.qp.xmu.Unlock()
+		return a.qp.sender.Port()
+	}
+	rtr(0x2441) // rxe sent from 58433 for this label (rping against goroce)
+	if p := port(); p != 58433 || p != netio.SourcePortForFlowLabel(0x2441) {
+		t.Errorf("source port %d for flow label 0x2441, want 58433", p)
+	}
+	mustModify(t, a.qp, step{QPAttr{QPState: QPStateReset}, QPAttrState})
+	mustModify(t, a.qp, step{QPAttr{QPState: QPStateInit, PortNum: 1, QPAccessFlags: rcAccess},
+		QPAttrState | QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags})
+	rtr(0)
+	if p, want := port(), netio.SourcePortForFlow(wireQPN(a.qp.QPN()), wireQPN(b.qp.QPN())); p != want {
+		t.Errorf("source port %d without a flow label, want %d", p, want)
+	}
+}
