@@ -2,6 +2,7 @@ package cm
 
 import (
 	"bytes"
+	"errors"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -276,4 +277,61 @@ func TestFlood(t *testing.T) {
 	_ = l.Close()
 	stop()
 	wg.Wait()
+}
+
+// TestPeerVanishes: an active peer that sends its REQ and vanishes (no
+// RTU, no REJ) costs the passive side its REP's retransmissions: Accept
+// then fails with ErrTimeout, the peer is sent REJ "timeout", and nothing
+// is left.
+func TestPeerVanishes(t *testing.T) {
+	checkLeaks(t)
+	b := newHost(t, "127.0.2.2")
+	l, err := Listen(b.at(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	p := newRawPeer(t, "127.0.12.1")
+	req := forgedREQ(p.addr.Addr(), b.dev.Addr(), PortSpaceTCP, l.Addr().Port(), 0x4242, 0x33, 0x99)
+	// The REQ's own response timeout (8: 1 ms) and retries (1) pace the
+	// REP's retransmission.
+	var m mad.REQ
+	if err := m.Parse(req); err != nil {
+		t.Fatal(err)
+	}
+	m.LocalCMResponseTimeout, m.MaxCMRetries = 8, 1
+	h, _ := mad.ParseCMHeader(req)
+	req, err = mad.AppendMAD(nil, &h, &m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.send(t, b.dev.Addr(), req)
+	r, err := l.Accept(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.Accept(ctx(t), b.qp(t, verbs.QPTypeRC), nil)
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("Accept of a vanished peer's request: %v", err)
+	}
+	var sawREP, sawREJ bool
+	for msg := p.receive(t, time.Second); msg != nil; msg = p.receive(t, 100*time.Millisecond) {
+		hh, err := mad.ParseCMHeader(msg)
+		if err != nil {
+			continue
+		}
+		switch hh.AttrID {
+		case mad.AttrREP:
+			sawREP = true
+		case mad.AttrREJ:
+			var rej mad.REJ
+			sawREJ = rej.Parse(msg) == nil && rej.Reason == mad.RejectTimeout
+		}
+	}
+	if !sawREP || !sawREJ {
+		t.Errorf("the vanished peer was sent REP %v, REJ timeout %v", sawREP, sawREJ)
+	}
+	if records(b.dev) != 0 {
+		t.Errorf("%d records left", records(b.dev))
+	}
 }
