@@ -57,17 +57,17 @@ type RejectReason uint16
 // The reject reasons a connection meets in practice; the others keep
 // their IBA numbers.
 const (
-	RejectNoQP                 RejectReason = RejectReason(mad.RejectNoQP)
-	RejectNoResources          RejectReason = RejectReason(mad.RejectNoResources)
-	RejectTimeout              RejectReason = RejectReason(mad.RejectTimeout)              // the peer gave up waiting for us
-	RejectUnsupported          RejectReason = RejectReason(mad.RejectUnsupported)          //
-	RejectInvalidServiceID     RejectReason = RejectReason(mad.RejectInvalidServiceID)     // no listener on the port
-	RejectInvalidTransportType RejectReason = RejectReason(mad.RejectInvalidTransportType) //
-	RejectStaleConnection      RejectReason = RejectReason(mad.RejectStaleConnection)      // the QPN or comm ID is of a connection the peer still knows
-	RejectInvalidGID           RejectReason = RejectReason(mad.RejectInvalidGID)           //
-	RejectInvalidMTU           RejectReason = RejectReason(mad.RejectInvalidMTU)           //
-	RejectConsumer             RejectReason = RejectReason(mad.RejectConsumer)             // the application refused (rdma_reject); its private data says why
-	RejectVendorOption         RejectReason = RejectReason(mad.RejectVendorOptionNotSupported)
+	RejectNoQP                 RejectReason = 1
+	RejectNoResources          RejectReason = 3
+	RejectTimeout              RejectReason = 4  // the peer gave up waiting for us
+	RejectUnsupported          RejectReason = 5  //
+	RejectInvalidServiceID     RejectReason = 8  // no listener on the port
+	RejectInvalidTransportType RejectReason = 9  //
+	RejectStaleConnection      RejectReason = 10 // the QPN or comm ID is of a connection the peer still knows
+	RejectInvalidGID           RejectReason = 12 //
+	RejectInvalidMTU           RejectReason = 26 //
+	RejectConsumer             RejectReason = 28 // the application refused (rdma_reject); its private data says why
+	RejectVendorOption         RejectReason = 35 // rdma_reject_ece
 )
 
 func (r RejectReason) String() string { return mad.RejectReason(r).String() }
@@ -79,10 +79,10 @@ type SIDRStatus uint8
 
 // SIDR statuses (IBA vol. 1 table 120).
 const (
-	SIDRSuccess     SIDRStatus = SIDRStatus(mad.SIDRSuccess)
-	SIDRUnsupported SIDRStatus = SIDRStatus(mad.SIDRUnsupported) // no listener on the port
-	SIDRReject      SIDRStatus = SIDRStatus(mad.SIDRReject)      // the application refused
-	SIDRNoQP        SIDRStatus = SIDRStatus(mad.SIDRNoQP)
+	SIDRSuccess     SIDRStatus = 0
+	SIDRUnsupported SIDRStatus = 1 // no listener on the port
+	SIDRReject      SIDRStatus = 2 // the application refused
+	SIDRNoQP        SIDRStatus = 3
 )
 
 func (s SIDRStatus) String() string { return mad.SIDRStatus(s).String() }

@@ -2,9 +2,9 @@ package cm
 
 import (
 	"bytes"
-	"errors"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"

@@ -18,9 +18,9 @@ type PortSpace uint16
 // Port spaces. PortSpaceTCP connects RC (or UC) QPs with REQ/REP/RTU;
 // PortSpaceUDP and PortSpaceIPoIB resolve UD QPs with SIDR.
 const (
-	PortSpaceIPoIB PortSpace = PortSpace(mad.PortSpaceIPoIB)
-	PortSpaceTCP   PortSpace = PortSpace(mad.PortSpaceTCP)
-	PortSpaceUDP   PortSpace = PortSpace(mad.PortSpaceUDP)
+	PortSpaceIPoIB PortSpace = 0x0002 // RDMA_PS_IPOIB
+	PortSpaceTCP   PortSpace = 0x0106 // RDMA_PS_TCP
+	PortSpaceUDP   PortSpace = 0x0111 // RDMA_PS_UDP
 )
 
 func (ps PortSpace) String() string { return mad.PortSpace(ps).String() }

@@ -1,7 +1,6 @@
 package cm
 
 import (
-	"github.com/goroce/goroce/internal/mad"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -10,11 +9,11 @@ import (
 // wire carries no length, so the receiver gets the whole field, padded
 // with zeros.
 const (
-	MaxConnectPrivateData   = mad.REQPrivateDataSize - mad.CMAHeaderSize     // 56: Connect, RC
-	MaxAcceptPrivateData    = mad.REPPrivateDataSize                         // 196: Accept, RC
-	MaxRejectPrivateData    = mad.REJPrivateDataSize                         // 148: Reject, RC
-	MaxUDConnectPrivateData = mad.SIDRREQPrivateDataSize - mad.CMAHeaderSize // 180: Connect, UD
-	MaxUDAcceptPrivateData  = mad.SIDRREPPrivateDataSize                     // 136: Accept and Reject, UD
+	MaxConnectPrivateData   = 56  // Connect, RC: a REQ's 92 bytes less rdma_cm's header
+	MaxAcceptPrivateData    = 196 // Accept, RC: a REP's
+	MaxRejectPrivateData    = 148 // Reject, RC: a REJ's
+	MaxUDConnectPrivateData = 180 // Connect, UD: a SIDR_REQ's 216 less the header
+	MaxUDAcceptPrivateData  = 136 // Accept and Reject, UD: a SIDR_REP's
 )
 
 // Maximum READ/atomic depths, as ConnParam's depths: the device's limit
