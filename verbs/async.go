@@ -22,7 +22,7 @@ const (
 	EventQPFatal                                // IBV_EVENT_QP_FATAL: a QP could not report a completion (raised)
 	EventQPReqErr                               // IBV_EVENT_QP_REQ_ERR: the responder refused an invalid request (raised)
 	EventQPAccessErr                            // IBV_EVENT_QP_ACCESS_ERR: the responder refused a remote access (raised)
-	EventCommEst                                // IBV_EVENT_COMM_EST
+	EventCommEst                                // IBV_EVENT_COMM_EST: a connected QP in RTR received its first packet (raised)
 	EventSQDrained                              // IBV_EVENT_SQ_DRAINED: a QP moved to SQD with en_sqd_async_notify has drained (raised)
 	EventPathMig                                // IBV_EVENT_PATH_MIG
 	EventPathMigErr                             // IBV_EVENT_PATH_MIG_ERR
@@ -77,14 +77,20 @@ func (t AsyncEventType) String() string {
 // union of libibverbs). The object may have been destroyed since the event
 // was raised; its methods then return ErrClosed. Unlike libibverbs, events
 // need no acknowledgement: destroying an object never waits for its events.
+// String describes the event in one line, with what to change for the
+// error events.
 type AsyncEvent struct {
 	Type AsyncEventType
-	QP   *QP  // EventQPFatal, EventQPReqErr, EventQPAccessErr, EventQPLastWQEReached
+	QP   *QP  // EventQPFatal, EventQPReqErr, EventQPAccessErr, EventQPLastWQEReached, EventCommEst
 	CQ   *CQ  // EventCQErr
 	SRQ  *SRQ // EventSRQLimitReached
 	// PortNum is the port of a port event; never set, since goroce raises
 	// none.
 	PortNum int
+	// Refusal, for EventQPReqErr and EventQPAccessErr, is the check of
+	// the QP's responder that refused a request from the peer, and the
+	// request: its operation, rkey, address and length.
+	Refusal Refusal
 }
 
 // asyncQueueLen bounds the events a device holds for GetAsyncEvent. A
@@ -208,9 +214,9 @@ func (qp *QP) raiseQPEventsLocked(byTransport bool) {
 	if byTransport && qp.tq != nil {
 		switch qp.tq.ErrorCause() {
 		case transport.CauseInvalidRequest:
-			q.post(AsyncEvent{Type: EventQPReqErr, QP: qp})
+			q.post(AsyncEvent{Type: EventQPReqErr, QP: qp, Refusal: refusalOf(qp.tq.Refusal())})
 		case transport.CauseAccess:
-			q.post(AsyncEvent{Type: EventQPAccessErr, QP: qp})
+			q.post(AsyncEvent{Type: EventQPAccessErr, QP: qp, Refusal: refusalOf(qp.tq.Refusal())})
 		case transport.CauseCQOverflow:
 			q.post(AsyncEvent{Type: EventQPFatal, QP: qp})
 		}

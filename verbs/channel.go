@@ -13,6 +13,9 @@ import (
 // blocked GetEvent returns when an event arrives, when the context is done,
 // or when the channel is destroyed. One event is reported per ReqNotify;
 // events of one channel are returned in the order they occurred.
+//
+// A program that waits on one CQ does not need a channel: CQ.Wait blocks
+// until a completion arrives, with no arming, and is faster.
 type CompChannel struct {
 	dev *Device
 

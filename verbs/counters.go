@@ -222,12 +222,12 @@ func (c Counters) Add(o Counters) Counters {
 }
 
 // Counters returns the device's counters: those of its socket and receive
-// path plus the sum over its QPs, live and destroyed. It takes each live
-// QP's lock in turn, briefly, and never holds a lock across QPs, so traffic
-// goes on while it runs; the result is therefore not one instant's
-// snapshot, but no event is counted twice or lost. Counters may be called
-// after Close.
+// path plus the sum over its QPs, live and destroyed. Traffic goes on
+// while it runs, so the result is not one instant's snapshot, but no event
+// is counted twice or lost. Counters may be called after Close.
 func (d *Device) Counters() Counters {
+	// Each live QP's lock is taken in turn, briefly, and no lock is held
+	// across QPs: traffic goes on.
 	e := d.eng
 	type share struct {
 		qp *QP

@@ -6,7 +6,10 @@ import (
 )
 
 // CQ is a completion queue (struct ibv_cq): a bounded ring of work
-// completions filled by the device and drained by Poll.
+// completions filled by the device and drained by Poll, or by Wait, which
+// blocks until a completion arrives and is the simplest way to wait (a
+// completion channel is libibverbs' way). WorkCompletion.Err turns a
+// failed completion into an error.
 //
 // A CQ never grows by itself: size it for the work requests that can
 // complete between two polls. When the device produces a completion and
@@ -33,6 +36,7 @@ import (
 // by recreating them).
 type CQ struct {
 	dev        *Device
+	id         uint32 // names it in String (strings.go)
 	ch         *CompChannel
 	compVector int
 
@@ -42,10 +46,12 @@ type CQ struct {
 	head     int // oldest completion
 	count    int // completions in the ring
 	arm      cqArm
-	overruns uint64 // completions dropped because the ring was full
-	overrun  bool   // the CQ overran: it is in error and accepts nothing
-	users    int    // QPs sending or receiving into this CQ
-	wait     cqWait // goroutines blocked in Wait (wait.go)
+	overruns uint64     // completions dropped because the ring was full
+	overrun  bool       // the CQ overran: it is in error and accepts nothing
+	users    int        // QPs sending or receiving into this CQ
+	wait     cqWait     // goroutines blocked in Wait (wait.go)
+	claims   []*cqClaim // PostSendWait calls waiting for their completion (postwait.go)
+	claimSeq uint64
 
 	// Completion-channel state, guarded by ch.mu.
 	evPending   int  // events queued on the channel for this CQ
@@ -89,7 +95,7 @@ func (d *Device) CreateCQ(cqe int, ch *CompChannel, compVector int) (*CQ, error)
 		}
 		return nil, err
 	}
-	cq := &CQ{dev: d, ch: ch, compVector: compVector, ring: make([]WorkCompletion, cqe)}
+	cq := &CQ{dev: d, id: cqIDs.Add(1), ch: ch, compVector: compVector, ring: make([]WorkCompletion, cqe)}
 	if err := d.register(op, func() { d.cqs[cq] = struct{}{} }); err != nil {
 		d.res.cq.release()
 		if ch != nil {
@@ -158,6 +164,10 @@ func (cq *CQ) push(wc WorkCompletion, solicited bool) (overflow bool) {
 	defer cq.mu.Unlock()
 	if cq.closed {
 		return true
+	}
+	// A PostSendWait's completion goes to it, needing no room in the ring.
+	if len(cq.claims) > 0 && cq.claimedLocked(&wc) {
+		return false
 	}
 	size := len(cq.ring)
 	if cq.overrun || cq.count == size {

@@ -1,43 +1,135 @@
 package verbs
 
 import (
+	"sync"
 	"testing"
 )
 
-// A receiver that destroys its QP the moment it has polled the completion
-// of a SEND must still acknowledge that SEND: the ACK the receive path
-// built for the end of its batch goes out before the QP closes, as a NIC
-// would have sent it. Otherwise the sender retries the SEND into a closed
-// QP until RETRY_EXC_ERR (seen in goroce-pingpong, whose ends close as
-// soon as their last exchange is done). The test holds the receiver's
-// batch end back until the QP is destroyed, so the race always happens.
-func TestDestroyRightAfterReceiveStillAcks(t *testing.T) {
-	link := defaultLink()
-	link.timeout = 8 // ~1 ms: a lost ACK ends in RETRY_EXC_ERR within ~10 ms
-	a := newEnd(t, "127.0.1.1", endOpts{})
-	b := newEnd(t, "127.0.1.2", endOpts{})
-	connect(t, a, b, link, link)
+// A receiver that destroys its QP, or moves it to ERR, the moment it has
+// polled the completion of a SEND must still acknowledge that SEND: a NIC
+// that delivered the completion has sent the ACK, or will. goroce defers
+// the ACK to the end of its receive batch, so Destroy and Modify must
+// send what the batch still holds. Otherwise the sender retries the SEND
+// into a closed QP until RETRY_EXC_ERR (seen in goroce-pingpong, whose
+// ends close as soon as their last exchange is done).
+//
+// Each test holds the receiver's batch end at one point until the QP is
+// destroyed or modified, so the race always happens, and reads the
+// receiver's sent-packet counter when Destroy or Modify returns: the ACK
+// must have left by then. The sender has no retransmission timer (timeout
+// 0), so its SEND completes only through the ACK of its one transmission,
+// and no test depends on how fast a loaded machine schedules goroutines
+// (a 1 ms timer, as this test once had, ran out of retries whenever the
+// receiving goroutine waited 8 ms for a CPU).
 
-	destroyed := make(chan struct{})
-	hook := func(d *Device) {
-		if d == b.dev {
-			<-destroyed
+// TestDestroyRightAfterReceiveStillAcks: the ACK is still in the QP's
+// Output, where the receive path left it for the end of its batch.
+func TestDestroyRightAfterReceiveStillAcks(t *testing.T) {
+	a, b := ackPair(t)
+	held, release := holdBatch(t, b.dev, batchStart)
+	sendOne(t, a, b)
+	<-held
+	if err := b.qp.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	wantAckSent(t, b, "Destroy")
+	release()
+	wantSendDone(t, a)
+}
+
+// TestDestroyFlushesRepliesOfTheBatch: the receive batch has taken the
+// ACK into the device's reply batch but not sent it yet when the QP is
+// destroyed; the goroutine may not run again before Device.Close closes
+// the socket, so Destroy sends it.
+func TestDestroyFlushesRepliesOfTheBatch(t *testing.T) {
+	a, b := ackPair(t)
+	held, release := holdBatch(t, b.dev, batchFlush)
+	sendOne(t, a, b)
+	<-held
+	if err := b.qp.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	wantAckSent(t, b, "Destroy")
+	release()
+	wantSendDone(t, a)
+}
+
+// TestModifyToErrRightAfterReceiveStillAcks: moving the QP to ERR (the
+// usual first step of a teardown) used to discard the Output, and the ACK
+// with it.
+func TestModifyToErrRightAfterReceiveStillAcks(t *testing.T) {
+	a, b := ackPair(t)
+	held, release := holdBatch(t, b.dev, batchStart)
+	sendOne(t, a, b)
+	<-held
+	if err := b.qp.Modify(&QPAttr{QPState: QPStateErr}, QPAttrState); err != nil {
+		t.Fatal(err)
+	}
+	wantAckSent(t, b, "Modify to ERR")
+	release()
+	wantSendDone(t, a)
+}
+
+// ackPair connects two ends; a, the sender, never retransmits.
+func ackPair(t *testing.T) (a, b *rcEnd) {
+	t.Helper()
+	a = newEnd(t, "127.0.1.1", endOpts{})
+	b = newEnd(t, "127.0.1.2", endOpts{})
+	oa := defaultLink()
+	oa.timeout = 0 // no retransmission timer
+	connect(t, a, b, oa, defaultLink())
+	return a, b
+}
+
+// holdBatch stops the first receive batch of d that reaches at until
+// release is called; held is closed once it waits there. release is also
+// called at the end of the test, so that the device can close.
+func holdBatch(t *testing.T, d *Device, at batchPoint) (held <-chan struct{}, release func()) {
+	t.Helper()
+	h := make(chan struct{})
+	r := make(chan struct{})
+	var holdOnce, releaseOnce sync.Once
+	hook := func(dev *Device, p batchPoint) {
+		if dev == d && p == at {
+			holdOnce.Do(func() {
+				close(h)
+				<-r
+			})
 		}
 	}
 	endBatchHook.Store(&hook)
-	t.Cleanup(func() { endBatchHook.Store(nil) })
+	release = func() { releaseOnce.Do(func() { close(r) }) }
+	t.Cleanup(func() {
+		release()
+		endBatchHook.Store(nil)
+	})
+	return h, release
+}
 
+// sendOne sends a 64-byte SEND from a to b and waits for b's receive
+// completion, which the receive path delivers before its batch ends.
+func sendOne(t *testing.T, a, b *rcEnd) {
+	t.Helper()
 	mustPostRecv(t, b.qp, RecvWR{WRID: 1, SGList: []SGE{b.mr.SGE(0, 64)}})
 	mustPostSend(t, a.qp, SendWR{WRID: 2, Opcode: WRSend, SendFlags: SendSignaled,
 		SGList: []SGE{a.mr.SGE(0, 64)}})
 	if wc := waitN(t, b.cq, 1)[0]; wc.Status != WCSuccess {
 		t.Fatalf("receive: %+v", wc)
 	}
-	err := b.qp.Destroy()
-	close(destroyed)
-	if err != nil {
-		t.Fatal(err)
+}
+
+// wantAckSent checks that b's device has sent its one packet, the ACK,
+// by the time what returned.
+func wantAckSent(t *testing.T, b *rcEnd, what string) {
+	t.Helper()
+	if n := b.dev.Counters().SentPkts; n != 1 {
+		t.Fatalf("%s returned with %d packets sent, want 1 (the ACK of the SEND whose completion was polled)", what, n)
 	}
+}
+
+// wantSendDone checks that a's SEND completed successfully.
+func wantSendDone(t *testing.T, a *rcEnd) {
+	t.Helper()
 	if wc := waitN(t, a.cq, 1)[0]; wc.Status != WCSuccess || wc.WRID != 2 {
 		t.Fatalf("the SEND whose receive completed did not succeed: %+v", wc)
 	}

@@ -75,7 +75,7 @@ type DeviceConfig struct {
 	// active QPs need; requests, READ responses and ATOMIC_ACKNOWLEDGE
 	// always use the QP's port. The cost is ECMP entropy: on a multipath
 	// fabric an ACK may overtake the READ responses of its QP, which the
-	// requester handles as an implied NAK (it re-reads). See engine_send.go.
+	// requester handles as an implied NAK (it re-reads).
 	PerQPReplyPort bool
 
 	// NoStatsEndpoint turns off the Unix socket on which the device
@@ -268,7 +268,7 @@ func Open(cfg DeviceConfig) (*Device, error) {
 	}
 	eng, err := startEngine(d, netioFaults(cfg.FaultInjection), cfg.NoOffload, cfg.PerQPReplyPort)
 	if err != nil {
-		return nil, errorf(op, "Addr", ErrInvalidArgument, "cannot bind %v: %v", netip.AddrPortFrom(addr, udpPort), err)
+		return nil, bindError(op, netip.AddrPortFrom(addr, udpPort), err)
 	}
 	d.eng = eng
 	g, err := openGSI(d)

@@ -35,16 +35,59 @@
 //	dev, _ := verbs.Open(verbs.DeviceConfig{Addr: netip.MustParseAddr("192.0.2.1")})
 //	defer dev.Close()
 //	pd, _ := dev.AllocPD()
-//	mr, _ := pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+//	mr, _ := pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
 //	cq, _ := dev.CreateCQ(256, nil, 0)
 //	qp, _ := pd.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
 //		Cap: verbs.QPCap{MaxSendWR: 128, MaxRecvWR: 128, MaxSendSGE: 1, MaxRecvSGE: 1}})
-//	// exchange QPN, PSN, GID, rkey and mr.IOVA() with the peer, then
-//	// qp.Modify to INIT, RTR and RTS
+//	// connect qp to the peer's (package cm, or qp.Modify to INIT with
+//	// QPAccessFlags AccessRemoteRead, then RTR and RTS), and give the peer
+//	// mr.Remote(), marshaled in 16 bytes, to READ buf one-sidedly.
+//	// The peer, holding remote (a RemoteRegion it unmarshaled):
+//	wr, _ := remote.Read(0, mr.SGE(0, 4096))
+//	_, err := qp.PostSendWait(ctx, &wr) // nil, or what went wrong and why
+//	// Or post and wait for completions yourself:
 //	_ = qp.PostRecv(&verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{mr.SGE(0, 4096)}})
 //	wc := make([]verbs.WorkCompletion, 16)
-//	n, _ := cq.Poll(wc)
+//	n, _ := cq.Wait(ctx, wc) // blocks until at least one; cq.Poll does not block
+//	for _, c := range wc[:n] {
+//		if err := c.Err(); err != nil { ... }
+//	}
 //	// ... then qp.Destroy, cq.Destroy, mr.Dereg, pd.Dealloc
+//
+// # Remote access
+//
+// A peer's one-sided operation on this side's memory needs the right
+// twice, and each omission fails differently:
+//
+//   - on the memory region (PD.RegMR's access, or a memory window's bind):
+//     AccessRemoteRead, AccessRemoteWrite (which needs AccessLocalWrite
+//     too) or AccessRemoteAtomic. Without it the peer's work request
+//     completes with WCRemAccessErr (ErrRemoteAccess) and this side's QP
+//     raises EventQPAccessErr;
+//   - on the QP it arrives on (QPAttr.QPAccessFlags with QPAttrAccessFlags,
+//     from INIT on; cm.Params.Access in package cm). Without it the peer's
+//     work request completes with WCRemInvReqErr (ErrRemoteInvalidRequest,
+//     as on rxe; hardware may report WCRemAccessErr) and this side's QP
+//     raises EventQPReqErr.
+//
+// Either way this side's QP moves to ERR and the event's Refusal names the
+// check and the request (QP.Refusal keeps it too). MR.Remote describes a
+// region for the peer as a RemoteRegion (address, rkey, length; 16 bytes
+// with MarshalBinary, small enough for connection private data), whose
+// Read, Write, WriteImm, CompareSwap and FetchAdd build work requests with
+// the bounds checked before anything is posted.
+//
+// # Completions and errors
+//
+// Every work request completes exactly once, in order per queue. CQ.Wait
+// blocks until completions arrive; WorkCompletion.Err is nil on success
+// and otherwise an error that wraps a sentinel per status
+// (ErrRemoteAccess, ErrRetryExceeded, ErrFlushed, ...; errors.Is) and says
+// what likely went wrong. A request that fails moves the QP to ERR, and
+// every later one completes with WCWRFlushErr: the first failed completion
+// has the cause. QP.PostSendWait posts one send work request and waits
+// for its completion alone, even on a CQ shared with receives and other
+// QPs: the simple synchronous path.
 //
 // # Addressing
 //
@@ -96,15 +139,17 @@
 //     bounds) in a request no receive work request is charged with: a
 //     WRITE, a READ, an atomic (IBTA C9-222.1.1, and the rxe patch "Generate
 //     async error for r_key violations"). The QP is in ERR; the requester
-//     got a NAK and completes its work request with WCRemAccessErr.
+//     got a NAK and completes its work request with WCRemAccessErr. The
+//     event's Refusal says which check failed on which request, and its
+//     String what to change.
 //   - EventQPReqErr: likewise for an invalid request (a bad opcode
 //     sequence, a length over 2^31 or not matching the payload, a payload
 //     over the path MTU, a misaligned atomic, an operation the QP's access
-//     flags do not enable).
+//     flags do not enable), with its Refusal too.
 //     A responder error that a receive work request is charged with (a SEND
 //     longer than the buffer, a buffer the device cannot write, a WRITE with
 //     immediate to a bad rkey) is reported by that receive's completion
-//     instead, with no event.
+//     instead, with no event; QP.Refusal has the details.
 //   - EventCQErr: a CQ overran (see CQ). EventQPFatal: a QP whose
 //     completion the CQ refused; it is in ERR.
 //   - EventSRQLimitReached: an armed SRQ (SRQ.Modify with SRQLimit) fell
@@ -137,9 +182,78 @@
 // moves, and a READ answers only with bytes of its region. Per-QP state is
 // fixed at Modify time, so a flood of requests costs no memory.
 //
+// # Memory consistency
+//
+// The device reads and writes registered memory on its own goroutines,
+// while the target's CPU may be using the same bytes: as with a NIC's DMA,
+// nothing orders the two, and a program that shares memory between its
+// CPU and its peers must build its own checks. What goroce does:
+//
+//   - A remote READ of bytes the target's CPU is writing meanwhile may
+//     return, for each byte, the old or the new value: a mixture of
+//     versions, torn at any granularity. Not even an aligned 8-byte word
+//     is read as a unit. Each response packet (up to the path MTU) is
+//     copied in one piece, in no defined order within it: Go's copy on
+//     amd64 reads the last 128 bytes of a block before the rest, and a
+//     response from a memory region is read twice, for its ICRC and then
+//     by the kernel as the packet leaves. Packets go out in ascending
+//     address order, but one whose bytes changed between those two reads
+//     fails the requester's ICRC check (Counters.ICRCErrors) and is read
+//     again later, as a lost one is, after the next response shows the
+//     gap or the local ACK timeout: so the packets of one READ are not
+//     read in a defined order either.
+//   - Requests on one QP execute in order at the target. A READ posted
+//     after an earlier READ completed (PostSendWait does that; a
+//     pipelined reader sets SendFence) reads memory after the earlier one
+//     read it.
+//   - Atomics (CompareSwap, FetchAdd, ATOMIC_WRITE) update an aligned
+//     8-byte word as a unit with respect to each other, through one device
+//     (AtomicHCA), not with respect to the target CPU's own accesses: do
+//     not mix CPU stores and remote atomics on a word.
+//   - A remote WRITE is stored packet by packet, in ascending address
+//     order, each packet's bytes in no defined order (Go's copy stores the
+//     first 32 and the last 128 bytes of a block after the middle). So
+//     polling the last byte of a message proves nothing, and a Go loop
+//     polling plain memory may never see a change at all. What proves
+//     arrival: the receive completion of a WRITE with immediate (or of a
+//     SEND posted after the WRITEs on the same QP), which comes after the
+//     message's bytes are stored; MR.RemoteWrites and MR.WaitRemoteWrite,
+//     which count each packet after its bytes are stored and order the
+//     caller's later reads after them; a flag written by a later WRITE or
+//     ATOMIC_WRITE on the same QP, read after RemoteWrites moved.
+//
+// To READ a record that the target's CPU updates, either check it in one
+// READ or bracket it in three. Both are in verbs/consistency_test.go,
+// whose test hammers them against an owner that rewrites records without
+// pause and finds that no reader ever accepts a torn one:
+//
+//   - One READ with a check. Layout: version, payload, check =
+//     CRC-64(version, payload). The owner stores the version odd, the
+//     payload, the check of the next even version, then that version. The
+//     reader READs the whole record and accepts it if the version is even
+//     and the check matches, and READs again otherwise. A torn record
+//     passes only if CRC-64 maps the mixture onto the check read with it
+//     (probability 2^-64).
+//   - A seqlock in three READs: the version, then the record, then the
+//     version again, each posted after the previous one completed. The
+//     reader accepts the record if both versions are the same even value;
+//     the owner stores the version odd, the payload, then the version
+//     even, with sync/atomic stores to keep that order. Exact, at three
+//     round trips.
+//
+// A version at both ends of a record read in one READ is not enough:
+// neither the order of the bytes nor the time of the packets of one READ
+// is defined. A READ that races writes to the same bytes may also take a
+// retry (an ICRC mismatch) and with it a local ACK timeout.
+//
+// Go's race detector reports a CPU store that races the device's copy of
+// the same bytes as a data race, as it would any unsynchronised access:
+// the checks above are for bytes the detector cannot vouch for, so run
+// such code without -race, or keep the owner's stores and the READs apart
+// in tests run with it.
+//
 // # Concurrency
 //
 // Every object is safe for concurrent use. Posting and polling do not
-// allocate. The lookups the receive path needs (memory keys, QP numbers) are
-// lock-free.
+// allocate.
 package verbs

@@ -70,9 +70,14 @@ type linkOpts struct {
 	maxRdAtomic int
 }
 
-// defaultLink is what rdma-core's tests use, with a 1024-byte path MTU.
+// defaultLink is what rdma-core's tests use, with a 1024-byte path MTU,
+// except for the local ACK timeout: 18 (1.07 s, rdma-core's 14 is 67 ms).
+// Nothing is lost on loopback, so the timeout only bounds how long a
+// receive goroutine may wait for a CPU; under -race on two loaded cores
+// that exceeded 14's (retry_cnt+1) × 67 ms = 0.54 s, and a test that is not
+// about retries ended in RETRY_EXC_ERR. Tests of timeouts set their own.
 func defaultLink() linkOpts {
-	return linkOpts{mtu: MTU1024, access: rcAccess, timeout: 14, retryCnt: 7, rnrRetry: 7, minRNRTimer: 1, maxRdAtomic: 16}
+	return linkOpts{mtu: MTU1024, access: rcAccess, timeout: 18, retryCnt: 7, rnrRetry: 7, minRNRTimer: 1, maxRdAtomic: 16}
 }
 
 // linkQP moves local from RESET to RTS toward remote (a QP of remoteDev).

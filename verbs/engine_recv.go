@@ -136,9 +136,7 @@ const datagramHopLimit = 64
 // (netio.BatchEnder, step 5): each pending QP's own packets first, from
 // its port, then the replies of all of them, from the device's.
 func (e *engine) EndBatch() {
-	if h := endBatchHook.Load(); h != nil {
-		(*h)(e.dev)
-	}
+	batchHook(e.dev, batchStart)
 	for i, qp := range e.pending {
 		qp.xmu.Lock()
 		if !qp.closed.Load() {
@@ -149,12 +147,35 @@ func (e *engine) EndBatch() {
 	}
 	e.pending = e.pending[:0]
 	e.nowUses = 0
+	batchHook(e.dev, batchFlush)
+	e.flushReplies()
+}
+
+// flushReplies sends the replies taken since the last flush. EndBatch
+// calls it, and so does Destroy: a QP's replies taken into the batch must
+// not wait for a receive goroutine that the scheduler may hold up until
+// after the device has closed its socket.
+func (e *engine) flushReplies() {
 	if e.replies != nil {
 		e.replies.flush()
 	}
 }
 
-// endBatchHook, when set (by tests only), runs at the start of every
-// EndBatch: it lets a test hold a receive batch's replies back and check
-// what happens to them meanwhile.
-var endBatchHook atomic.Pointer[func(*Device)]
+// batchPoint names where in EndBatch endBatchHook runs.
+type batchPoint int
+
+const (
+	batchStart batchPoint = iota // before any QP's output is sent
+	batchFlush                   // QPs' own packets sent, replies taken, not flushed
+)
+
+// endBatchHook, when set (by tests only), runs at both points of every
+// EndBatch: it lets a test hold a receive batch's replies back, in the
+// QPs' Outputs or in the batch, and check what happens to them meanwhile.
+var endBatchHook atomic.Pointer[func(*Device, batchPoint)]
+
+func batchHook(d *Device, at batchPoint) {
+	if h := endBatchHook.Load(); h != nil {
+		(*h)(d, at)
+	}
+}

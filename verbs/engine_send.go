@@ -42,6 +42,11 @@ import (
 //     response is an implied NAK, and the requester re-reads (slower,
 //     never wrong). DeviceConfig.PerQPReplyPort keeps every reply on its
 //     QP's port; replies sent by a timer or a PostSend use it too.
+//  6. Teardown. Deferring a batch's output stays invisible to the peer:
+//     Modify and Destroy first send what the QP's Output holds
+//     (transmitDeferredLocked), and Destroy flushes the replies a batch
+//     took from it (flushReplies), so the ACK of a receive the
+//     application already holds always leaves.
 
 // connectLocked points the QP at the device its AV names and takes the UDP
 // source port of the connection (step 1).
@@ -176,6 +181,9 @@ func (qp *QP) transmitRepliesToLocked(replies *replyBatch) {
 		from := len(pkts)
 		if replies != nil {
 			from = firstReply(pkts)
+			// Held until the QP's own packets have left: a
+			// Destroy's flush must not send its replies first.
+			replies.mu.Lock()
 		}
 		for i := range pkts {
 			dst := qp.peer
@@ -190,6 +198,9 @@ func (qp *QP) transmitRepliesToLocked(replies *replyBatch) {
 		if len(msgs) > 0 {
 			_, _ = qp.sender.SendBatch(msgs)
 		}
+		if replies != nil {
+			replies.mu.Unlock()
+		}
 		clear(msgs) // drop references to the packet buffers
 		qp.msgs = msgs[:0]
 	}
@@ -199,11 +210,26 @@ func (qp *QP) transmitRepliesToLocked(replies *replyBatch) {
 	qp.dev.eng.schedule(qp)
 }
 
+// transmitDeferredLocked sends what the receive path left in qp.out for
+// the end of its batch, as a NIC would already have sent it, before a
+// Modify or Destroy changes what the QP may send: among it may be the ACK
+// of a SEND whose completion the application already holds, and without
+// it the peer retries that SEND into a QP in ERR or a closed port until
+// RETRY_EXC_ERR. The caller holds xmu.
+func (qp *QP) transmitDeferredLocked() {
+	if qp.out != nil && qp.out.Len() > 0 {
+		qp.transmitLocked()
+	}
+}
+
 // replyBatch gathers the replies of a receive batch, to send them at its
 // end in one SendBatch from the device's own port (step 4). The packets
-// are copied: a QP's Output is reused once its lock is released.
+// are copied: a QP's Output is reused once its lock is released. mu
+// guards the copies: the receive path takes and flushes them, and Destroy
+// flushes them too (flushReplies). Lock order: QP.xmu, then mu.
 type replyBatch struct {
 	sender *netio.Sender
+	mu     sync.Mutex
 	buf    []byte // the copies, each followed by room for its ICRC
 	msgs   []netio.Message
 }
@@ -251,6 +277,8 @@ func (b *replyBatch) take(dst netip.AddrPort, pkt []byte) bool {
 // flush sends the replies taken since the last flush. A failed send is
 // counted by netio and recovered by the requester's retransmission.
 func (b *replyBatch) flush() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if len(b.msgs) == 0 {
 		return
 	}

@@ -9,20 +9,25 @@ import (
 
 // MR is a memory region (struct ibv_mr): a byte slice registered with a PD
 // and access rights, addressed by peers through its rkey and by local work
-// requests through its lkey.
+// requests through its lkey. Remote describes it for a peer.
+//
+// A peer's READ, WRITE or atomic needs the right both here (RegMR's
+// access: AccessRemoteRead, AccessRemoteWrite, AccessRemoteAtomic) and in
+// the access flags of the QP it arrives on (QPAttr.QPAccessFlags); see
+// "Remote access" in the package documentation.
 //
 // The MR keeps its buffer referenced until Dereg, so the garbage collector
 // cannot free memory a peer may still address. (Go's collector does not move
 // heap objects, and a slice passed to RegMR escapes to the heap, so the
-// registered address stays valid.)
-//
-// Each registration (and each Rereg) is an immutable snapshot published
-// atomically in the device's key table. The receive path looks keys up
-// without locks and pins the snapshot it found for the duration of an
-// access; Dereg and Rereg wait for such accesses to finish before returning,
-// so afterwards no remote operation touches the old memory or uses the old
-// rights.
+// registered address stays valid.) Dereg and Rereg wait for the remote
+// accesses in flight, so once they return no remote operation touches the
+// old memory or uses the old rights.
 type MR struct {
+	// Each registration (and each Rereg) is an immutable snapshot
+	// published atomically in the device's key table. The receive path
+	// looks keys up without locks and pins the snapshot it found for the
+	// duration of an access.
+
 	dev   *Device
 	index uint32
 

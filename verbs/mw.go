@@ -38,16 +38,18 @@ func (t MWType) String() string {
 
 // MW is a memory window (struct ibv_mw): a window onto part of a memory
 // region, with its own rkey and rights, that can be handed to a peer and
-// withdrawn again without touching the region's registration.
+// withdrawn again without touching the region's registration. Remote
+// describes its binding for a peer.
 //
-// A binding is an immutable snapshot like an MR's registration (the same
-// type): the receive path looks the rkey up without locks, checks the PD,
-// the rights and the window's bounds, and pins the binding for the access.
-// Rebinding, invalidating and deallocating wait for such accesses, so once
-// they return (or the BIND_MW / LOCAL_INV completes) no peer uses the old
-// rkey any more. While a window is bound its region cannot be deregistered
-// or reregistered (ErrBusy).
+// Rebinding, invalidating and deallocating wait for the remote accesses in
+// flight through the window, so once they return (or the BIND_MW /
+// LOCAL_INV completes) no peer uses the old rkey any more. While a window
+// is bound its region cannot be deregistered or reregistered (ErrBusy).
 type MW struct {
+	// A binding is an immutable snapshot like an MR's registration (the
+	// same type): the receive path looks the rkey up without locks,
+	// checks the PD, the rights and the window's bounds, and pins the
+	// binding for the access.
 	dev   *Device
 	pd    *PD
 	typ   MWType

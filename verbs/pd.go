@@ -8,6 +8,7 @@ import "sync"
 // local SGE's lkey against the QP's as well.
 type PD struct {
 	dev *Device
+	id  uint32 // names it in String (strings.go)
 
 	mu     sync.Mutex
 	closed bool
@@ -20,7 +21,7 @@ func (d *Device) AllocPD() (*PD, error) {
 	if err := d.res.pd.acquire(op); err != nil {
 		return nil, err
 	}
-	pd := &PD{dev: d}
+	pd := &PD{dev: d, id: pdIDs.Add(1)}
 	if err := d.register(op, func() { d.pds[pd] = struct{}{} }); err != nil {
 		d.res.pd.release()
 		return nil, err

@@ -24,7 +24,7 @@ import (
 // and ATOMIC_WRITE move exactly 8 bytes; SendInline only for sends and
 // writes and at most max_inline_data bytes; READ, atomics, FLUSH and
 // ATOMIC_WRITE need max_rd_atomic > 0; BIND_MW, LOCAL_INV and FLUSH carry
-// no data (see mw.go and SendWR for their own fields). A full send queue fails
+// no data (see QP.BindMW, MWBindParams and SendWR for their own fields). A full send queue fails
 // with ErrNoMemory ("sq"). A misaligned atomic is the responder's to refuse:
 // it completes with WCRemInvReqErr, as on rxe and hardware.
 //

@@ -17,13 +17,22 @@ import (
 // (engine_send.go, engine_recv.go, engine_timers.go) moves their packets.
 
 // QP is a queue pair (struct ibv_qp): a send queue and a receive queue (or
-// an SRQ) bound to CQs, moved through the IBA state machine with Modify.
+// an SRQ) bound to CQs, moved through the IBA state machine with Modify:
+// RESET, then INIT (which takes receive work requests, and the access
+// flags that let a peer READ, WRITE or run atomics on this side's
+// memory), RTR (connected to the peer's QP), RTS (sends). Package cm makes
+// these transitions for a connection.
 //
-// A QP moves data through its transport state machines (requester,
-// completer, responder), which own its send and receive queues. Posting runs
-// the requester on the caller's goroutine and sends what the window allows;
-// the device's receive goroutine runs the responder and completer inline.
+// PostSend transmits on the caller's goroutine what the send window
+// allows; PostSendWait posts and waits for the completion. Completions go
+// to the QP's CQs. A QP that its responder moved to ERR keeps the reason
+// (Refusal), and String prints it.
 type QP struct {
+	// A QP moves data through its transport state machines (requester,
+	// completer, responder), which own its send and receive queues.
+	// Posting runs the requester on the caller's goroutine; the device's
+	// receive goroutine runs the responder and completer inline.
+
 	// Set at creation, then read-only.
 	dev      *Device
 	pd       *PD
@@ -122,18 +131,12 @@ func (qp *QP) Destroy() error {
 		return closedError(op, "qp")
 	}
 	qp.xmu.Lock()
-	if qp.out != nil && qp.out.Len() > 0 {
-		// Packets the receive path built for the end of its batch go
-		// out first, as a NIC would have sent them: among them may be
-		// the ACK of a SEND whose completion the application already
-		// holds, and without it the peer retries that SEND into a
-		// closed port until RETRY_EXC_ERR.
-		qp.transmitRepliesToLocked(nil)
-	}
+	qp.transmitDeferredLocked()
 	qp.closed.Store(true)
 	if qp.tq != nil {
 		// RESET discards the queued work requests without completions.
 		qp.tq.SetState(QPStateReset)
+		qp.sendCQ.dropClaims(qp.qpn, closedError("PostSendWait", "qp"))
 	}
 	qp.disconnectLocked()
 	qp.releaseOutputLocked()
@@ -143,6 +146,11 @@ func (qp *QP) Destroy() error {
 	qp.dev.eng.retire(qp)
 	qp.xmu.Unlock()
 	qp.mu.Unlock()
+	// The replies a receive batch took from the QP before it closed may
+	// still wait for that batch's end, on a goroutine the scheduler may
+	// hold up until the device has closed its socket (Device.Close right
+	// after Destroy): they leave now.
+	qp.dev.eng.flushReplies()
 	qp.dev.eng.unschedule(qp)
 
 	qp.dev.qps.Delete(qp.qpn)

@@ -185,8 +185,10 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	// QP is really in (no RTS->RTS that would revive a failed QP).
 	qp.xmu.Lock()
 	defer qp.xmu.Unlock()
-	// A move to ERR the receive path has not mirrored yet (its output
-	// waits for the end of the batch) counts, with its events.
+	// What the receive path built for the end of its batch leaves before
+	// the transition (which discards the Output); a move to ERR it made,
+	// not mirrored yet, counts, with its events.
+	qp.transmitDeferredLocked()
 	qp.noteTransportErrorLocked()
 	cur := qp.State()
 	next := cur
@@ -530,6 +532,7 @@ func (qp *QP) applyTransportLocked(op string, a *QPAttr, mask QPAttrMask, cur, n
 		tq.SetState(next)
 		if next == QPStateReset {
 			qp.disconnectLocked()
+			qp.sendCQ.dropClaims(qp.qpn, newError("PostSendWait", "qp", ErrInvalidState, "the QP was reset: its work requests were discarded"))
 		}
 	}
 	qp.releaseOutputLocked()

@@ -34,12 +34,14 @@ func TestSoakFaults(t *testing.T) {
 	t.Logf("fault seeds %d and %d", fa.Seed, fb.Seed)
 	a := newFaultyEnd(t, "127.0.1.18", fa, 1<<20)
 	b := newFaultyEnd(t, "127.0.1.19", fb, 1<<20)
-	// perftest's timeout 14 (67 ms), as defaultLink: with a few ms, a
-	// receiver starved of CPU (a loaded machine) falls behind a backlog of
-	// go-back-N retransmissions in its socket buffer for longer than
-	// (retry_cnt+1) timeouts, and the run ends in RETRY_EXC_ERR although
-	// nothing is lost for good.
-	connect(t, a, b, defaultLink(), defaultLink())
+	// perftest's timeout 14 (67 ms): with a few ms, a receiver starved of
+	// CPU (a loaded machine) falls behind a backlog of go-back-N
+	// retransmissions in its socket buffer for longer than (retry_cnt+1)
+	// timeouts, and the run ends in RETRY_EXC_ERR although nothing is lost
+	// for good.
+	link := defaultLink()
+	link.timeout = 14
+	connect(t, a, b, link, link)
 
 	const (
 		window  = 48        // work requests outstanding (SQ and RQ hold 64)

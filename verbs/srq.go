@@ -33,6 +33,7 @@ const (
 // consumed by every QP created with it, in posting order.
 type SRQ struct {
 	pd *PD
+	id uint32 // names it in String (strings.go)
 
 	mu     sync.Mutex
 	closed bool
@@ -67,7 +68,7 @@ func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
 		pd.unuse()
 		return nil, err
 	}
-	srq := &SRQ{pd: pd, rq: newRecvQueue(attr.MaxWR, maxSGE), limit: attr.SRQLimit}
+	srq := &SRQ{pd: pd, id: srqIDs.Add(1), rq: newRecvQueue(attr.MaxWR, maxSGE), limit: attr.SRQLimit}
 	if err := d.register(op, func() { d.srqs[srq] = struct{}{} }); err != nil {
 		d.res.srq.release()
 		pd.unuse()

@@ -91,7 +91,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 
 // endpoint is what every RDMA program sets up before it can connect: a device
 // (the NIC), a protection domain, a registered buffer, a completion queue
-// with a completion channel to sleep on, and a reliable-connected QP.
+// and a reliable-connected QP.
 type endpoint struct {
 	dev *verbs.Device
 	mr  *verbs.MR
@@ -125,12 +125,8 @@ func (e *endpoint) setup(buf []byte, wrs int) error {
 	if e.mr, err = pd.RegMR(buf, verbs.AccessLocalWrite); err != nil {
 		return err
 	}
-	ch, err := e.dev.CreateCompChannel()
-	if err != nil {
-		return err
-	}
 	// One CQ for both directions, big enough for every work request.
-	if e.cq, err = e.dev.CreateCQ(2*wrs, ch, 0); err != nil {
+	if e.cq, err = e.dev.CreateCQ(2*wrs, nil, 0); err != nil {
 		return err
 	}
 	if e.qp, err = pd.CreateQP(verbs.QPInitAttr{
@@ -143,7 +139,8 @@ func (e *endpoint) setup(buf []byte, wrs int) error {
 	}
 	// A QP takes receive work requests from INIT on. Moving it there now
 	// lets us post receives before connecting; the connection manager
-	// takes it on from INIT.
+	// takes it on from INIT. Its access flags stay 0: SENDs need no
+	// remote right, and peers may not READ or WRITE our memory.
 	return e.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1},
 		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
 }
@@ -196,8 +193,10 @@ func runServer(ctx context.Context, stdout io.Writer, ip netip.Addr, port, size 
 		}
 	}()
 	echoed, bytesEchoed := 0, 0
+	wcs := make([]verbs.WorkCompletion, serverSlots)
 	for {
-		wc, err := waitCompletion(serveCtx, e.cq)
+		// Wait blocks until completions arrive and returns them all.
+		n, err := e.cq.Wait(serveCtx, wcs)
 		if err != nil {
 			if ctx.Err() == nil && errors.Is(conn.Err(), cm.ErrDisconnected) {
 				fmt.Fprintf(stdout, "server: client left after %d messages (%d bytes) echoed\n", echoed, bytesEchoed)
@@ -208,30 +207,33 @@ func runServer(ctx context.Context, stdout io.Writer, ip netip.Addr, port, size 
 			}
 			return err
 		}
-		if wc.Status != verbs.WCSuccess {
+		for _, wc := range wcs[:n] {
 			if wc.Status == verbs.WCWRFlushErr && errors.Is(conn.Err(), cm.ErrDisconnected) {
 				// The client's disconnect moved our QP to ERR: the
 				// receives still posted come back flushed.
 				fmt.Fprintf(stdout, "server: client left after %d messages (%d bytes) echoed\n", echoed, bytesEchoed)
 				return nil
 			}
-			return fmt.Errorf("%v completion of work request %d: %v", wc.Opcode, wc.WRID, wc.Status)
-		}
-		slot := int(wc.WRID)
-		switch wc.Opcode {
-		case verbs.WCRecv:
-			// A message arrived in slot: send those bytes back. The slot
-			// must not receive again until the device has sent them.
-			err = e.qp.PostSend(&verbs.SendWR{WRID: wc.WRID, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
-				SGList: []verbs.SGE{e.mr.SGE(slot*size, int(wc.ByteLen))}})
-			echoed++
-			bytesEchoed += int(wc.ByteLen)
-		case verbs.WCSend:
-			// The echo is delivered: the slot can take the next message.
-			err = e.postRecv(slot, size)
-		}
-		if err != nil {
-			return err
+			if err := wc.Err(); err != nil {
+				return err
+			}
+			slot := int(wc.WRID)
+			switch wc.Opcode {
+			case verbs.WCRecv:
+				// A message arrived in slot: send those bytes back. The
+				// slot must not receive again until the device has sent
+				// them.
+				err = e.qp.PostSend(&verbs.SendWR{WRID: wc.WRID, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
+					SGList: []verbs.SGE{e.mr.SGE(slot*size, int(wc.ByteLen))}})
+				echoed++
+				bytesEchoed += int(wc.ByteLen)
+			case verbs.WCSend:
+				// The echo is delivered: the slot can take the next message.
+				err = e.postRecv(slot, size)
+			}
+			if err != nil {
+				return err
+			}
 		}
 	}
 }
@@ -272,6 +274,7 @@ func runClient(ctx context.Context, stdout io.Writer, ip netip.Addr, server stri
 	fmt.Fprintf(stdout, "client: connected to %s\n", server)
 
 	var total, fastest, slowest time.Duration
+	wcs := make([]verbs.WorkCompletion, 2)
 	for i := 1; i <= count; i++ {
 		msg := fmt.Appendf(nil, "%s #%d", text, i)
 		copy(out, msg)
@@ -285,17 +288,19 @@ func runClient(ctx context.Context, stdout io.Writer, ip netip.Addr, server stri
 		// server's device) and the RECV of the echo, in either order.
 		var echo verbs.WorkCompletion
 		for sent, received := false, false; !sent || !received; {
-			wc, err := waitCompletion(ctx, e.cq)
+			n, err := e.cq.Wait(ctx, wcs)
 			if err != nil {
 				return err
 			}
-			if wc.Status != verbs.WCSuccess {
-				return fmt.Errorf("%v completion: %v", wc.Opcode, wc.Status)
-			}
-			if wc.Opcode == verbs.WCRecv {
-				echo, received = wc, true
-			} else {
-				sent = true
+			for _, wc := range wcs[:n] {
+				if err := wc.Err(); err != nil {
+					return err
+				}
+				if wc.Opcode == verbs.WCRecv {
+					echo, received = wc, true
+				} else {
+					sent = true
+				}
 			}
 		}
 		rtt := time.Since(start)
@@ -332,28 +337,4 @@ func decodeLimit(b []byte) (int, error) {
 		return 0, fmt.Errorf("the server sent %d bytes of private data, want at least 4 (its message size limit)", len(b))
 	}
 	return int(binary.BigEndian.Uint32(b)), nil
-}
-
-// waitCompletion returns the next completion of cq, sleeping on the CQ's
-// completion channel while there is none.
-func waitCompletion(ctx context.Context, cq *verbs.CQ) (verbs.WorkCompletion, error) {
-	wc := make([]verbs.WorkCompletion, 1)
-	for {
-		if n, err := cq.Poll(wc); err != nil || n == 1 {
-			return wc[0], err
-		}
-		// Arm the CQ, then poll once more: a completion that arrived just
-		// before arming raises no event, and would be missed.
-		if err := cq.ReqNotify(false); err != nil {
-			return wc[0], err
-		}
-		if n, err := cq.Poll(wc); err != nil || n == 1 {
-			return wc[0], err
-		}
-		ev, err := cq.Channel().GetEvent(ctx)
-		if err != nil {
-			return wc[0], err
-		}
-		ev.AckEvents(1)
-	}
 }

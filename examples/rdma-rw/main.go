@@ -9,7 +9,8 @@
 //	rdma-rw -addr 127.0.0.2 -connect 127.0.0.1:18520
 //
 // The server registers a buffer for remote access and tells the client where
-// it is (address, rkey, length) when it accepts the connection. From then on
+// it is (a verbs.RemoteRegion: address, rkey, length, 16 bytes) when it
+// accepts the connection. From then on
 // the server never posts a work request nor polls a completion queue: its
 // device answers the client's RDMA WRITE, RDMA READ and FETCH_AND_ADD on its
 // own, as a NIC does. When the client disconnects the server prints what its
@@ -138,12 +139,7 @@ func (e *endpoint) setup(buf []byte, access verbs.AccessFlags) error {
 	if e.mr, err = pd.RegMR(buf, access); err != nil {
 		return err
 	}
-	// The completion channel lets waitCompletion sleep instead of spinning.
-	ch, err := e.dev.CreateCompChannel()
-	if err != nil {
-		return err
-	}
-	if e.cq, err = e.dev.CreateCQ(16, ch, 0); err != nil {
+	if e.cq, err = e.dev.CreateCQ(16, nil, 0); err != nil {
 		return err
 	}
 	e.qp, err = pd.CreateQP(verbs.QPInitAttr{
@@ -161,10 +157,10 @@ func runServer(ctx context.Context, stdout io.Writer, ip netip.Addr, port, size 
 	binary.NativeEndian.PutUint64(buf[counterOffset:], counterStart)
 
 	// The peer may write, read and run atomics on this memory. (Remote
-	// write and atomic rights require local write as well.)
-	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite |
-		verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
-	e, err := newEndpoint(ip, buf, access)
+	// write and atomic rights require local write as well.) Our QP must
+	// allow the same operations: see Accept below.
+	remoteRights := verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	e, err := newEndpoint(ip, buf, verbs.AccessLocalWrite|remoteRights)
 	if err != nil {
 		return err
 	}
@@ -182,9 +178,14 @@ func runServer(ctx context.Context, stdout io.Writer, ip netip.Addr, port, size 
 	if err != nil {
 		return err
 	}
-	// Accepting brings our QP to RTS, connected to the client's, and hands
-	// the client the three numbers it needs to address our buffer.
-	conn, err := req.Accept(ctx, e.qp, &cm.Params{PrivateData: regionOf(e.mr).encode()})
+	// Accepting brings our QP to RTS, connected to the client's, with the
+	// rights our MR grants, and hands the client the three numbers it
+	// needs to address our buffer.
+	region, err := e.mr.Remote().MarshalBinary()
+	if err != nil {
+		return err
+	}
+	conn, err := req.Accept(ctx, e.qp, &cm.Params{PrivateData: region, Access: remoteRights})
 	if err != nil {
 		return err
 	}
@@ -241,37 +242,42 @@ func runClient(ctx context.Context, stdout io.Writer, ip netip.Addr, server stri
 		return err
 	}
 	defer conn.Close()
-	remote, err := decodeRegion(conn.Remote().PrivateData)
-	if err != nil {
+	// The connection manager pads the private data to its field's size
+	// (196 bytes in a reply; the wire carries no length): the region is
+	// its first 16 bytes.
+	pd := conn.Remote().PrivateData
+	if len(pd) < verbs.RemoteRegionSize {
+		return fmt.Errorf("the server sent %d bytes of private data, want at least %d", len(pd), verbs.RemoteRegionSize)
+	}
+	var remote verbs.RemoteRegion
+	if err := remote.UnmarshalBinary(pd[:verbs.RemoteRegionSize]); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "client: connected to %s; its buffer: %d bytes at %#x, rkey %#x\n",
-		server, remote.length, remote.addr, remote.rkey)
-	if n > int(remote.length)-messageOffset {
-		return fmt.Errorf("the message is %d bytes; the server has room for %d", n, int(remote.length)-messageOffset)
+		server, remote.Length, remote.Addr, remote.RKey)
+
+	// do posts a work request that a RemoteRegion method built (which
+	// checked it against the server's buffer first) and waits for its
+	// completion: nil, or an error that says what went wrong.
+	do := func(wr verbs.SendWR, err error) error {
+		if err != nil {
+			return err
+		}
+		_, err = e.qp.PostSendWait(ctx, &wr)
+		return err
 	}
 
 	// RDMA WRITE: our bytes go straight into the server's memory. The
 	// work request names local memory with an SGE (lkey) and remote memory
-	// with an address and the server's rkey.
-	err = do(ctx, e, &verbs.SendWR{
-		Opcode: verbs.WRRDMAWrite,
-		SGList: []verbs.SGE{e.mr.SGE(src, n)},
-		RDMA:   verbs.RDMAParams{RemoteAddr: remote.addr + messageOffset, RKey: remote.rkey},
-	})
-	if err != nil {
+	// with an offset in the server's region.
+	if err := do(remote.Write(messageOffset, e.mr.SGE(src, n))); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "client: RDMA WRITE of %d bytes to %#x done\n", n, remote.addr+messageOffset)
+	fmt.Fprintf(stdout, "client: RDMA WRITE of %d bytes to %#x done\n", n, remote.Addr+messageOffset)
 
 	// RDMA READ: the same bytes come back from the server's memory into
 	// another part of ours.
-	err = do(ctx, e, &verbs.SendWR{
-		Opcode: verbs.WRRDMARead,
-		SGList: []verbs.SGE{e.mr.SGE(back, n)},
-		RDMA:   verbs.RDMAParams{RemoteAddr: remote.addr + messageOffset, RKey: remote.rkey},
-	})
-	if err != nil {
+	if err := do(remote.Read(messageOffset, e.mr.SGE(back, n))); err != nil {
 		return err
 	}
 	if !bytes.Equal(buf[back:back+n], msg) {
@@ -281,23 +287,13 @@ func runClient(ctx context.Context, stdout io.Writer, ip netip.Addr, server stri
 
 	// FETCH_AND_ADD: the server's device adds 1 to the counter atomically
 	// and returns the value it had before into our memory.
-	err = do(ctx, e, &verbs.SendWR{
-		Opcode: verbs.WRAtomicFetchAndAdd,
-		SGList: []verbs.SGE{e.mr.SGE(old, 8)},
-		Atomic: verbs.AtomicParams{RemoteAddr: remote.addr + counterOffset, RKey: remote.rkey, CompareAdd: 1},
-	})
-	if err != nil {
+	if err := do(remote.FetchAdd(counterOffset, e.mr.SGE(old, 8), 1)); err != nil {
 		return err
 	}
 	before := binary.NativeEndian.Uint64(buf[old:])
 
 	// Check the addition with one more READ of the counter.
-	err = do(ctx, e, &verbs.SendWR{
-		Opcode: verbs.WRRDMARead,
-		SGList: []verbs.SGE{e.mr.SGE(old, 8)},
-		RDMA:   verbs.RDMAParams{RemoteAddr: remote.addr + counterOffset, RKey: remote.rkey},
-	})
-	if err != nil {
+	if err := do(remote.Read(counterOffset, e.mr.SGE(old, 8))); err != nil {
 		return err
 	}
 	after := binary.NativeEndian.Uint64(buf[old:])
@@ -306,81 +302,4 @@ func runClient(ctx context.Context, stdout io.Writer, ip netip.Addr, server stri
 	}
 	fmt.Fprintf(stdout, "client: FETCH_AND_ADD +1: counter was %d, is now %d\n", before, after)
 	return nil
-}
-
-// do posts one work request and waits for its completion. SendSignaled
-// asks for a completion even on success, so we learn when the data moved.
-func do(ctx context.Context, e *endpoint, wr *verbs.SendWR) error {
-	wr.SendFlags |= verbs.SendSignaled
-	if err := e.qp.PostSend(wr); err != nil {
-		return err
-	}
-	wc, err := waitCompletion(ctx, e.cq)
-	if err != nil {
-		return err
-	}
-	if wc.Status != verbs.WCSuccess {
-		return fmt.Errorf("%v failed: %v", wr.Opcode, wc.Status)
-	}
-	return nil
-}
-
-// waitCompletion returns the next completion of cq, sleeping on the CQ's
-// completion channel while there is none.
-func waitCompletion(ctx context.Context, cq *verbs.CQ) (verbs.WorkCompletion, error) {
-	wc := make([]verbs.WorkCompletion, 1)
-	for {
-		if n, err := cq.Poll(wc); err != nil || n == 1 {
-			return wc[0], err
-		}
-		// Arm the CQ, then poll once more: a completion that arrived just
-		// before arming raises no event, and would be missed.
-		if err := cq.ReqNotify(false); err != nil {
-			return wc[0], err
-		}
-		if n, err := cq.Poll(wc); err != nil || n == 1 {
-			return wc[0], err
-		}
-		ev, err := cq.Channel().GetEvent(ctx)
-		if err != nil {
-			return wc[0], err
-		}
-		ev.AckEvents(1)
-	}
-}
-
-// region is what the server tells the client about its buffer, in the
-// private data of its connection reply: 16 bytes, big-endian.
-type region struct {
-	addr   uint64 // the buffer's address (its IOVA) as the peer uses it
-	rkey   uint32 // the remote key that grants access
-	length uint32 // bytes
-}
-
-// regionOf describes a registered buffer for the peer.
-func regionOf(mr *verbs.MR) region {
-	return region{addr: mr.IOVA(), rkey: mr.RKey(), length: uint32(mr.Len())}
-}
-
-func (r region) encode() []byte {
-	b := make([]byte, 16)
-	binary.BigEndian.PutUint64(b[0:], r.addr)
-	binary.BigEndian.PutUint32(b[8:], r.rkey)
-	binary.BigEndian.PutUint32(b[12:], r.length)
-	return b
-}
-
-// decodeRegion parses the server's private data. It comes from the
-// network, so its length is checked before any field is read.
-func decodeRegion(b []byte) (region, error) {
-	// The connection manager pads the private data to its field's size
-	// (196 bytes in a reply): the wire carries no length.
-	if len(b) < 16 {
-		return region{}, fmt.Errorf("the server sent %d bytes of private data, want at least 16 (address, rkey, length)", len(b))
-	}
-	return region{
-		addr:   binary.BigEndian.Uint64(b[0:]),
-		rkey:   binary.BigEndian.Uint32(b[8:]),
-		length: binary.BigEndian.Uint32(b[12:]),
-	}, nil
 }

@@ -84,7 +84,7 @@ func TestClientAndServer(t *testing.T) {
 	}{
 		{name: "short", msg: "hello over RDMA"},
 		{name: "multi-packet", msg: long},
-		{name: "too long for the server", serverArgs: []string{"-size", "16"}, msg: "twenty bytes message", clientErr: "has room for 8"},
+		{name: "too long for the server", serverArgs: []string{"-size", "16"}, msg: "twenty bytes message", clientErr: "outside the remote region of 16 bytes"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -174,29 +174,4 @@ func TestNoServer(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("connecting to a server that left: %v", err)
 	}
-}
-
-// The server's private data arrives from the network: any bytes must give
-// a region or an error, and a region must encode back to the same bytes.
-func FuzzDecodeRegion(f *testing.F) {
-	f.Add(region{addr: 0x7f00_1234_5000, rkey: 0x1a2b, length: 65536}.encode())
-	f.Add([]byte{})
-	f.Add(make([]byte, 15))
-	f.Add(make([]byte, 17))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := decodeRegion(b)
-		if len(b) < 16 {
-			if err == nil {
-				t.Fatalf("%d bytes decoded as %+v", len(b), r)
-			}
-			return
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The rest is the padding of the CM's fixed-size field.
-		if !bytes.Equal(r.encode(), b[:16]) {
-			t.Fatalf("%x decoded as %+v, which encodes as %x", b, r, r.encode())
-		}
-	})
 }

@@ -56,7 +56,7 @@ func (c *Conn) SetCapture(w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		t = &captureTap{w: pw, buf: make([]byte, 0, maxIPUDPHeaderLen+c.cfg.MaxDatagramSize)}
+		t = &captureTap{w: pw, buf: make([]byte, 0, wire.MaxIPUDPHeaderLen+c.cfg.MaxDatagramSize)}
 	}
 	if old := c.tap.Swap(t); old != nil {
 		old.stop()
@@ -82,8 +82,8 @@ func (t *captureTap) record(ctr *Counters, src, dst netip.AddrPort, id uint16, u
 	if t.w == nil {
 		return
 	}
-	var hdrs [maxIPUDPHeaderLen]byte
-	ip, udp := ipUDPHeaders(&hdrs, src, dst, id, len(udpPayload))
+	var hdrs [wire.MaxIPUDPHeaderLen]byte
+	ip, udp := wire.IPUDPHeaders(&hdrs, src, dst, id, len(udpPayload))
 	v4 := len(ip) == wire.IPv4MinHeaderLen
 	if v4 {
 		wire.IPv4(ip).SetChecksum(wire.IPv4(ip).ComputeChecksum())

@@ -74,7 +74,7 @@ type Config struct {
 	// Linux rxe (which counts identifications) are dropped whenever the
 	// prediction misses. By default any identification is recovered from
 	// the ICRC, which leaves a 16-bit check for such packets (see
-	// icrc_recv.go).
+	// wire.ICRCChecker).
 	StrictICRC bool
 	// NoGSO turns off UDP segmentation offload on send: every packet is
 	// then its own sendmmsg entry. By default consecutive packets of one
@@ -122,7 +122,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.EndBatchEvery == 0 {
 		cfg.EndBatchEvery = DefaultEndBatchEvery
 	}
-	if cfg.MaxDatagramSize < wire.BTHLen+icrcLen {
+	if cfg.MaxDatagramSize < wire.BTHLen+wire.ICRCLen {
 		return cfg, fmt.Errorf("netio: Config.MaxDatagramSize %d is smaller than the smallest RoCEv2 packet", cfg.MaxDatagramSize)
 	}
 	return cfg, nil

@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -16,12 +18,22 @@ import (
 
 // Loopback addresses of the tests. Linux routes all of 127.0.0.0/8 to lo;
 // unusual ones avoid clashing with other packages' tests running at the
-// same time.
+// same time, and the last two bytes come from the process id, so that two
+// runs of these tests at the same time (another checkout, another go test)
+// share no address: with fixed ones they took each other's ports and
+// received each other's packets, which the tests then counted.
 var (
-	addrA = netip.MustParseAddr("127.77.0.1")
-	addrB = netip.MustParseAddr("127.77.0.2")
-	addr6 = netip.MustParseAddr("::1")
+	addrA, addrB = loopbackPair(os.Getpid())
+	addr6        = netip.MustParseAddr("::1")
 )
+
+// loopbackPair returns 127.77.x.y and 127.77.x.y+1, x and y from pid;
+// processes whose ids differ by less than 256*127 get distinct pairs.
+func loopbackPair(pid int) (netip.Addr, netip.Addr) {
+	n := pid % (256 * 127)
+	x, y := byte(n/127), byte(2*(n%127)+1) // y is odd, from 1 to 253
+	return netip.AddrFrom4([4]byte{127, 77, x, y}), netip.AddrFrom4([4]byte{127, 77, x, y + 1})
+}
 
 // waitTimeout bounds every wait for a packet or a goroutine: reaching it
 // means the awaited event never happened, so the test fails rather than
@@ -132,6 +144,16 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
+// waitCounted waits until c has counted n datagrams read (RxPackets; a
+// coalesced datagram counts as its packets). The receive loop adds a
+// batch's counts after handing its packets to the Handler, RxPackets last
+// (see Counters): a packet a Handler has seen may not be counted yet, and
+// once RxPackets includes it, every other receive counter does.
+func waitCounted(t testing.TB, c *Conn, n uint64) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%d datagrams to be counted", n), func() bool { return c.Counters().RxPackets.Load() >= n })
+}
+
 // acquire returns a Sender released at the end of the test.
 func acquire(t testing.TB, c *Conn, port uint16) *Sender {
 	t.Helper()
@@ -172,16 +194,14 @@ func TestExchange(t *testing.T) {
 				if err := s.Send(b.LocalAddr(), pkt); err != nil {
 					t.Fatalf("%v: %v", p.op, err)
 				}
-				txBytes += uint64(len(pkt) + icrcLen)
+				txBytes += uint64(len(pkt) + wire.ICRCLen)
 				r := got.next(t)
-				if !bytes.Equal(r.raw[:len(r.raw)-icrcLen], sent) {
+				if !bytes.Equal(r.raw[:len(r.raw)-wire.ICRCLen], sent) {
 					t.Errorf("%v: received %x, sent %x", p.op, r.raw, sent)
 				}
 				// The ICRC on the wire is the one for the real headers with
 				// id 0: check it with the reference.
-				var buf [maxIPUDPHeaderLen]byte
-				ip, udp := ipUDPHeaders(&buf, r.from, b.LocalAddr(), 0, len(r.raw))
-				if want := refICRC(ip, udp, sent); binary.LittleEndian.Uint32(r.raw[len(sent):]) != want {
+				if want := refTransportICRC(r.from, b.LocalAddr(), 0, sent); binary.LittleEndian.Uint32(r.raw[len(sent):]) != want {
 					t.Errorf("%v: ICRC %x, reference %08x", p.op, r.raw[len(sent):], want)
 				}
 				if wantFrom := netip.AddrPortFrom(a.LocalAddr().Addr(), s.Port()); r.from != wantFrom {
@@ -193,11 +213,7 @@ func TestExchange(t *testing.T) {
 			}
 			n := uint64(len(packets))
 			ac, bc := a.Counters(), b.Counters()
-			// The receive loop adds a batch's counts after it has handed
-			// the batch to the handler: wait for them.
-			for deadline := time.Now().Add(waitTimeout); bc.Delivered.Load() < n && time.Now().Before(deadline); {
-				time.Sleep(time.Millisecond)
-			}
+			waitCounted(t, b, n)
 			if ac.TxPackets.Load() != n || ac.TxBytes.Load() != txBytes || ac.SendErrors.Load() != 0 {
 				t.Errorf("sender counters: %d packets, %d bytes, %d errors; want %d, %d, 0",
 					ac.TxPackets.Load(), ac.TxBytes.Load(), ac.SendErrors.Load(), n, txBytes)
@@ -232,7 +248,7 @@ func TestSendBatch(t *testing.T) {
 		if psn := uint32(p.BTH.PSN()); psn != uint32(i) {
 			t.Fatalf("packet %d has PSN %d: reordered or lost", i, psn)
 		}
-		if !bytes.Equal(r.raw[:len(r.raw)-icrcLen], msgs[i].Packet) {
+		if !bytes.Equal(r.raw[:len(r.raw)-wire.ICRCLen], msgs[i].Packet) {
 			t.Fatalf("packet %d differs", i)
 		}
 	}
@@ -267,7 +283,11 @@ func TestSendErrors(t *testing.T) {
 	a := openConn(t, Config{Addr: addrA, Port: 24793})
 	s := acquire(t, a, MinSourcePort+7)
 	good := func() []byte { return buildTestPacket(t, wire.RCSendOnly, 3, 8, 0) }
-	dst := netip.AddrPortFrom(addrB, wire.RoCEv2Port)
+	// The one packet that leaves goes to a's own socket, which does not
+	// serve: sent to a port the test does not hold (addrB:4791), it would
+	// land in whatever Conn another test process running at the same time
+	// has there, and be counted as delivered.
+	dst := a.LocalAddr()
 	tests := []struct {
 		name string
 		dst  netip.AddrPort
@@ -294,7 +314,7 @@ func TestSendErrors(t *testing.T) {
 		}
 	}
 	// An IPv4-mapped destination is IPv4.
-	if err := s.Send(netip.AddrPortFrom(netip.AddrFrom16(addrB.As16()), wire.RoCEv2Port), good()); err != nil {
+	if err := s.Send(netip.AddrPortFrom(netip.AddrFrom16(dst.Addr().As16()), dst.Port()), good()); err != nil {
 		t.Errorf("IPv4-mapped destination: %v", err)
 	}
 }
@@ -318,13 +338,11 @@ func TestBadICRCDropped(t *testing.T) {
 	from := netip.AddrPortFrom(addrA, uint16(uc.LocalAddr().(*net.UDPAddr).Port))
 
 	pkt := buildTestPacket(t, wire.RCSendOnly, 9, 64, 1)
-	crc := sendICRC(from, b.LocalAddr(), pkt) ^ 0x00010000
+	crc := refTransportICRC(from, b.LocalAddr(), 0, pkt) ^ 0x00010000
 	// The test means something only if no IPv4 id explains this ICRC:
 	// check all of them with the reference.
-	var buf [maxIPUDPHeaderLen]byte
 	for id := range 1 << 16 {
-		ip, udp := ipUDPHeaders(&buf, from, b.LocalAddr(), uint16(id), len(pkt)+icrcLen)
-		if refICRC(ip, udp, pkt) == crc {
+		if refTransportICRC(from, b.LocalAddr(), uint16(id), pkt) == crc {
 			t.Fatalf("corrupted ICRC is valid for id %#04x; pick another corruption", id)
 		}
 	}
@@ -332,7 +350,11 @@ func TestBadICRCDropped(t *testing.T) {
 	if _, err := uc.WriteToUDPAddrPort(bad, b.LocalAddr()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the ICRC error", func() bool { return b.Counters().ICRCErrors.Load() == 1 })
+	bc := b.Counters()
+	waitCounted(t, b, 1)
+	if e, d := bc.ICRCErrors.Load(), bc.Delivered.Load(); e != 1 || d != 0 {
+		t.Fatalf("%d ICRC errors, %d delivered; want 1, 0", e, d)
+	}
 
 	// A good packet still gets through afterwards, and is the only one.
 	s := acquire(t, a, MinSourcePort)
@@ -340,8 +362,10 @@ func TestBadICRCDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	got.next(t)
-	if d, r := b.Counters().Delivered.Load(), b.Counters().RxPackets.Load(); d != 1 || r != 2 {
-		t.Errorf("delivered %d of %d packets, want 1 of 2", d, r)
+	// The Handler has the packet; the receive loop counts it after.
+	waitCounted(t, b, 2)
+	if d, r, e := bc.Delivered.Load(), bc.RxPackets.Load(), bc.ICRCErrors.Load(); d != 1 || r != 2 || e != 1 {
+		t.Errorf("delivered %d of %d packets, %d ICRC errors; want 1 of 2, 1", d, r, e)
 	}
 }
 
@@ -354,15 +378,13 @@ func TestStrictICRC(t *testing.T) {
 	// An ICRC for id 0x4242, as rxe would send: valid, but refused in
 	// strict mode. Then one for id 0 from the same socket as a marker.
 	pkt := buildTestPacket(t, wire.RCSendOnly, 9, 64, 1)
-	var buf [maxIPUDPHeaderLen]byte
-	ip, udp := ipUDPHeaders(&buf, from, b.LocalAddr(), 0x4242, len(pkt)+icrcLen)
-	rxe := binary.LittleEndian.AppendUint32(bytes.Clone(pkt), refICRC(ip, udp, pkt))
+	rxe := binary.LittleEndian.AppendUint32(bytes.Clone(pkt), refTransportICRC(from, b.LocalAddr(), 0x4242, pkt))
 	if _, err := uc.WriteToUDPAddrPort(rxe, b.LocalAddr()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the ICRC error", func() bool { return b.Counters().ICRCErrors.Load() == 1 })
-	if b.Counters().Delivered.Load() != 0 {
-		t.Error("strict mode delivered a packet with a non-zero id")
+	waitCounted(t, b, 1)
+	if e, d := b.Counters().ICRCErrors.Load(), b.Counters().Delivered.Load(); e != 1 || d != 0 {
+		t.Errorf("strict mode: %d ICRC errors, %d delivered for a packet with a non-zero id; want 1, 0", e, d)
 	}
 }
 
@@ -379,7 +401,7 @@ func TestMalformedDropped(t *testing.T) {
 	datagrams := [][]byte{
 		{},
 		{0x04, 0x00, 0xFF},
-		make([]byte, wire.BTHLen+icrcLen-1),
+		make([]byte, wire.BTHLen+wire.ICRCLen-1),
 		append(unknownOpcode, 0, 0, 0, 0),
 		append(badTVer, 0, 0, 0, 0),
 		append(tooBig, 0, 0, 0, 0),
@@ -388,7 +410,10 @@ func TestMalformedDropped(t *testing.T) {
 		if _, err := uc.WriteToUDPAddrPort(d, b.LocalAddr()); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "a malformed count", func() bool { return b.Counters().Malformed.Load() == uint64(i+1) })
+		waitCounted(t, b, uint64(i+1))
+		if m := b.Counters().Malformed.Load(); m != uint64(i+1) {
+			t.Errorf("datagram %d: Malformed = %d, want %d", i, m, i+1)
+		}
 	}
 	if d := b.Counters().Delivered.Load(); d != 0 {
 		t.Errorf("%d malformed packets delivered", d)
@@ -616,10 +641,12 @@ func TestRoundTripNoAlloc(t *testing.T) {
 	s := acquire(t, a, MinSourcePort+5)
 	pkt := buildTestPacket(t, wire.RCRDMAWriteMiddle, 1, 1024, 0)
 	dst := b.LocalAddr()
+	var sent, recovered uint64
 	if n := testing.AllocsPerRun(200, func() {
 		if err := s.Send(dst, pkt); err != nil {
 			t.Fatal(err)
 		}
+		sent++
 		<-arrived
 	}); n != 0 {
 		t.Errorf("send and receive allocate %v times per packet", n)
@@ -627,19 +654,19 @@ func TestRoundTripNoAlloc(t *testing.T) {
 
 	uc := rawUDP(t, addrA)
 	from := netip.AddrPortFrom(addrA, uint16(uc.LocalAddr().(*net.UDPAddr).Port))
-	var buf [maxIPUDPHeaderLen]byte
-	ip, udp := ipUDPHeaders(&buf, from, dst, 0x5151, len(pkt)+icrcLen)
-	rxe := binary.LittleEndian.AppendUint32(bytes.Clone(pkt), refICRC(ip, udp, pkt))
+	rxe := binary.LittleEndian.AppendUint32(bytes.Clone(pkt), refTransportICRC(from, dst, 0x5151, pkt))
 	if n := testing.AllocsPerRun(200, func() {
 		if _, err := uc.WriteToUDPAddrPort(rxe, dst); err != nil {
 			t.Fatal(err)
 		}
+		recovered++
 		<-arrived
 	}); n != 0 {
 		t.Errorf("receiving with id recovery allocates %v times per packet", n)
 	}
-	if r := b.Counters().ICRCIDRecovered.Load(); r < 200 {
-		t.Errorf("ICRCIDRecovered = %d: the recovery path was not taken", r)
+	waitCounted(t, b, sent+recovered)
+	if r := b.Counters().ICRCIDRecovered.Load(); r != recovered {
+		t.Errorf("ICRCIDRecovered = %d for %d packets sent with id 0x5151: the recovery path was not taken", r, recovered)
 	}
 }
 

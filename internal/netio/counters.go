@@ -4,6 +4,18 @@ import "sync/atomic"
 
 // Counters count what a Conn did, for diagnostics and tests. The fields are
 // updated atomically while the Conn runs and may be read at any time.
+//
+// The send counters are up to date when the sending call returns. The
+// receive loop adds its counts once per batch of datagrams (one recvmmsg),
+// after it has handed the batch's packets to the Handler and before it
+// ends the batch (BatchEnder.EndBatch, also when it ends a long batch
+// early), RxPackets last. So a Handler's effects may be seen before the
+// packet that caused them is counted, and a reader that needs a datagram
+// counted waits for RxPackets to include it: from then on every other
+// receive counter includes what the loop did with it. (The fault tap
+// counts its faults as it applies them, so before RxPackets; a datagram it
+// holds back is counted in RxPackets when it arrives, and as delivered or
+// dropped when it is released.)
 type Counters struct {
 	// RxPackets and RxBytes count every packet read from the socket (a
 	// datagram, or one segment of a coalesced datagram, see RxGRO) and

@@ -56,8 +56,9 @@
 // its packets. The segments of a GSO datagram are numbered on from there:
 // segment i carries identification i, and its ICRC is computed for i. On
 // receive, a UDP socket does not reveal the identification, and rxe counts
-// it per socket; netio recovers it from the ICRC itself by solving a small
-// linear system over GF(2) (icrc_recv.go). A packet sent with
+// it per socket; the receive loop recovers it from the ICRC itself by
+// solving a small linear system over GF(2) (wire.ICRCChecker, in
+// internal/wire/icrc_recv.go). A packet sent with
 // identification 0, or with the one after the previous packet's from the
 // same source (GSO segments, runs from a counting sender), gets a full
 // 32-bit check; one sent with another identification a 16-bit check

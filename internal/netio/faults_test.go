@@ -52,8 +52,10 @@ func (l *psnLog) snapshot() ([]uint32, int) {
 }
 
 // settled reports whether every datagram sent so far has been read and
-// accounted for: handed over, or dropped by the tap or by the checks. The
-// fault counters are read after the others, which they never trail.
+// accounted for: handed over, or dropped by the tap or by the checks.
+// RxPackets is read first: the receive loop adds it last (see Counters),
+// so the other counts of the datagrams it includes are in. The fault
+// counters are read after the others, which they never trail.
 func settled(c *Conn, sent uint64) bool {
 	ctr := c.Counters()
 	rx := ctr.RxPackets.Load()

@@ -40,7 +40,7 @@ import (
 // ICRC for identification i, and a receiver that reads the IP header, like
 // rxe, finds it right. goroce's receiver, which cannot read it, predicts
 // it: the identification after the previous packet's from the same source
-// (see checkICRC), which keeps a full 32-bit check.
+// (see wire.ICRCChecker), which keeps a full 32-bit check.
 //
 // IPv6 has no identification: nothing changes between segments.
 //

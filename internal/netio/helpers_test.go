@@ -29,12 +29,23 @@ func buildTestPacket(t testing.TB, op wire.Opcode, qpn wire.QPN, n int, psnValue
 		AETH: wire.AETHFields{Syndrome: wire.AckSyndrome(31), MSN: 5},
 		DETH: wire.DETHFields{QKey: 0x11111111, SrcQP: 0x27},
 	}
-	b := make([]byte, 0, h.Len()+n+3+icrcLen)
+	b := make([]byte, 0, h.Len()+n+3+wire.ICRCLen)
 	b = wire.AppendHeaders(b, &h)
 	for i := range n {
 		b = append(b, byte(int(psnValue)+i))
 	}
 	return wire.AppendPad(b, h.BTH.PadCount)
+}
+
+// refTransportICRC is the reference ICRC of transport (BTH through pad)
+// from src to dst with IPv4 identification id: wire.ICRC over the headers
+// wire.IPUDPHeaders builds, a path apart from the address-based one the
+// Conn uses (wire.ICRCAddrs, wire.ICRCChecker); package wire checks both
+// against a byte-by-byte reference.
+func refTransportICRC(src, dst netip.AddrPort, id uint16, transport []byte) uint32 {
+	var buf [wire.MaxIPUDPHeaderLen]byte
+	ip, udp := wire.IPUDPHeaders(&buf, src, dst, id, len(transport)+wire.ICRCLen)
+	return wire.ICRC(ip, udp, transport)
 }
 
 // errAddrNotAvail is what binding an address the host does not have

@@ -58,20 +58,15 @@ type RecvInfo struct {
 
 // receiver holds everything the receive loop needs, allocated once: the
 // recvmmsg headers, one buffer per datagram, their control-message space, a
-// Packet to parse into, the identification recovery cache and the
-// identification prediction (see checkICRC).
+// Packet to parse into and the ICRC checker, with its identification
+// recovery cache and prediction.
 type receiver struct {
 	batch *mmsgBatch
 	bufs  []byte // len(batch.hdrs) buffers of size bytes
 	oob   []byte // len(batch.hdrs) control areas of oobSize bytes
 	size  int
 	pkt   wire.Packet
-	ids   idRecoverer
-
-	// prevFrom and prevID are the source and IPv4 identification of the
-	// last packet accepted, from which the next one's is predicted.
-	prevFrom netip.AddrPort
-	prevID   uint16
+	icrc  wire.ICRCChecker
 
 	// serve holds the running Serve's state for serveFn and pollFn, the
 	// bound method values r.read and r.pollRead made once, so that a
@@ -98,16 +93,6 @@ func newReceiver(batchSize, size int) *receiver {
 		r.batch.hdrs[i].Hdr.Control = &r.oob[i*oobSize]
 	}
 	return r
-}
-
-// nextID returns the IPv4 identification predicted for the next packet
-// from from: the one after the previous packet's, when it came from the
-// same address and port; 0 otherwise (0 is always checked first).
-func (r *receiver) nextID(from netip.AddrPort) uint16 {
-	if from == r.prevFrom {
-		return r.prevID + 1
-	}
-	return 0
 }
 
 // reset prepares the headers for the next recvmmsg: the kernel overwrites
@@ -199,7 +184,7 @@ func (c *Conn) Serve(ctx context.Context, h Handler) error {
 			ft.disarm()
 			c.rxMu.Lock()
 			rx.batch.n = 0
-			_, ok := rx.deliverBatch()
+			_, ok := rx.deliverBatch(false)
 			c.rxMu.Unlock()
 			if !ok {
 				return nil
@@ -276,7 +261,7 @@ func (r *receiver) readBatch(fd uintptr) (more, stop bool) {
 		return false, true
 	}
 	full := r.batch.n == len(r.batch.hdrs)
-	if _, ok := r.deliverBatch(); !ok {
+	if _, ok := r.deliverBatch(false); !ok {
 		return false, true
 	}
 	if c.closing.Load() || st.ctx.Err() != nil {
@@ -326,7 +311,6 @@ func (c *Conn) Poll() (delivered int, busy bool) {
 	}
 	rx.polled = 0
 	_ = c.rc.Control(rx.pollFn)
-	c.counters.Polled.Add(rx.polled)
 	return int(rx.polled), false
 }
 
@@ -341,14 +325,15 @@ func (r *receiver) pollRead(fd uintptr) {
 	if !r.batch.recvmmsg(fd) || r.batch.errno != 0 {
 		return
 	}
-	r.polled, _ = r.deliverBatch()
+	r.polled, _ = r.deliverBatch(true)
 }
 
 // deliverBatch hands the datagrams just read to the running Serve's
 // Handler and ends the batch (EndBatch); it returns deliver's results.
-func (r *receiver) deliverBatch() (delivered uint64, ok bool) {
+// polled says that Poll is delivering.
+func (r *receiver) deliverBatch(polled bool) (delivered uint64, ok bool) {
 	st := &r.serve
-	delivered, ok = st.c.deliver(r, st.h)
+	delivered, ok = st.c.deliver(r, st.h, polled)
 	if ok && st.be != nil {
 		st.be.EndBatch()
 	}
@@ -387,32 +372,46 @@ func (c *Conn) stopServing() {
 	}
 }
 
-// rxTally counts what one pass of the receive loop did, added to the
-// Counters once per batch.
+// rxTally counts what the receive loop did since it last added its counts
+// to the Counters: at the end of each batch, and when it ends a long batch
+// early: one atomic add per counter per batch, where counting each packet
+// as it goes would cost several locked instructions per packet.
 type rxTally struct {
 	rxPackets, rxBytes, gro, malformed, icrcErrors, recovered, predicted, delivered uint64
 
-	// endedAt is delivered when EndBatch last ran within this batch.
-	endedAt uint64
+	// batchDelivered is the number of packets delivered earlier in the
+	// batch, whose counts are already added.
+	batchDelivered uint64
+}
+
+// add adds the tally to ctr, the packets delivered to Polled as well when
+// polled, and clears it. RxPackets comes last: a reader that sees it
+// include a datagram sees the other counters include what was done with
+// it (see Counters).
+func (tl *rxTally) add(ctr *Counters, polled bool) {
+	ctr.RxBytes.Add(tl.rxBytes)
+	ctr.RxGRO.Add(tl.gro)
+	ctr.Malformed.Add(tl.malformed)
+	ctr.ICRCErrors.Add(tl.icrcErrors)
+	ctr.ICRCIDRecovered.Add(tl.recovered)
+	ctr.ICRCIDPredicted.Add(tl.predicted)
+	if polled {
+		ctr.Polled.Add(tl.delivered)
+	}
+	ctr.Delivered.Add(tl.delivered)
+	ctr.RxPackets.Add(tl.rxPackets)
+	*tl = rxTally{batchDelivered: tl.batchDelivered + tl.delivered}
 }
 
 // deliver processes the datagrams of the last recvmmsg (and, with the fault
-// tap, the held datagrams now due) and returns how many packets it handed
-// to h; ok false means the Conn was closed meanwhile and the rest was
-// dropped.
-func (c *Conn) deliver(rx *receiver, h Handler) (delivered uint64, ok bool) {
+// tap, the held datagrams now due), adds their counts, and returns how many
+// packets it handed to h; ok false means the Conn was closed meanwhile and
+// the rest was dropped. polled says that Poll is delivering.
+func (c *Conn) deliver(rx *receiver, h Handler, polled bool) (delivered uint64, ok bool) {
 	var tl rxTally
 	defer func() {
-		delivered = tl.delivered
-		ctr := &c.counters
-		ctr.RxPackets.Add(tl.rxPackets)
-		ctr.RxBytes.Add(tl.rxBytes)
-		ctr.RxGRO.Add(tl.gro)
-		ctr.Malformed.Add(tl.malformed)
-		ctr.ICRCErrors.Add(tl.icrcErrors)
-		ctr.ICRCIDRecovered.Add(tl.recovered)
-		ctr.ICRCIDPredicted.Add(tl.predicted)
-		ctr.Delivered.Add(tl.delivered)
+		tl.add(&c.counters, polled)
+		delivered = tl.batchDelivered
 	}()
 	ft := c.faults
 	var now time.Duration
@@ -466,7 +465,7 @@ func (c *Conn) deliver(rx *receiver, h Handler) (delivered uint64, ok bool) {
 				ft.admit(c, rx, h, pkt, from, local, &tl, now)
 			default:
 				c.accept(rx, h, pkt, from, local, &tl)
-				c.endBatchEarly(rx, &tl)
+				c.endBatchEarly(rx, &tl, polled)
 			}
 			if off = end; off >= len(data) {
 				break
@@ -476,15 +475,16 @@ func (c *Conn) deliver(rx *receiver, h Handler) (delivered uint64, ok bool) {
 	return 0, true
 }
 
-// endBatchEarly ends the batch being delivered (EndBatch) when it has
-// delivered Config.EndBatchEvery packets since it began or was last ended.
-func (c *Conn) endBatchEarly(rx *receiver, tl *rxTally) {
+// endBatchEarly ends the batch being delivered (EndBatch), after adding
+// its counts so far, when it has delivered Config.EndBatchEvery packets
+// since it began or was last ended.
+func (c *Conn) endBatchEarly(rx *receiver, tl *rxTally, polled bool) {
 	be := rx.serve.be
 	every := c.cfg.EndBatchEvery
-	if be == nil || every <= 0 || tl.delivered-tl.endedAt < uint64(every) {
+	if be == nil || every <= 0 || tl.delivered < uint64(every) {
 		return
 	}
-	tl.endedAt = tl.delivered
+	tl.add(&c.counters, polled)
 	be.EndBatch()
 }
 
@@ -500,19 +500,18 @@ func (c *Conn) accept(rx *receiver, h Handler, data []byte, from, local netip.Ad
 		return
 	}
 	info := RecvInfo{Local: local}
-	res, id := checkICRCNext(&rx.ids, !c.cfg.StrictICRC, from, local, data, rx.nextID(from))
+	res, id := rx.icrc.Check(from, local, data, c.cfg.StrictICRC)
 	switch res {
-	case icrcBad:
+	case wire.ICRCBad:
 		tl.icrcErrors++
 		return
-	case icrcPredicted:
+	case wire.ICRCIDPredicted:
 		tl.predicted++
 		info.IPID = id
-	case icrcRecovered:
+	case wire.ICRCIDRecovered:
 		tl.recovered++
 		info.IPID, info.IDRecovered = id, true
 	}
-	rx.prevFrom, rx.prevID = from, id
 	if tap := c.tap.Load(); tap != nil {
 		tap.record(&c.counters, from, local, info.IPID, data, false)
 	}

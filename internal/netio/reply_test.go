@@ -51,7 +51,7 @@ func TestReplySender(t *testing.T) {
 				if r.from != a.LocalAddr() {
 					t.Fatalf("packet %d from %v, want %v", i, r.from, a.LocalAddr())
 				}
-				if !bytes.Equal(r.raw[:len(r.raw)-icrcLen], msgs[i].Packet) {
+				if !bytes.Equal(r.raw[:len(r.raw)-wire.ICRCLen], msgs[i].Packet) {
 					t.Fatalf("packet %d differs or is out of order", i)
 				}
 			}

@@ -236,12 +236,12 @@ func (m *Message) appendTail(src, dst netip.AddrPort, id uint16) (head, tail []b
 		return nil, nil, ErrShortPacket
 	}
 	pad := int(wire.BTH(m.Packet).PadCount())
-	if cap(m.Packet)-n < pad+icrcLen {
+	if cap(m.Packet)-n < pad+wire.ICRCLen {
 		return nil, nil, ErrNoICRCRoom
 	}
-	tail = m.Packet[n : n+pad+icrcLen]
+	tail = m.Packet[n : n+pad+wire.ICRCLen]
 	clear(tail[:pad])
-	binary.LittleEndian.PutUint32(tail[pad:], transportICRCParts(src, dst, id, m.Packet, m.Payload))
+	binary.LittleEndian.PutUint32(tail[pad:], wire.ICRCAddrsParts(src, dst, id, m.Packet, m.Payload))
 	return m.Packet, tail, nil
 }
 
@@ -297,7 +297,7 @@ func (s *Sender) sendChunk(msgs []Message) (int, error) {
 	for i := range k {
 		m := &msgs[i]
 		dst, err := c.destination(m.Dst)
-		size := m.size() + icrcLen
+		size := m.size() + wire.ICRCLen
 		join := err == nil && gso && segSize > 0 && dst == b.dsts[i-1] && size <= segSize &&
 			b.segs[nh-1] < maxGSOSegments && total+size <= maxGSOBytes
 		var id uint16
@@ -350,7 +350,7 @@ func (s *Sender) sendChunk(msgs []Message) (int, error) {
 			// The segment size is the datagram's first packet's.
 			ctrl := b.ctrl[j*gsoCmsgSpace : (j+1)*gsoCmsgSpace]
 			h.Control = &ctrl[0]
-			h.SetControllen(putGSOCmsg(ctrl, msgs[i].size()+icrcLen))
+			h.SetControllen(putGSOCmsg(ctrl, msgs[i].size()+wire.ICRCLen))
 		}
 		i += b.segs[j]
 	}
@@ -402,7 +402,7 @@ func (s *Sender) sendChunk(msgs []Message) (int, error) {
 		}
 		for seg := range b.segs[j] {
 			m := &msgs[i]
-			n := m.size() + icrcLen
+			n := m.size() + wire.ICRCLen
 			bytes += uint64(n)
 			if t != nil {
 				t.record(&c.counters, s.src, b.dsts[i], uint16(seg), s.wholePacket(m, n), true)
@@ -458,11 +458,11 @@ func appendICRC(src, dst netip.AddrPort, id uint16, pkt []byte) ([]byte, error) 
 	if n < wire.BTHLen || n < wire.BTHLen+int(wire.BTH(pkt).PadCount()) {
 		return nil, ErrShortPacket
 	}
-	if cap(pkt)-n < icrcLen {
+	if cap(pkt)-n < wire.ICRCLen {
 		return nil, ErrNoICRCRoom
 	}
-	crc := transportICRC(src, dst, id, pkt)
-	pkt = pkt[:n+icrcLen]
+	crc := wire.ICRCAddrs(src, dst, id, pkt)
+	pkt = pkt[:n+wire.ICRCLen]
 	binary.LittleEndian.PutUint32(pkt[n:], crc)
 	return pkt, nil
 }

@@ -15,20 +15,17 @@ import (
 	"github.com/goroce/goroce/internal/wire"
 )
 
-// batchCounter counts packets and batches and signals each batch end.
+// batchCounter counts packets and batches; endedAfter is the number of
+// packets handled when EndBatch last ran.
 type batchCounter struct {
-	packets, batches atomic.Int64
-	ended            chan struct{}
+	packets, batches, endedAfter atomic.Int64
 }
 
 func (h *batchCounter) HandlePacket(*wire.Packet, netip.AddrPort, RecvInfo) { h.packets.Add(1) }
 
 func (h *batchCounter) EndBatch() {
 	h.batches.Add(1)
-	select {
-	case h.ended <- struct{}{}:
-	default:
-	}
+	h.endedAfter.Store(h.packets.Load())
 }
 
 // TestServeDrainsFullBatches queues more datagrams than several batches
@@ -55,9 +52,11 @@ func TestServeDrainsFullBatches(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			h := &batchCounter{ended: make(chan struct{}, 1)}
+			h := &batchCounter{}
 			serve(t, b, h)
-			waitFor(t, "every datagram", func() bool { return h.packets.Load() == int64(tc.n) })
+			// The batch of the last datagram ends after its HandlePacket:
+			// wait for that EndBatch, not only for the datagram.
+			waitFor(t, "the batch of the last datagram to end", func() bool { return h.endedAfter.Load() == int64(tc.n) })
 			if got, min := h.batches.Load(), int64((tc.n+tc.batch-1)/tc.batch); got < min {
 				t.Errorf("%d batches for %d datagrams of batch size %d, want at least %d", got, tc.n, tc.batch, min)
 			}
@@ -244,6 +243,10 @@ func TestPollDeliversOnCaller(t *testing.T) {
 	}
 	if h.ends == 0 {
 		t.Error("no EndBatch")
+	}
+	// Each Poll added its batch's counts before returning.
+	if p := b.Counters().Polled.Load(); p != uint64(polled) {
+		t.Errorf("Polled = %d, Poll returned %d packets", p, polled)
 	}
 	t.Logf("%d of %d packets delivered by Poll", polled, n)
 	b.Close()

@@ -60,7 +60,8 @@ func listen(addr netip.AddrPort, kind socketKind, cfg *Config) (*net.UDPConn, sy
 //   - Path MTU discovery "do" (IP_PMTUDISC_DO): DF is set and the kernel
 //     never fragments; a packet larger than the path MTU fails with
 //     EMSGSIZE. With DF set on an unconnected socket Linux also sends IPv4
-//     identification 0, which the ICRC covers: sendICRC relies on it (and
+//     identification 0, which the ICRC covers: the Sender computes its ICRCs
+//     for it (and
 //     so does the numbering of GSO segments from 0, see gso_linux.go), and
 //     rxe drops packets whose ICRC was computed for another id. The sockets
 //     are therefore never connect()ed (a connected socket counts ids).

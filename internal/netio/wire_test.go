@@ -39,6 +39,18 @@ func rawSocket(t testing.TB, proto int) int {
 // over the real headers (what rxe will check).
 func TestOwnPacketsOnTheWire(t *testing.T) {
 	sniff := rawSocket(t, unix.IPPROTO_UDP) // a copy of every UDP packet, IP header included
+	// Only packets to addrB: the other processes' UDP traffic could
+	// otherwise fill the socket's buffer and crowd ours out.
+	filter := []unix.SockFilter{
+		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 16}, // IPv4 destination
+		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 0, Jf: 1, K: binary.BigEndian.Uint32(addrB.AsSlice())},
+		{Code: unix.BPF_RET | unix.BPF_K, K: 0xFFFF},
+		{Code: unix.BPF_RET | unix.BPF_K, K: 0},
+	}
+	if err := unix.SetsockoptSockFprog(sniff, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER,
+		&unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}); err != nil {
+		t.Fatal(err)
+	}
 	a, b := openPair(t, addrA, addrB, Config{})
 	s := acquire(t, a, SourcePortForFlow(0x11, 0x25))
 	const n = 5 // several packets: a counting id would show
@@ -50,6 +62,12 @@ func TestOwnPacketsOnTheWire(t *testing.T) {
 	buf := make([]byte, 65536)
 	for seen := 0; seen < n; {
 		m, _, err := unix.Recvfrom(sniff, buf, 0)
+		if err == unix.EINTR {
+			// A blocking call with a receive timeout is not restarted
+			// after a signal handler (signal(7)), and the Go runtime
+			// signals its threads to preempt goroutines.
+			continue
+		}
 		if err != nil {
 			t.Fatalf("sniffing: %v (saw %d of %d packets)", err, seen, n)
 		}
@@ -57,8 +75,11 @@ func TestOwnPacketsOnTheWire(t *testing.T) {
 		if err != nil || udp.SrcPort() != s.Port() || udp.DstPort() != b.LocalAddr().Port() {
 			continue
 		}
-		seen++
 		ip := wire.IPv4(ipHdr)
+		if ip.Version() != 4 || ip.Src() != addrA.As4() || ip.Dst() != addrB.As4() {
+			continue // another process's packet with the same ports
+		}
+		seen++
 		if ip.ID() != 0 || ip.Flags()&wire.IPv4DontFragment == 0 || len(ipHdr) != wire.IPv4MinHeaderLen {
 			t.Errorf("packet %d: IPv4 id %#04x, flags %#x, header %d bytes; want id 0, DF, 20 bytes",
 				seen, ip.ID(), ip.Flags(), len(ipHdr))
@@ -75,14 +96,14 @@ func TestOwnPacketsOnTheWire(t *testing.T) {
 // and TTL).
 func sendCrafted(t testing.TB, fd int, src, dst netip.AddrPort, f wire.IPv4Fields, transport []byte) {
 	t.Helper()
-	f.TotalLength = uint16(wire.IPv4MinHeaderLen + wire.UDPHeaderLen + len(transport) + icrcLen)
+	f.TotalLength = uint16(wire.IPv4MinHeaderLen + wire.UDPHeaderLen + len(transport) + wire.ICRCLen)
 	f.Protocol = wire.IPProtocolUDP
 	f.Src, f.Dst = src.Addr().As4(), dst.Addr().As4()
 	pkt := f.Append(nil)
 	u := wire.UDPFields{SrcPort: src.Port(), DstPort: dst.Port(), Length: f.TotalLength - wire.IPv4MinHeaderLen}
 	pkt = u.Append(pkt)
 	pkt = append(pkt, transport...)
-	crc := refICRC(pkt[:wire.IPv4MinHeaderLen], pkt[wire.IPv4MinHeaderLen:wire.IPv4MinHeaderLen+wire.UDPHeaderLen], transport)
+	crc := wire.ICRC(pkt[:wire.IPv4MinHeaderLen], pkt[wire.IPv4MinHeaderLen:wire.IPv4MinHeaderLen+wire.UDPHeaderLen], transport)
 	pkt = binary.LittleEndian.AppendUint32(pkt, crc)
 	if err := unix.Sendto(fd, pkt, 0, &unix.SockaddrInet4{Addr: dst.Addr().As4()}); err != nil {
 		t.Fatal(err)
@@ -121,13 +142,18 @@ func TestRecoverIDFromRealHeaders(t *testing.T) {
 			t.Errorf("%s: info %+v, want id %#04x recovered", tt.name, r.info, tt.ip.ID)
 		}
 	}
-	if c := b.Counters().ICRCIDRecovered.Load(); c != uint64(len(tests)) {
-		t.Errorf("ICRCIDRecovered = %d, want %d", c, len(tests))
+	n := uint64(len(tests))
+	waitCounted(t, b, n)
+	if c := b.Counters().ICRCIDRecovered.Load(); c != n {
+		t.Errorf("ICRCIDRecovered = %d, want %d", c, n)
 	}
 
 	noDF := wire.IPv4Fields{ID: 0x1234, TTL: 64}
 	sendCrafted(t, fd, from, b.LocalAddr(), noDF, buildTestPacket(t, wire.UDSendOnly, 0x13, 64, 9))
-	waitFor(t, "the ICRC error", func() bool { return b.Counters().ICRCErrors.Load() == 1 })
+	waitCounted(t, b, n+1)
+	if e, d := b.Counters().ICRCErrors.Load(), b.Counters().Delivered.Load(); e != 1 || d != n {
+		t.Errorf("packet without DF: %d ICRC errors, %d delivered; want 1, %d", e, d, n)
+	}
 }
 
 // TestCaptureTap captures both ends of an exchange and checks that every
@@ -289,7 +315,7 @@ func TestIPv6ZeroUDPChecksum(t *testing.T) {
 
 	from := netip.AddrPortFrom(addr6, 0xC0DE)
 	transport := buildTestPacket(t, wire.RCSendOnly, 0x28, 40, 1)
-	u := wire.UDPFields{SrcPort: from.Port(), DstPort: b.LocalAddr().Port(), Length: uint16(wire.UDPHeaderLen + len(transport) + icrcLen)}
+	u := wire.UDPFields{SrcPort: from.Port(), DstPort: b.LocalAddr().Port(), Length: uint16(wire.UDPHeaderLen + len(transport) + wire.ICRCLen)}
 	dgram := u.Append(nil) // checksum 0: none
 	dgram = append(dgram, transport...)
 	dgram = binary.LittleEndian.AppendUint32(dgram, refTransportICRC(from, b.LocalAddr(), 0, transport))

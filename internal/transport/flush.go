@@ -47,7 +47,7 @@ type RKeyChecker interface {
 // make it by then: executing a FLUSH is checking its rights and range.
 func (qp *QP) execFlush(p *wire.Packet, P psn.PSN, out *Output) {
 	if len(qp.resp.res) == 0 {
-		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, qp.refused(RefusedNoResources, p, 0), out)
 		return
 	}
 	va, rkey, l := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALength()
@@ -61,17 +61,17 @@ func (qp *QP) execFlush(p *wire.Packet, P psn.PSN, out *Output) {
 		// every level but the range this way).
 		if c, ok := qp.mem.(RKeyChecker); ok {
 			err = c.CheckRKey(qp.pd, rkey, need)
-		} else if !qp.checkRemote(rkey, va, 0, need) {
-			err = ErrOutOfBounds
+		} else {
+			err = qp.checkRemote(rkey, va, 0, need)
 		}
 	case l > 1<<31:
-		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, qp.refused(RefusedMessageLength, p, 0), out)
 		return
-	case !qp.checkRemote(rkey, va, l, need):
-		err = ErrOutOfBounds
+	default:
+		err = qp.checkRemote(rkey, va, l, need)
 	}
 	if err != nil {
-		qp.classC(P, wire.NAKRemoteAccessError, ibv.WCRemAccessErr, out)
+		qp.classC(P, wire.NAKRemoteAccessError, ibv.WCRemAccessErr, qp.refusedAccess(err, p, need), out)
 		return
 	}
 	r := qp.nextResource()
@@ -86,12 +86,16 @@ func (qp *QP) execFlush(p *wire.Packet, P psn.PSN, out *Output) {
 // device's other atomics. rxe checks REMOTE_WRITE for it, on the QP and
 // on the memory, and so does goroce; the RETH length must be 8.
 func (qp *QP) execAtomicWrite(p *wire.Packet, P psn.PSN, out *Output) {
-	if len(qp.resp.res) == 0 || p.RETH.DMALength() != wire.AtomicWriteLen {
-		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
+	switch {
+	case len(qp.resp.res) == 0:
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, qp.refused(RefusedNoResources, p, 0), out)
+		return
+	case p.RETH.DMALength() != wire.AtomicWriteLen:
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, qp.refused(RefusedMessageLength, p, 0), out)
 		return
 	}
 	va, rkey := p.RETH.VA(), p.RETH.RKey()
-	b, ref, ok := qp.alignedTarget(P, rkey, va, ibv.AccessRemoteWrite, out)
+	b, ref, ok := qp.alignedTarget(p, P, rkey, va, ibv.AccessRemoteWrite, out)
 	if !ok {
 		return
 	}

@@ -63,8 +63,9 @@ type QP struct {
 	locks     *AtomicLocks
 	dest      any
 
-	state ibv.QPState
-	cause ErrorCause // why the transport itself moved the QP to ERR
+	state   ibv.QPState
+	cause   ErrorCause // why the transport itself moved the QP to ERR
+	refusal Refusal    // the responder's first refusal since reset (refusal.go)
 
 	// Attributes set by modify_qp.
 	mtu             uint32
@@ -160,6 +161,7 @@ func (qp *QP) SetState(s ibv.QPState) {
 	case ibv.QPStateReset:
 		qp.state = ibv.QPStateReset
 		qp.cause = CauseNone
+		qp.refusal = Refusal{}
 		qp.sq.head = qp.sq.tail
 		if qp.srq == nil {
 			qp.rq.head = qp.rq.tail

@@ -134,19 +134,19 @@ func (qp *QP) respond(p *wire.Packet, info wire.OpInfo, out *Output) {
 
 	// Check opcode sequence.
 	if !qp.checkOpSeq(info) {
-		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, qp.refused(RefusedOpcodeSequence, p, 0), out)
 		return
 	}
 	// Check the operation is enabled on the QP (rxe answers a disabled
 	// one with an invalid request NAK).
 	if !qp.checkOpValid(p, info) {
-		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, qp.refused(RefusedQPAccess, p, opAccess(p, info)), out)
 		return
 	}
 	// Check length against the path MTU (C9-92): the caller may have parsed
 	// without knowing this QP's MTU.
 	if info.Payload.Check(len(p.Payload), len(p.Pad), int(qp.mtu)) != nil {
-		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, qp.refused(RefusedPacketLength, p, 0), out)
 		return
 	}
 	switch {
@@ -163,7 +163,7 @@ func (qp *QP) respond(p *wire.Packet, info wire.OpInfo, out *Output) {
 	case info.IsAtomicWrite():
 		qp.execAtomicWrite(p, P, out)
 	default:
-		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, qp.refused(RefusedOpcode, p, 0), out)
 	}
 }
 
@@ -212,13 +212,15 @@ func (qp *QP) execSend(p *wire.Packet, info wire.OpInfo, P psn.PSN, out *Output)
 	// Check length: the message must fit the receive buffer.
 	if uint64(qp.resp.rcvd)+uint64(n) > uint64(w.length) {
 		qp.counters.LocalErrors++
-		qp.classC(P, wire.NAKInvalidRequest, ibv.WCLocLenErr, out)
+		why := qp.refused(RefusedRecvTooShort, p, 0)
+		why.RecvLength = w.length
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCLocLenErr, why, out)
 		return
 	}
 	// Execute.
 	if n > 0 && !qp.copySGL(w.sgl, qp.resp.rcvd, p.Payload, true) {
 		qp.counters.LocalErrors++
-		qp.classC(P, wire.NAKRemoteOperationalError, ibv.WCLocProtErr, out)
+		qp.classC(P, wire.NAKRemoteOperationalError, ibv.WCLocProtErr, qp.refused(RefusedRecvBuffer, p, ibv.AccessLocalWrite), out)
 		return
 	}
 	qp.resp.rcvd += n
@@ -231,7 +233,9 @@ func (qp *QP) execSend(p *wire.Packet, info wire.OpInfo, P psn.PSN, out *Output)
 	if info.HasInvalidate() {
 		inv, ok := qp.mem.(RKeyInvalidator)
 		if !ok || inv.InvalidateRKey(qp.pd, p.IETH.RKey()) != nil {
-			qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
+			why := qp.refused(RefusedInvalidate, p, 0)
+			why.RKey = p.IETH.RKey()
+			qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, why, out)
 			return
 		}
 	}
@@ -268,12 +272,14 @@ func (qp *QP) execWrite(p *wire.Packet, info wire.OpInfo, P psn.PSN, out *Output
 	if info.IsFirst() || info.IsOnly() {
 		va, rkey, l := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALength()
 		if l > 1<<31 {
-			qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
+			qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, qp.refused(RefusedMessageLength, p, 0), out)
 			return
 		}
-		if l > 0 && !qp.checkRemote(rkey, va, l, ibv.AccessRemoteWrite) {
-			qp.classC(P, wire.NAKRemoteAccessError, ibv.WCRemAccessErr, out)
-			return
+		if l > 0 {
+			if err := qp.checkRemote(rkey, va, l, ibv.AccessRemoteWrite); err != nil {
+				qp.classC(P, wire.NAKRemoteAccessError, ibv.WCRemAccessErr, qp.refusedAccess(err, p, ibv.AccessRemoteWrite), out)
+				return
+			}
 		}
 		qp.resp.va, qp.resp.rkey, qp.resp.resid, qp.resp.wlen = va, rkey, l, l
 	}
@@ -282,18 +288,18 @@ func (qp *QP) execWrite(p *wire.Packet, info wire.OpInfo, P psn.PSN, out *Output
 	n := uint32(len(p.Payload))
 	if qp.resp.resid > qp.mtu {
 		if n != qp.mtu || info.EndsMessage() {
-			qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
+			qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, qp.refused(RefusedPacketLength, p, 0), out)
 			return
 		}
 	} else if n != qp.resp.resid || !info.EndsMessage() {
-		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, qp.refused(RefusedPacketLength, p, 0), out)
 		return
 	}
 	// Execute.
 	if n > 0 {
 		b, ref, err := qp.mem.Remote(qp.pd, qp.resp.rkey, qp.resp.va, n, ibv.AccessRemoteWrite)
 		if err != nil {
-			qp.classC(P, wire.NAKRemoteAccessError, ibv.WCRemAccessErr, out)
+			qp.classC(P, wire.NAKRemoteAccessError, ibv.WCRemAccessErr, qp.refusedAccess(err, p, ibv.AccessRemoteWrite), out)
 			return
 		}
 		copy(b, p.Payload)
@@ -329,12 +335,12 @@ func (qp *QP) execWrite(p *wire.Packet, info wire.OpInfo, P psn.PSN, out *Output
 // answering it.
 func (qp *QP) execRead(p *wire.Packet, P psn.PSN, out *Output) {
 	if len(qp.resp.res) == 0 {
-		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, qp.refused(RefusedNoResources, p, 0), out)
 		return
 	}
 	va, rkey, l := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALength()
 	if l > 1<<31 {
-		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, qp.refused(RefusedMessageLength, p, 0), out)
 		return
 	}
 	// The MSN counts the READ when it is accepted (C9-148), so its
@@ -344,8 +350,8 @@ func (qp *QP) execRead(p *wire.Packet, P psn.PSN, out *Output) {
 	r := qp.nextResource()
 	*r = rdResource{kind: rdRead, first: P, last: P.Add(n - 1), va: va, rkey: rkey, length: l}
 	qp.resp.epsn = P.Add(n)
-	if !qp.startRead(P, va, rkey, l, out) {
-		qp.classC(P, wire.NAKRemoteAccessError, ibv.WCRemAccessErr, out)
+	if err := qp.startRead(P, va, rkey, l, out); err != nil {
+		qp.classC(P, wire.NAKRemoteAccessError, ibv.WCRemAccessErr, qp.refusedAccess(err, p, ibv.AccessRemoteRead), out)
 	}
 }
 
@@ -376,13 +382,15 @@ const readBurst = 64
 
 // startRead queues the reply to a READ of [va, va+l) at PSN first, after
 // checking the whole range so that an access error answers the request
-// itself. It reports false, having queued nothing, on an access error.
-func (qp *QP) startRead(first psn.PSN, va uint64, rkey uint32, l uint32, out *Output) bool {
-	if l > 0 && !qp.checkRemote(rkey, va, l, ibv.AccessRemoteRead) {
-		return false
+// itself. It returns the access error, having queued nothing, if any.
+func (qp *QP) startRead(first psn.PSN, va uint64, rkey uint32, l uint32, out *Output) error {
+	if l > 0 {
+		if err := qp.checkRemote(rkey, va, l, ibv.AccessRemoteRead); err != nil {
+			return err
+		}
 	}
 	qp.queueReply(reply{first: true, psn: first, va: va, rkey: rkey, resid: l}, out)
-	return true
+	return nil
 }
 
 // queueReply appends r to the reply queue and sends what a call may.
@@ -447,7 +455,9 @@ func (qp *QP) continueRead(r *reply, budget *int, out *Output) bool {
 		if err != nil {
 			// The earliest response not sent fails: nothing queued
 			// behind it can go out any more.
-			qp.failNow(r.psn, wire.NAKRemoteAccessError, ibv.WCRemAccessErr, out)
+			why := Refusal{Reason: accessReason(err), Opcode: wire.RCRDMAReadRequest, PSN: r.psn,
+				RKey: r.rkey, VA: r.va, Length: r.resid, Need: ibv.AccessRemoteRead, QPAccess: qp.access}
+			qp.failNow(r.psn, wire.NAKRemoteAccessError, ibv.WCRemAccessErr, why, out)
 			return false
 		}
 	}
@@ -511,19 +521,19 @@ func (qp *QP) continueRead(r *reply, budget *int, out *Output) bool {
 // targets, checked against rkey and need, and pinned: the caller releases
 // ref. A bad key or right is a remote access error, a va not 8-byte
 // aligned an invalid request; either is NAKed here and ok is false.
-func (qp *QP) alignedTarget(P psn.PSN, rkey uint32, va uint64, need ibv.AccessFlags, out *Output) (b []byte, ref Ref, ok bool) {
+func (qp *QP) alignedTarget(p *wire.Packet, P psn.PSN, rkey uint32, va uint64, need ibv.AccessFlags, out *Output) (b []byte, ref Ref, ok bool) {
 	if qp.mem == nil {
-		qp.classC(P, wire.NAKRemoteAccessError, ibv.WCRemAccessErr, out)
+		qp.classC(P, wire.NAKRemoteAccessError, ibv.WCRemAccessErr, qp.refusedAccess(ErrInvalidKey, p, need), out)
 		return nil, nil, false
 	}
 	b, ref, err := qp.mem.Remote(qp.pd, rkey, va, 8, need)
 	if err != nil {
-		qp.classC(P, wire.NAKRemoteAccessError, ibv.WCRemAccessErr, out)
+		qp.classC(P, wire.NAKRemoteAccessError, ibv.WCRemAccessErr, qp.refusedAccess(err, p, need), out)
 		return nil, nil, false
 	}
 	if va%8 != 0 {
 		ref.Release()
-		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, qp.refused(RefusedMisaligned, p, need), out)
 		return nil, nil, false
 	}
 	return b, ref, true
@@ -532,12 +542,12 @@ func (qp *QP) alignedTarget(P psn.PSN, rkey uint32, va uint64, need ibv.AccessFl
 // 8-byte word at the target, under the device's stripe lock.
 func (qp *QP) execAtomic(p *wire.Packet, P psn.PSN, out *Output) {
 	if len(qp.resp.res) == 0 {
-		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, out)
+		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, qp.refused(RefusedNoResources, p, 0), out)
 		return
 	}
 	a := p.AtomicETH
 	va := a.VA()
-	b, ref, ok := qp.alignedTarget(P, a.RKey(), va, ibv.AccessRemoteAtomic, out)
+	b, ref, ok := qp.alignedTarget(p, P, a.RKey(), va, ibv.AccessRemoteAtomic, out)
 	if !ok {
 		return
 	}
@@ -585,9 +595,9 @@ func (qp *QP) duplicate(p *wire.Packet, info wire.OpInfo, P psn.PSN, out *Output
 		// The requester goes back to P (go-back-N): the responses
 		// queued for it and what followed are sent again on request.
 		qp.dropReplies()
-		if !qp.startRead(P, va, rkey, l, out) {
+		if err := qp.startRead(P, va, rkey, l, out); err != nil {
 			// Deregistered since: a remote access error.
-			qp.classC(P, wire.NAKRemoteAccessError, ibv.WCRemAccessErr, out)
+			qp.classC(P, wire.NAKRemoteAccessError, ibv.WCRemAccessErr, qp.refusedAccess(err, p, ibv.AccessRemoteRead), out)
 		}
 	case info.IsAtomic():
 		if r := qp.findResource(P, rdAtomic); r != nil && r.first == P {
@@ -616,20 +626,21 @@ func (qp *QP) findResource(p psn.PSN, kind rdKind) *rdResource {
 	return nil
 }
 
-// checkRemote validates a remote access without copying.
-func (qp *QP) checkRemote(rkey uint32, va uint64, l uint32, need ibv.AccessFlags) bool {
+// checkRemote validates a remote access without copying; it returns the
+// Memory's reason for a refusal.
+func (qp *QP) checkRemote(rkey uint32, va uint64, l uint32, need ibv.AccessFlags) error {
 	if qp.mem == nil {
-		return false
+		return ErrInvalidKey
 	}
 	if c, ok := qp.mem.(RemoteChecker); ok {
-		return c.CheckRemote(qp.pd, rkey, va, l, need) == nil
+		return c.CheckRemote(qp.pd, rkey, va, l, need)
 	}
 	_, ref, err := qp.mem.Remote(qp.pd, rkey, va, l, need)
 	if err != nil {
-		return false
+		return err
 	}
 	ref.Release()
-	return true
+	return nil
 }
 
 // takeRecvWQE gives the responder a receive WQE, from the SRQ or the RQ.
@@ -690,7 +701,11 @@ func (qp *QP) completeRecv() {
 // at the next request). Dropping them would leave the requester waiting
 // for responses that a NAK of a later PSN does not replace, until its
 // retries ran out.
-func (qp *QP) classC(P psn.PSN, code wire.NAKCode, recvStatus ibv.WCStatus, out *Output) {
+//
+// why is the check that failed and the request it failed on, kept for the
+// QP's asynchronous event (QP.Refusal).
+func (qp *QP) classC(P psn.PSN, code wire.NAKCode, recvStatus ibv.WCStatus, why Refusal, out *Output) {
+	qp.noteRefusal(why)
 	qp.noteResponderFault(code)
 	if qp.resp.hasWQE {
 		qp.wc = Completion{Status: recvStatus, Opcode: ibv.WCRecv}
@@ -702,12 +717,13 @@ func (qp *QP) classC(P psn.PSN, code wire.NAKCode, recvStatus ibv.WCStatus, out 
 		qp.resp.ackOwed, qp.resp.ackSyn, qp.resp.ackPSN = true, wire.NakSyndrome(code), P
 		return
 	}
-	qp.failNow(P, code, recvStatus, out)
+	qp.failNow(P, code, recvStatus, why, out)
 }
 
 // failNow NAKs P at once, dropping whatever responses are queued, and moves
 // the QP to ERR. A receive WQE the message held completes with recvStatus.
-func (qp *QP) failNow(P psn.PSN, code wire.NAKCode, recvStatus ibv.WCStatus, out *Output) {
+func (qp *QP) failNow(P psn.PSN, code wire.NAKCode, recvStatus ibv.WCStatus, why Refusal, out *Output) {
+	qp.noteRefusal(why)
 	qp.noteResponderFault(code)
 	qp.counters.NakSent++
 	qp.dropReplies() // the QP is going to ERR: what is queued is lost

@@ -325,7 +325,7 @@ func (qp *QP) ucWrite(p *wire.Packet, info wire.OpInfo, P psn.PSN) {
 	}
 	if info.StartsMessage() {
 		va, rkey, l := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALength()
-		if l > 1<<31 || l > 0 && !qp.checkRemote(rkey, va, l, ibv.AccessRemoteWrite) {
+		if l > 1<<31 || l > 0 && qp.checkRemote(rkey, va, l, ibv.AccessRemoteWrite) != nil {
 			qp.ucDrop(P)
 			return
 		}

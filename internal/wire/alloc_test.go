@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"bytes"
+	"net/netip"
 	"testing"
 )
 
@@ -25,6 +27,10 @@ func TestZeroAllocs(t *testing.T) {
 	BTH(bad).SetTVer(1)
 	var sink uint32
 	var ok bool
+	src := netip.AddrPortFrom(netip.AddrFrom4(v4.Src()), UDP(udp).SrcPort())
+	dst := netip.AddrPortFrom(netip.AddrFrom4(v4.Dst()), UDP(udp).DstPort())
+	rxe := AppendICRC(bytes.Clone(body), refICRCAddrs(src, dst, 0xBEEF, body))
+	var checker ICRCChecker
 
 	tests := []struct {
 		name string
@@ -51,6 +57,14 @@ func TestZeroAllocs(t *testing.T) {
 			sink = ICRCv4(v4.Src(), v4.Dst(), v4.ID(), UDP(udp).SrcPort(), UDP(udp).DstPort(), hdrs, payload)
 		}},
 		{"ICRCv6", func() { sink = ICRCv6([16]byte{}, [16]byte{1}, 1, RoCEv2Port, hdrs, payload) }},
+		{"ICRCAddrs", func() { sink = ICRCAddrs(src, dst, 0x1234, body) }},
+		{"ICRCAddrsParts", func() { sink = ICRCAddrsParts(src, dst, 0, hdrs, payload) }},
+		{"ICRCChecker.Check, recovered", func() { _, _ = checker.Check(src, dst, rxe, false) }},
+		{"IPUDPHeaders", func() {
+			var buf [MaxIPUDPHeaderLen]byte
+			ip, _ := IPUDPHeaders(&buf, src, dst, 1, len(tr))
+			sink = uint32(ip[0])
+		}},
 		{"SplitIPUDP", func() { _, _, _, _ = SplitIPUDP(pkt) }},
 		{"Opcode.Info", func() { ok = RCRDMAWriteFirst.Info().IsFirst() }},
 		{"Opcode.String", func() { _ = RCAtomicAcknowledge.String() }},

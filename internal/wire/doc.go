@@ -1,6 +1,7 @@
 // Package wire is the RoCEv2 wire format: typed views over packet bytes, the
 // opcode table, a parser, append-style builders and the invariant CRC. It
-// holds no state and does no I/O; everything is bit-compatible with Linux
+// holds no state of its own (an ICRCChecker's cache belongs to its caller,
+// like a Packet) and does no I/O; everything is bit-compatible with Linux
 // rxe, checked against real captures.
 //
 // # Packet layout
@@ -37,9 +38,14 @@
 //   - Builders: the *Fields types append their header to a byte slice;
 //     AppendHeaders writes a BTH and the opcode's extension headers from a
 //     Headers value; PadCount, AppendPad and AppendICRC finish a packet.
-//   - ICRC: ICRC, ICRCParts and CheckICRC over real headers; ICRCv4 and
-//     ICRCv6 from addresses and ports, for the send path, where the kernel
-//     writes the IP and UDP headers.
+//   - ICRC: ICRC, ICRCParts and CheckICRC over real headers; ICRCv4,
+//     ICRCv6, ICRCAddrs and ICRCAddrsParts from addresses and ports, for a
+//     sender on a UDP socket, where the kernel writes the IP and UDP headers
+//     (IPUDPHeaders builds the same headers, for captures).
+//   - The receive-side check for a UDP socket, which does not show the IPv4
+//     identification the ICRC covers: ICRCChecker predicts it per source or
+//     recovers it from the ICRC by solving a small linear system over GF(2)
+//     (icrc_recv.go).
 //
 // # What it does not do
 //

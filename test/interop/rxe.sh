@@ -22,8 +22,8 @@
 # data it moves: there, success means every work request completed without
 # error on both sides; the pingpong scenarios (-c) check the bytes received.
 # A scenario whose perftest in the VM failed only to calibrate its clock
-# ("Can't produce a report", a busy host descheduling the VM) runs once
-# more.
+# ("Can't produce a report", or inf for every latency figure: a busy host
+# descheduling the VM) runs once more.
 # Meanwhile br0 is captured (tcpdump, UDP port 4791), and after the run:
 #
 #   rxe counters                  no error counter of rxe0 grew (see
@@ -90,11 +90,24 @@ MARK=--rxe-hw-counters--
 ERROR_COUNTERS="rcvd_seq_err duplicate_request out_of_seq_request retry_exceeded_err
 retry_rnr_exceeded_err send_err completer_retry_err rcvd_rnr_err link_downed"
 
-# RETRANSMISSIONS_AWK reads goroce-dump's lines and prints "S L": how many
-# requests rxe resent that goroce had already answered (S) and had not (L,
-# also listed on stderr). A connection is told by its UDP source port, which
-# both directions share; goroce answers with ACKNOWLEDGE, ATOMIC_ACKNOWLEDGE
-# or READ responses carrying the PSN of the request, answering all before it.
+# RETRANSMISSIONS_AWK reads goroce-dump's lines and prints "S T L": how
+# many requests rxe resent that goroce had already answered (S); that it
+# had not, while it sent nothing at all on that connection since the
+# request, and answered later (T: goroce did not run, see the check); and
+# the others (L: goroce was running but had not answered, or never
+# answered; also listed on stderr, with the T ones).
+#
+# A connection is told by its UDP source port, which both directions share
+# (both derive it from the two QP numbers), except for the ACKs goroce
+# gathers at the end of a receive batch: those leave from its device's
+# port, 4791. A goroce response is matched to its connection by the PSN of
+# the request it answers, whose port names the connection (PSNs are random
+# 24-bit numbers: two connections' PSNs coincide by chance once in
+# millions), or, for a READ response past the first, by the destination QPN
+# (rxe's QP) of the earlier responses. goroce answers with ACKNOWLEDGE,
+# ATOMIC_ACKNOWLEDGE or READ responses carrying the PSN of the request,
+# answering all before it. A goroce packet captured less than 1 ms after a
+# request may have crossed it on the wire and does not count as sent since.
 # shellcheck disable=SC2016 # an awk program: no shell expansion wanted
 RETRANSMISSIONS_AWK='
 function hex(s,   i, n) {
@@ -104,21 +117,41 @@ function hex(s,   i, n) {
 }
 function response(op) { return op == "ACKNOWLEDGE" || op == "ATOMIC_ACKNOWLEDGE" || op ~ /^RDMA_READ_RESPONSE/ }
 function psn_ge(a, b) { return (a - b + 16777216) % 16777216 < 8388608 }
-# frame time src:port -> dst RC OPCODE qpn=... psn=0x...
+# frame time src:port -> dst RC OPCODE qpn=0x... psn=0x...
 $4 == "→" && $6 == "RC" && $9 ~ /^psn=0x/ {
-    split($3, sp, ":"); src = sp[1]; port = sp[2]    # one UDP source port per connection
-    psn = hex(substr($9, 7)); op = $7
+    split($3, sp, ":"); src = sp[1]; port = sp[2]
+    psn = hex(substr($9, 7)); op = $7; qpn = $8; t = $2 + 0
     if (src == rxe && !response(op)) {
-        if ((port, psn) in seen) {
+        if ((port, psn) in first) {
             if ((port in answered) && psn_ge(answered[port], psn)) spurious++
-            else { late++; print "rxe resent a request goroce had not answered: " $0 > "/dev/stderr" }
+            else if (!((port, psn) in resent)) {
+                resent[port, psn] = $0
+                busy[port, psn] = (port in sent) && sent[port] > first[port, psn] + 0.001
+            }
+        } else first[port, psn] = t
+        portOf[psn] = port
+    } else if (src != rxe) {
+        if (response(op)) {
+            if (port != 4791) conn[qpn] = port
+            else if (psn in portOf) conn[qpn] = portOf[psn]
+            else if (!(qpn in conn)) next
+            port = conn[qpn]
+            if ($0 !~ /NAK/ && (!(port in answered) || psn_ge(psn, answered[port]))) answered[port] = psn
         }
-        seen[port, psn] = 1
-    } else if (src != rxe && response(op) && $0 !~ /NAK/) {
-        if (!(port in answered) || psn_ge(psn, answered[port])) answered[port] = psn
+        sent[port] = t
     }
 }
-END { print spurious + 0, late + 0 }
+END {
+    for (k in resent) {
+        split(k, kp, SUBSEP)
+        if (!busy[k] && (kp[1] in answered) && psn_ge(answered[kp[1]], kp[2])) {
+            stalled++; print "rxe resent a request goroce answered after a stall: " resent[k] > "/dev/stderr"
+        } else {
+            late++; print "rxe resent a request goroce had not answered: " resent[k] > "/dev/stderr"
+        }
+    }
+    print spurious + 0, stalled + 0, late + 0
+}
 '
 
 # GOROCE_RETRANSMISSIONS_AWK is the same for goroce's retransmissions: it
@@ -413,12 +446,21 @@ host_server() {
 # clock_failed NAME FILE VM-STATUS: the rxe side failed only because
 # perftest could not calibrate its cycle counter: it times gettimeofday
 # against the TSC at report time and gives up ("Correlation coefficient
-# r^2: ... < 0.9", "Can't produce a report", exit 1) when the VM (TCG) is
-# descheduled meanwhile on a busy host, after the traffic went through.
-# Then the scenario runs once more, its first logs kept as FILE.attempt1.*.
+# r^2: ... < 0.9") when the VM (TCG) is descheduled meanwhile on a busy
+# host, after the traffic went through. The bandwidth tests then print
+# "Can't produce a report" and exit 1; the latency tests divide by the
+# zero frequency instead (print_report_lat has no check) and print inf for
+# every figure, with exit status 0. Then the scenario runs once more, its
+# first logs kept as FILE.attempt1.*.
 clock_failed() {
-    local name=$1 f=$2 vrc=$3
-    if [ "$vrc" = 0 ] || ! grep -q "^Can't produce a report" "$LOGS/$f.vm.log"; then return 1; fi
+    local name=$1 f=$2 vrc=$3 log=$LOGS/$2.vm.log
+    if [ "$vrc" != 0 ] && grep -q "^Can't produce a report" "$log"; then
+        :
+    elif grep -q "^Correlation coefficient r^2: .* < 0.9" "$log" && grep -Eq "^ *[0-9]+ +[0-9]+ +inf " "$log"; then
+        :
+    else
+        return 1
+    fi
     log "$name: rxe's perftest could not calibrate its clock (host load); running it again"
     mv "$LOGS/$f.host.log" "$LOGS/$f.attempt1.host.log"
     mv "$LOGS/$f.vm.log" "$LOGS/$f.attempt1.vm.log"
@@ -558,12 +600,18 @@ dump_rc=$?
 # sends into an idle timer and does not push it back on later ACKs, so in a
 # run longer than the timeout (ibv_rc_pingpong: 67 ms) it may fire just after
 # a new request went out and resend that request although goroce has
-# answered everything before it. That is rxe's doing; a retransmission of a
-# request goroce had not yet answered is not.
+# answered everything before it. That is rxe's doing. So is a resend of a
+# request goroce answered only after it when goroce sent nothing at all on
+# the connection in between: goroce's process did not run for longer than
+# the 67 ms timeout (the host, two CPUs shared with the VM's emulated ones,
+# was busy; seen with goroce silent for 98 ms while br0 held rxe's
+# requests), and the protocol recovered. A resend of a request goroce had
+# not answered although it was sending on that connection, or never
+# answered, is a goroce bug: it withheld or lost an acknowledgement.
 awk -v rxe="$VM_IP" "$RETRANSMISSIONS_AWK" "$LOGS/goroce-dump.log" \
     >"$WORK/retransmissions.count" 2>"$WORK/retransmissions.txt"
-read -r spurious late <"$WORK/retransmissions.count"
-echo "rxe retransmissions in the capture: $spurious of requests goroce had answered, $late of requests it had not"
+read -r spurious stalled late <"$WORK/retransmissions.count"
+echo "rxe retransmissions in the capture: $spurious of requests goroce had answered, $stalled answered after goroce stalled, $late other"
 # duplicate_request is the same exception the other way: the VM (TCG, on a
 # shared host) sometimes stalls for longer than the 67 ms timeout, goroce's
 # timer fires and it resends what rxe then finds it already has (with the
@@ -575,7 +623,7 @@ awk -v rxe="$VM_IP" "$GOROCE_RETRANSMISSIONS_AWK" "$LOGS/goroce-dump.log" \
 read -r timely early <"$WORK/goroce-retransmissions.count"
 echo "goroce retransmissions in the capture: $timely after its timer with no answer from rxe, $early other"
 errs=$(counter_deltas "$WORK/counters.0" "$WORK/counters.1" |
-    awk -v errs="$ERROR_COUNTERS" -v excused=$((late == 0 && spurious > 0)) -v gexcused=$((early == 0 && timely > 0)) '
+    awk -v errs="$ERROR_COUNTERS" -v excused=$((late == 0 && spurious + stalled > 0)) -v gexcused=$((early == 0 && timely > 0)) '
         BEGIN { split(errs, e); for (i in e) bad[e[i]] = 1 }
         $1 == "completer_retry_err" && excused { next }
         $1 == "duplicate_request" && gexcused { next }

@@ -1,28 +1,18 @@
-package netio
+package wire
 
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
-	"hash/crc32"
-	"io"
 	"math/rand/v2"
 	"net/netip"
-	"os"
-	"path/filepath"
+	"strconv"
 	"testing"
-
-	"github.com/goroce/goroce/internal/pcap"
-	"github.com/goroce/goroce/internal/wire"
 )
 
-// capturesDir holds the real rxe captures (see rxe-vm/README.md).
-const capturesDir = "../../../shared/rxe-vm/captures"
-
-// capturedPacket is a RoCEv2 packet from a capture: what the receiving
-// socket reports (addresses, ports, UDP payload) and, for checking, the real
+// socketPacket is a captured RoCEv2 packet as the receiving UDP socket
+// reports it (addresses, ports, UDP payload) and, for checking, the real
 // IP and UDP headers.
-type capturedPacket struct {
+type socketPacket struct {
 	name      string // file:frame
 	src, dst  netip.AddrPort
 	payload   []byte // BTH through ICRC
@@ -31,117 +21,75 @@ type capturedPacket struct {
 	udpHeader []byte
 }
 
-// loadCaptures returns every IPv4 UDP datagram to port 4791 in the
-// captures, skipping ICMP errors that quote one.
-func loadCaptures(t testing.TB) []capturedPacket {
+// loadSocketPackets returns the captured packets (all IPv4 without options,
+// with DF) as a socket reports them.
+func loadSocketPackets(t testing.TB) []socketPacket {
 	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(capturesDir, "*.pcap"))
-	if len(files) == 0 {
-		t.Skipf("no captures in %s", capturesDir)
-	}
-	var pkts []capturedPacket
-	for _, file := range files {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
+	var pkts []socketPacket
+	for _, c := range loadCaptures(t) {
+		ip, udp := IPv4(c.ip), UDP(c.udp)
+		if ip.Version() != 4 || len(c.ip) != IPv4MinHeaderLen || ip.Flags()&IPv4DontFragment == 0 {
+			t.Fatalf("%v: not IPv4 without options with DF", c)
 		}
-		r, err := pcap.NewReader(bytes.NewReader(data))
-		if err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-		for frame := 1; ; frame++ {
-			rec, err := r.ReadPacket(nil)
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatalf("%s: %v", file, err)
-			}
-			f, err := pcap.DecodeFrame(r.LinkType(), rec.Data)
-			if errors.Is(err, pcap.ErrNotIP) || errors.Is(err, pcap.ErrNotUDP) {
-				continue
-			}
-			if err != nil {
-				t.Fatalf("%s:%d: %v", file, frame, err)
-			}
-			if f.DstPort != wire.RoCEv2Port {
-				continue
-			}
-			if f.IPVersion != 4 || len(f.IPHeader) != wire.IPv4MinHeaderLen || !f.DontFragment {
-				t.Fatalf("%s:%d: not IPv4 without options with DF", file, frame)
-			}
-			pkts = append(pkts, capturedPacket{
-				name:      filepath.Base(file) + ":" + itoa(frame),
-				src:       netip.AddrPortFrom(f.Src, f.SrcPort),
-				dst:       netip.AddrPortFrom(f.Dst, f.DstPort),
-				payload:   f.UDPPayload,
-				ipID:      uint16(f.ID),
-				ipHeader:  f.IPHeader,
-				udpHeader: f.UDPHeader,
-			})
-		}
+		pkts = append(pkts, socketPacket{
+			name:      c.String(),
+			src:       netip.AddrPortFrom(netip.AddrFrom4(ip.Src()), udp.SrcPort()),
+			dst:       netip.AddrPortFrom(netip.AddrFrom4(ip.Dst()), udp.DstPort()),
+			payload:   c.transport,
+			ipID:      ip.ID(),
+			ipHeader:  c.ip,
+			udpHeader: c.udp,
+		})
 	}
 	return pkts
 }
 
-func itoa(i int) string {
-	var b [20]byte
-	n := len(b)
-	for {
-		n--
-		b[n] = byte('0' + i%10)
-		i /= 10
-		if i == 0 {
-			return string(b[n:])
-		}
-	}
+// transportOf returns a transport packet (BTH through pad, no ICRC) of
+// opcode o with every header field set and an n-byte payload.
+func transportOf(o Opcode, n int) []byte {
+	h := fullHeaders(o, 0)
+	tr := buildPacket(&h, n)
+	return tr[:len(tr)-ICRCLen]
 }
 
-// refICRC is an independent ICRC reference: the pseudo-packet copied and
-// masked byte by byte, then hash/crc32 over it (roce-facts.md 2.2).
-func refICRC(ip, udp, transport []byte) uint32 {
-	var p []byte
-	p = append(p, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF)
-	h := append([]byte(nil), ip...)
-	if h[0]>>4 == 4 {
-		h[1], h[8], h[10], h[11] = 0xFF, 0xFF, 0xFF, 0xFF
-	} else {
-		h[0] |= 0x0F
-		h[1], h[2], h[3], h[7] = 0xFF, 0xFF, 0xFF, 0xFF
-	}
-	p = append(p, h...)
-	u := append([]byte(nil), udp...)
-	u[6], u[7] = 0xFF, 0xFF
-	p = append(p, u...)
-	bth := append([]byte(nil), transport[:wire.BTHLen]...)
-	bth[4] = 0xFF
-	p = append(p, bth...)
-	p = append(p, transport[wire.BTHLen:]...)
-	return crc32.ChecksumIEEE(p)
+// refICRCAddrs is the reference ICRC of transport from src to dst with
+// IPv4 identification id, over the headers IPUDPHeaders builds.
+func refICRCAddrs(src, dst netip.AddrPort, id uint16, transport []byte) uint32 {
+	var buf [MaxIPUDPHeaderLen]byte
+	ip, udp := IPUDPHeaders(&buf, src, dst, id, len(transport)+ICRCLen)
+	return refICRC(ip, udp, transport)
+}
+
+// checkFirst runs k.Check on b as the first packet from src, without a
+// prediction: strict accepts only identification 0, otherwise any
+// identification is recovered.
+func checkFirst(k *ICRCChecker, src, local netip.AddrPort, b []byte, strict bool) (ICRCResult, uint16) {
+	k.prevFrom = netip.AddrPort{}
+	return k.Check(src, local, b, strict)
 }
 
 // refValid reports whether the packet's ICRC is valid for its real headers.
-func (p *capturedPacket) refValid() bool {
-	n := len(p.payload) - icrcLen
+func (p *socketPacket) refValid() bool {
+	n := len(p.payload) - ICRCLen
 	return refICRC(p.ipHeader, p.udpHeader, p.payload[:n]) == binary.LittleEndian.Uint32(p.payload[n:])
 }
 
-// TestCapturesICRC feeds every captured RoCEv2 packet through the receive
+// TestCapturesICRCFromSocket feeds every captured RoCEv2 packet through the receive
 // check with only what a UDP socket reports, and compares with the truth
 // from the real headers: every packet rxe sent is accepted with the IPv4
 // identification it really carried.
-func TestCapturesICRC(t *testing.T) {
-	pkts := loadCaptures(t)
-	var ids idRecoverer
+func TestCapturesICRCFromSocket(t *testing.T) {
+	pkts := loadSocketPackets(t)
+	var ids, strictK ICRCChecker
 	var ok, recovered, bad int
 	for _, p := range pkts {
-		var pkt wire.Packet
+		var pkt Packet
 		if err := pkt.Parse(p.payload, 0); err != nil {
 			t.Errorf("%s: parse: %v", p.name, err)
 			continue
 		}
-		res, id := checkICRC(&ids, p.src, p.dst, p.payload)
-		strict, _ := checkICRC(nil, p.src, p.dst, p.payload)
+		res, id := checkFirst(&ids, p.src, p.dst, p.payload, false)
+		strict, _ := checkFirst(&strictK, p.src, p.dst, p.payload, true)
 		switch {
 		case !p.refValid():
 			// host_crafted_probe.pcap frames 4-6 carry a corrupted ICRC
@@ -151,11 +99,11 @@ func TestCapturesICRC(t *testing.T) {
 			// socket, from a goroce packet with id 0.
 			bad++
 			switch {
-			case res == icrcBad:
-			case res == icrcOK && p.ipID != 0 && id == 0:
+			case res == ICRCBad:
+			case res == ICRCOK && p.ipID != 0 && id == 0:
 				ref := append([]byte(nil), p.ipHeader...)
-				wire.IPv4(ref).SetID(0)
-				n := len(p.payload) - icrcLen
+				IPv4(ref).SetID(0)
+				n := len(p.payload) - ICRCLen
 				if refICRC(ref, p.udpHeader, p.payload[:n]) != binary.LittleEndian.Uint32(p.payload[n:]) {
 					t.Errorf("%s: invalid ICRC accepted with id 0", p.name)
 				}
@@ -164,15 +112,15 @@ func TestCapturesICRC(t *testing.T) {
 			}
 		case p.ipID == 0:
 			ok++
-			if res != icrcOK || strict != icrcOK {
+			if res != ICRCOK || strict != ICRCOK {
 				t.Errorf("%s: id 0 packet: %v (strict %v), want a 32-bit match", p.name, res, strict)
 			}
 		default:
 			recovered++
-			if res != icrcRecovered || id != p.ipID {
+			if res != ICRCIDRecovered || id != p.ipID {
 				t.Errorf("%s: got %v with id %#04x, want id %#04x recovered", p.name, res, id, p.ipID)
 			}
-			if strict != icrcBad {
+			if strict != ICRCBad {
 				t.Errorf("%s: strict check accepted id %#04x", p.name, p.ipID)
 			}
 		}
@@ -185,10 +133,10 @@ func TestCapturesICRC(t *testing.T) {
 
 // asGoroce returns a copy of the captured packet as a goroce peer would have
 // sent it: the same bytes with the ICRC computed for id 0.
-func asGoroce(p capturedPacket) capturedPacket {
+func asGoroce(p socketPacket) socketPacket {
 	payload := append([]byte(nil), p.payload...)
-	n := len(payload) - icrcLen
-	binary.LittleEndian.PutUint32(payload[n:], sendICRC(p.src, p.dst, payload[:n]))
+	n := len(payload) - ICRCLen
+	binary.LittleEndian.PutUint32(payload[n:], ICRCAddrs(p.src, p.dst, 0, payload[:n]))
 	p.payload = payload
 	p.ipID = 0
 	return p
@@ -200,24 +148,24 @@ func asGoroce(p capturedPacket) capturedPacket {
 // With identification recovery a flip passes when its syndrome happens to
 // lie in the 2^16-element image of L_n: the rate must stay near 2^-16.
 func TestSingleBitFlips(t *testing.T) {
-	pkts := loadCaptures(t)
+	pkts := loadSocketPackets(t)
 	if testing.Short() {
 		pkts = pkts[:len(pkts)/8]
 	}
-	var ids idRecoverer
+	var ids, strictK ICRCChecker
 	flips, falseAccepts := 0, 0
-	check := func(p capturedPacket, src, dst netip.AddrPort, where string) {
+	check := func(p socketPacket, src, dst netip.AddrPort, where string) {
 		flips++
-		if res, _ := checkICRC(nil, src, dst, p.payload); res != icrcBad {
+		if res, _ := checkFirst(&strictK, src, dst, p.payload, true); res != ICRCBad {
 			t.Fatalf("%s: flipped %s accepted by the strict check", p.name, where)
 		}
-		if res, _ := checkICRC(&ids, src, dst, p.payload); res != icrcBad {
+		if res, _ := checkFirst(&ids, src, dst, p.payload, false); res != ICRCBad {
 			falseAccepts++
 		}
 	}
 	for _, orig := range pkts {
 		p := asGoroce(orig)
-		if res, _ := checkICRC(nil, p.src, p.dst, p.payload); res != icrcOK {
+		if res, _ := checkFirst(&strictK, p.src, p.dst, p.payload, true); res != ICRCOK {
 			t.Fatalf("%s: re-ICRCed packet rejected", p.name)
 		}
 		for i := range p.payload {
@@ -253,8 +201,8 @@ func TestSingleBitFlips(t *testing.T) {
 // about 2^-16 of them should, and the test bounds that generously. The seed
 // is fixed, so the outcome is deterministic.
 func TestRecoveryFalseAcceptRate(t *testing.T) {
-	var small []capturedPacket
-	for _, p := range loadCaptures(t) {
+	var small []socketPacket
+	for _, p := range loadSocketPackets(t) {
 		if p.ipID != 0 && len(p.payload) <= 128 && p.refValid() {
 			small = append(small, p)
 		}
@@ -267,7 +215,7 @@ func TestRecoveryFalseAcceptRate(t *testing.T) {
 		trials = 1 << 19
 	}
 	rng := rand.New(rand.NewPCG(7, 8))
-	var ids idRecoverer
+	var ids ICRCChecker
 	buf := make([]byte, 0, 128)
 	accepts := 0
 	for range trials {
@@ -286,7 +234,7 @@ func TestRecoveryFalseAcceptRate(t *testing.T) {
 		if bytes.Equal(b, p.payload) {
 			continue // two errors cancelled out
 		}
-		if res, _ := checkICRC(&ids, p.src, p.dst, b); res != icrcBad {
+		if res, _ := checkFirst(&ids, p.src, p.dst, b, false); res != ICRCBad {
 			accepts++
 		}
 	}
@@ -304,18 +252,18 @@ func TestRecoveryFalseAcceptRate(t *testing.T) {
 func TestIPv6ICRC(t *testing.T) {
 	src := netip.MustParseAddrPort("[2001:db8::1]:49952")
 	dst := netip.MustParseAddrPort("[2001:db8::2]:4791")
-	transport := buildTestPacket(t, wire.RCSendOnly, 0xABCDEF, 100, 13)
-	var buf [maxIPUDPHeaderLen]byte
-	ip, udp := ipUDPHeaders(&buf, src, dst, 0, len(transport)+icrcLen)
+	transport := transportOf(RCSendOnly, 100)
+	var buf [MaxIPUDPHeaderLen]byte
+	ip, udp := IPUDPHeaders(&buf, src, dst, 0, len(transport)+ICRCLen)
 	pkt := binary.LittleEndian.AppendUint32(transport, refICRC(ip, udp, transport))
-	var ids idRecoverer
-	if res, _ := checkICRC(&ids, src, dst, pkt); res != icrcOK {
+	var ids ICRCChecker
+	if res, _ := checkFirst(&ids, src, dst, pkt, false); res != ICRCOK {
 		t.Fatalf("valid IPv6 packet: %v", res)
 	}
 	for bit := range 32 {
 		bad := append([]byte(nil), pkt...)
 		bad[len(bad)-4+bit/8] ^= 1 << (bit % 8)
-		if res, _ := checkICRC(&ids, src, dst, bad); res != icrcBad {
+		if res, _ := checkFirst(&ids, src, dst, bad, false); res != ICRCBad {
 			t.Errorf("ICRC bit %d flipped: %v", bit, res)
 		}
 	}
@@ -335,47 +283,40 @@ func TestSendICRCMatchesReference(t *testing.T) {
 	for _, tt := range tests {
 		src, dst := netip.MustParseAddrPort(tt.src), netip.MustParseAddrPort(tt.dst)
 		for _, n := range []int{0, 1, 3, 4, 1024} {
-			transport := buildTestPacket(t, wire.RCSendOnly, 7, n, 1)
-			if pad := wire.BTH(transport).PadCount(); pad > 0 {
+			transport := transportOf(RCSendOnly, n)
+			if pad := BTH(transport).PadCount(); pad > 0 {
 				transport[len(transport)-1] = 0xA5 // pad bytes are covered as sent
 			}
-			var buf [maxIPUDPHeaderLen]byte
-			ip, udp := ipUDPHeaders(&buf, src, dst, 0, len(transport)+icrcLen)
-			if got, want := sendICRC(src, dst, transport), refICRC(ip, udp, transport); got != want {
+			var buf [MaxIPUDPHeaderLen]byte
+			ip, udp := IPUDPHeaders(&buf, src, dst, 0, len(transport)+ICRCLen)
+			if got, want := ICRCAddrs(src, dst, 0, transport), refICRC(ip, udp, transport); got != want {
 				t.Errorf("%v→%v, %d bytes: ICRC %#08x, reference %#08x", src, dst, n, got, want)
 			}
 		}
 	}
 }
 
-func (r icrcResult) String() string {
-	switch r {
-	case icrcOK:
-		return "ok"
-	case icrcRecovered:
-		return "recovered"
-	}
-	return "bad"
-}
-
 func BenchmarkCheckICRC(b *testing.B) {
 	src := netip.MustParseAddrPort("10.99.0.2:49952")
 	dst := netip.MustParseAddrPort("10.99.0.3:4791")
 	for _, size := range []int{64, 1024, 4096} {
-		transport := buildTestPacket(b, wire.RCRDMAWriteMiddle, 1, size, 0)
-		good := binary.LittleEndian.AppendUint32(transport, sendICRC(src, dst, transport))
-		var buf [maxIPUDPHeaderLen]byte
-		ip, udp := ipUDPHeaders(&buf, src, dst, 0xEAFE, len(good))
+		transport := transportOf(RCRDMAWriteMiddle, size)
+		good := binary.LittleEndian.AppendUint32(transport, ICRCAddrs(src, dst, 0, transport))
+		var buf [MaxIPUDPHeaderLen]byte
+		ip, udp := IPUDPHeaders(&buf, src, dst, 0xEAFE, len(good))
 		rxe := binary.LittleEndian.AppendUint32(append([]byte(nil), transport...), refICRC(ip, udp, transport))
 		for _, c := range []struct {
 			name string
 			pkt  []byte
 		}{{"id0", good}, {"recovered", rxe}} {
-			b.Run(c.name+"/"+itoa(size), func(b *testing.B) {
-				var ids idRecoverer
+			b.Run(c.name+"/"+strconv.Itoa(size), func(b *testing.B) {
+				// The receive path's call: after the first packet, each
+				// is checked against the prediction, which misses for
+				// the repeated id of the "recovered" packet.
+				var k ICRCChecker
 				b.SetBytes(int64(len(c.pkt)))
 				for b.Loop() {
-					if res, _ := checkICRC(&ids, src, dst, c.pkt); res == icrcBad {
+					if res, _ := k.Check(src, dst, c.pkt, false); res == ICRCBad {
 						b.Fatal("rejected")
 					}
 				}
