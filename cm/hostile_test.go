@@ -153,7 +153,11 @@ func TestFlood(t *testing.T) {
 	var wg sync.WaitGroup
 	accepted := make(chan *Conn, 64)
 	serve, stop := context.WithCancel(context.Background())
-	defer stop()
+	defer func() {
+		stop()
+		_ = l.Close()
+		wg.Wait()
+	}()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -187,54 +191,70 @@ func TestFlood(t *testing.T) {
 		}
 	}()
 
-	// The flood: 40 forged sources, each sending REQs (a third of them
-	// duplicates), malformed MADs and REQs for nobody's port.
+	// The flood: 40 forged sources take turns sending REQs (a third of
+	// them duplicates), malformed MADs and REQs for nobody's port. It runs
+	// at the pace the server takes it: it waits while MADs are piling up
+	// on their way to the CM, or the listener's backlog is filling. A
+	// flood beyond what the CM can read is dropped at its queue (as a
+	// kernel's is), and one beyond what the application accepts starves
+	// it as a SYN flood does; what this tests is the CM's state under a
+	// flood it keeps up with: a half-open table kept full of requests that
+	// never finish, duplicates and malformed MADs.
+	ab := agentOf(t, b.dev)
+	peers := make([]*rawPeer, 40)
+	for s := range peers {
+		peers[s] = newRawPeer(t, fmt.Sprintf("127.0.12.%d", s+1))
+	}
 	flooding, floodDone := context.WithCancel(context.Background())
 	var fwg sync.WaitGroup
 	defer func() {
 		floodDone()
 		fwg.Wait()
 	}()
-	for s := range 40 {
-		p := newRawPeer(t, fmt.Sprintf("127.0.12.%d", s+1))
-		fwg.Add(1)
-		go func() {
-			defer fwg.Done()
-			rng := rand.New(rand.NewPCG(uint64(s), 1))
-			junk := make([]byte, mad.MADSize)
-			for i := uint32(0); flooding.Err() == nil; i++ {
-				switch i % 4 {
-				case 0, 1:
-					id := i / 3 // repeats: duplicates of the same REQ
-					_ = p.trySend(b.dev.Addr(), forgedREQ(p.addr.Addr(), b.dev.Addr(), PortSpaceTCP, port, id+1, 0x100+id, uint64(s)+1))
-				case 2:
-					for j := range junk {
-						junk[j] = byte(rng.Uint32())
+	fwg.Add(1)
+	go func() {
+		defer fwg.Done()
+		rng := rand.New(rand.NewPCG(1, 1))
+		junk := make([]byte, mad.MADSize)
+		var sent uint64
+		for i := uint32(0); flooding.Err() == nil; i++ {
+			if i%64 == 0 {
+				for flooding.Err() == nil {
+					c := b.dev.Counters()
+					if sent-(c.GSIRcvd+c.GSIDropped)+uint64(len(ab.rx)) < rxQueue/2 && l.pending() < 32 {
+						break
 					}
-					binary.BigEndian.PutUint32(junk, 0x01070203) // a CM header's start, the rest noise
-					_ = p.trySend(b.dev.Addr(), junk)
-				case 3:
-					_ = p.trySend(b.dev.Addr(), forgedREQ(p.addr.Addr(), b.dev.Addr(), PortSpaceTCP, port+1, i+1, 0x200, uint64(s)+1))
+					time.Sleep(time.Millisecond)
 				}
-				// About 2,000 MADs a second in all, 1,000 of them new
-				// REQs: enough to keep the half-open table full (each
-				// accepted forgery waits 3 s for its RTU), within what
-				// the test machine's two cores can send and the CM and
-				// the application take under the race detector. A
-				// flood beyond what the CM can read is dropped at its
-				// queue (as a kernel's is), one beyond what the
-				// application accepts starves it as a SYN flood does.
-				time.Sleep(20 * time.Millisecond)
 			}
-		}()
-	}
+			s := int(i) % len(peers)
+			p, n := peers[s], i/uint32(len(peers))
+			switch n % 4 {
+			case 0, 1:
+				id := n / 3 // repeats: duplicates of the same REQ
+				_ = p.trySend(b.dev.Addr(), forgedREQ(p.addr.Addr(), b.dev.Addr(), PortSpaceTCP, port, id+1, 0x100+id, uint64(s)+1))
+			case 2:
+				for j := range junk {
+					junk[j] = byte(rng.Uint32())
+				}
+				binary.BigEndian.PutUint32(junk, 0x01070203) // a CM header's start, the rest noise
+				_ = p.trySend(b.dev.Addr(), junk)
+			case 3:
+				_ = p.trySend(b.dev.Addr(), forgedREQ(p.addr.Addr(), b.dev.Addr(), PortSpaceTCP, port+1, n+1, 0x200, uint64(s)+1))
+			}
+			sent++
+		}
+	}()
 
 	// Meanwhile, real connections.
 	const real = 5
-	// The flood fills the half-open table first: the oldest forgeries
-	// are evicted.
-	ab := agentOf(t, b.dev)
-	eventually(t, "a full half-open table", func() bool { return ab.counters().Evicted > 0 })
+	// The flood fills the half-open table first (on an idle machine to
+	// its limit: the oldest forgeries are then evicted).
+	eventually(t, "half-open forgeries", func() bool {
+		lock()
+		defer unlock()
+		return ab.mgr.HalfOpen() >= 100 || ab.mgr.Counters().Evicted > 0
+	})
 	var conns []*Conn
 	defer func() {
 		for _, c := range conns {
@@ -274,9 +294,6 @@ func TestFlood(t *testing.T) {
 	if halfOpen > 1024 || recs > 65536 {
 		t.Errorf("%d half-open requests, %d records: beyond the limits", halfOpen, recs)
 	}
-	_ = l.Close()
-	stop()
-	wg.Wait()
 }
 
 // TestPeerVanishes: an active peer that sends its REQ and vanishes (no

@@ -139,6 +139,13 @@ func newRequest(ev *Event) (*Request, error) {
 	return r, nil
 }
 
+// pending returns the requests received and not yet taken by Accept.
+func (l *Listener) pending() int {
+	lock()
+	defer unlock()
+	return l.id.pendingRequests
+}
+
 // Close stops listening and refuses the requests Accept has not returned.
 // Requests returned and connections are not affected.
 func (l *Listener) Close() error {
