@@ -1,67 +1,111 @@
-// Package cm establishes RDMA connections: it connects an RC or UC QP to a
-// peer's and brings both to RTS, as librdmacm does for C programs, over a
-// TCP side channel.
+// Package cm is the RDMA connection manager of goroce: rdma_cm as the
+// Linux kernel and librdmacm implement it on RoCE, so that goroce
+// connects to rping, perftest -R, ucmatose, udaddy and the rest of
+// librdmacm's world, and they to goroce. It speaks the InfiniBand CM
+// (IBA vol. 1 chapter 12: REQ, REP, RTU, REJ, MRA, DREQ, DREP, SIDR_REQ,
+// SIDR_REP) in 256-byte MADs to and from each device's QP 1, with
+// rdma_cm's addressing (port spaces, service IDs, the header at the start
+// of a REQ's private data).
 //
-// The active side calls Dial with its QP; the passive side calls Listen,
-// then Listener.Accept for each connection request, and answers it with
-// Request.Accept (with its own QP) or Request.Reject. Both ends then hold a
-// Conn: the QP is ready for work requests, Conn.Remote tells what the peer
-// announced (including its private data, typically an rkey and an
-// address), Conn.Done reports the peer's departure, and Conn.Close
-// disconnects.
+// # Two APIs, one mechanism
+//
+// The net-like API connects a QP in a few calls:
 //
 //	// passive side
-//	l, err := cm.Listen(":7471")
+//	l, err := cm.Listen("192.0.2.1:7471")      // ":7471": every device of the process
 //	req, err := l.Accept(ctx)
 //	conn, err := req.Accept(ctx, qp, &cm.Params{PrivateData: myKeys})
 //
-//	// active side
-//	conn, err := cm.Dial(ctx, "server:7471", qp, &cm.Params{PrivateData: myKeys})
+//	// active side: from the QP's device
+//	conn, err := cm.Dial(ctx, "192.0.2.1:7471", qp, &cm.Params{PrivateData: myKeys})
 //	peerKeys := conn.Remote().PrivateData
+//	<-conn.Done()                              // the peer disconnected, or Close
 //
-// # Exchange
+// DialUD and a listener of PortSpaceUDP (Request.AcceptUD) resolve UD
+// services the same way.
 //
-// The messages are those of the IB connection manager (IBA vol. 1
-// chapter 12), in a compact versioned binary form (see message.go):
+// The event API is librdmacm's, for code ported from C and for the C
+// library that implements librdmacm on goroce:
 //
-//	active                                 passive
-//	QP → INIT
-//	REQ  ─────────────────────────────────▶  Listener.Accept returns the Request
-//	     (QP type, QPN, PSN, GID, UDP port,
-//	      path MTU, responder resources,
-//	      initiator depth, retry settings,
-//	      private data)
-//	                                         Request.Accept: QP → INIT → RTR → RTS
-//	     ◀─────────────────────────────────  REP (the same fields, negotiated)
-//	QP → RTR → RTS                               or REJ (reason, private data)
-//	RTU  ─────────────────────────────────▶  Request.Accept returns
-//	...
-//	DREQ ─────────────────────────────────▶  Done closes (either side may send it)
+//	NewEventChannel                   rdma_create_event_channel
+//	EventChannel.CreateID             rdma_create_id
+//	ID.BindAddr, ResolveAddr,         rdma_bind_addr, rdma_resolve_addr,
+//	  ResolveRoute                      rdma_resolve_route
+//	ID.CreateQP, SetQP, DestroyQP     rdma_create_qp (or an external QP), rdma_destroy_qp
+//	ID.Connect, Listen, Accept,       rdma_connect, rdma_listen, rdma_accept,
+//	  Reject, RejectWith, Establish     rdma_reject(_ece), rdma_establish
+//	ID.Disconnect, Notify             rdma_disconnect, rdma_notify
+//	EventChannel.GetEvent, Event.Ack  rdma_get_cm_event, rdma_ack_cm_event
+//	ID.InitQPAttr, Migrate, Destroy   rdma_init_qp_attr, rdma_migrate_id, rdma_destroy_id
+//	ID.SetTOS, SetReuseAddr, ...      rdma_set_option
 //
-// Each side's RTR takes the peer's QPN as dest_qp_num, the peer's starting
-// PSN as rq_psn and the peer's GID as the address vector's dgid; its RTS
-// takes its own random starting PSN as sq_psn. The path MTU is the minimum
-// of both proposals, max_dest_rd_atomic the minimum of the local
-// ResponderResources and the peer's InitiatorDepth, max_rd_atomic the
-// minimum of the local InitiatorDepth and the peer's ResponderResources.
-// The retry settings and the RNR timer are each side's own (Params).
+// Events have librdmacm's types and status values (EventType, Event.Status:
+// a negative errno, a REJ's reason, a SIDR status), and a Go error
+// (Event.Err) that matches this package's sentinels. The net-like API is
+// built on the event API: Dial and Request.Accept wait on an ID's channel;
+// an established Conn's events go to a handler, so no goroutine watches a
+// connection. librdmacm's synchronous IDs (rdma_create_id without a
+// channel, rdma_get_request) are an ID on a channel of its own with a wait
+// after each call: the C library builds them that way, as librdmacm does.
 //
-// A side that cannot accept what it receives (another protocol version,
-// QP types that differ, an invalid MTU) answers with a REJ giving the
-// reason, and both sides report the problem: ErrVersion or ErrMismatch.
+// # QPs
 //
-// # Contexts and failures
+// rdma_cm's rules, which CreateQP, SetQP, Dial and Request.Accept follow:
+// a connected QP given in RESET goes to INIT at once, with no remote
+// rights yet; one given in INIT stays there, receives posted included.
+// When the connection's values are known, the QP gets the connection's
+// rights by an INIT→INIT transition (REMOTE_WRITE, plus REMOTE_READ and
+// REMOTE_ATOMIC when it serves READs and atomics), then RTR and RTS: the
+// passive side before it sends the REP, the active side on the REP before
+// the RTU, so each QP is in RTS before its peer may send to it. A UD QP
+// goes to RTS at once with the Q_Key UDPQKey. Disconnect and a rejection
+// move the QP to ERR; the CM never destroys a QP it did not create. The
+// QP's values: path MTU from the active device (capped by
+// Params.PathMTU), the ACK timeout the kernel's cm_ack_timeout derives
+// (17 with rdma_cm's packet life time: 0.5 s), retry counts from the REQ,
+// min_rnr_timer DefaultMinRNRTimer (the kernel's CM leaves 0, 655 ms,
+// which stalls a sender on every RNR NAK), the address vector's flow
+// label rdma_cm's, from which rxe and goroce derive the data QPs' UDP
+// source port (see verbs). A QP number is not reused before its
+// connection's timewait ends: devices hand QPNs out in sequence from a
+// random start, and wrap only after 2^24 QPs.
 //
-// Every blocking call takes a context and returns once it ends, with an
-// error wrapping ctx.Err(); a peer that sends garbage or stays silent
-// produces a one-line error, never a hang. A Listener reads its peers'
-// requests in the background, each within ListenConfig.HandshakeTimeout,
-// so one silent peer does not hold up the others.
+// # Devices and addresses
 //
-// # Limits
+// Every goroce device opened in the process gets the CM (an agent with
+// one goroutine, driven by QP 1 and its timers) for as long as it is open:
+// a REQ to a port nobody listens on is refused with REJ "invalid service
+// ID". IDs name devices by IP address (one device per address); a
+// wildcard listener takes requests on every device, those opened later
+// included. Addresses are resolved as rdma_cm does: the device bound to
+// the source address, or, for a wildcard, the one the kernel's routing
+// picks as the source toward the destination (a local destination is
+// reached through its own device); the kernel's routing must have a route
+// from the device's address to the destination (a UDP connect, which
+// sends nothing, tells). MADs go to UDP port 4791, or to the port of a
+// goroce device of this process opened with another; they leave from the
+// constant QP 1 source port rxe uses.
 //
-// The side channel is plain TCP; librdmacm peers, which speak the IB CM on
-// QP1, are not reachable this way. Each side's device UDP port is exchanged
-// and put in the QP's address vector, so goroce peers may run devices on
-// another port than 4791 (RoCE peers always use 4791).
+// # Wire protocol and timers
+//
+// Package internal/ibcm is the state machine (its documentation has the
+// message flow, transaction IDs, and where goroce and the kernel differ);
+// internal/mad the message layouts, byte-exact against rxe's captures.
+// rdma_cm's values: CM response timeout 18 (2^(18-8) ms, about 1 s), 15
+// retransmissions, doubling after the fourth, 70 s at most per message;
+// packet life time 16; MRA service timeout 24 for duplicates; timewait
+// 2^(ACK timeout - 8) ms. A REQ's private data starts with rdma_cm's 36-
+// byte header (source port, source and destination address), leaving 56
+// bytes to the application; a REP carries 196, a REJ 148, a SIDR_REQ 180
+// after the header, a SIDR_REP 136. The wire has no length: receivers get
+// the whole field, zero-padded.
+//
+// # Hostile peers
+//
+// The CM's state is bounded whatever peers send: malformed MADs are
+// counted and dropped, duplicates create nothing, half-open requests are
+// bounded per source and in total (the oldest evicted), a listener's
+// backlog bounds the requests waiting for the application (beyond it REQs
+// are dropped and their senders retransmit), and each device's queue of
+// MADs waiting for its agent is bounded (a flood is dropped at the door).
 package cm

@@ -4,172 +4,161 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"syscall"
+
+	"github.com/goroce/goroce/internal/mad"
 )
 
-// Sentinel errors, for errors.Is. Errors returned by this package match
-// those that apply (a rejection for a mismatch matches both ErrRejected and
-// ErrMismatch) and may also wrap a context error, a net error or a
-// *verbs.Error; the message says what happened and with which peer.
+// Sentinel errors, for errors.Is. Errors of this package match those that
+// apply and may also wrap a context error or a *verbs.Error (invalid
+// arguments and states wrap verbs.ErrInvalidArgument,
+// verbs.ErrInvalidState, verbs.ErrNotSupported); the message names the
+// peer.
 var (
-	// ErrRejected reports that the peer rejected the connection. The
-	// error is a *RejectError carrying the reason and the peer's private
-	// data (errors.As).
-	ErrRejected = errors.New("connection rejected")
-
-	// ErrVersion reports a peer speaking another version of the protocol.
-	// The side that notices answers with a REJ, so both sides report it.
-	ErrVersion = errors.New("unsupported protocol version")
-
-	// ErrMismatch reports connection parameters the two sides cannot
-	// agree on: QP types that differ, an invalid path MTU, GIDs of
-	// different IP families. The side that notices answers with a REJ, so
-	// both sides report it.
-	ErrMismatch = errors.New("connection parameters do not match")
-
-	// ErrProtocol reports a peer that does not follow the protocol:
-	// bytes that are not a CM message, or a message out of sequence.
-	ErrProtocol = errors.New("protocol violation")
-
-	// ErrDisconnected is Conn.Err after the peer disconnected (its Close).
+	// ErrRejected: the peer refused the connection (a REJ) or the UD
+	// service (a SIDR_REP that is not a success). The error is a
+	// *RejectError with the reason and the peer's private data.
+	ErrRejected = errors.New("rejected")
+	// ErrNoListener: nothing listens on that port at the peer (REJ
+	// "invalid service ID", SIDR_REP "unsupported"). It comes with
+	// ErrRejected.
+	ErrNoListener = errors.New("no listener")
+	// ErrTimeout: the peer did not answer a REQ, REP, DREQ or SIDR_REQ
+	// through all its retransmissions (about 70 s with the kernel's
+	// timers), or did not accept in time; librdmacm's UNREACHABLE with
+	// ETIMEDOUT.
+	ErrTimeout = errors.New("peer did not answer")
+	// ErrNoRoute: the kernel's routing has no route from the device's
+	// address to the peer's (ENETUNREACH, EHOSTUNREACH).
+	ErrNoRoute = errors.New("no route to the address")
+	// ErrNoDevice: no goroce device in this process has the (source)
+	// address (ENODEV).
+	ErrNoDevice = errors.New("no goroce device for the address")
+	// ErrAddrInUse: the port is bound already (EADDRINUSE,
+	// EADDRNOTAVAIL).
+	ErrAddrInUse = errors.New("address in use")
+	// ErrDisconnected: the peer disconnected (its DREQ).
 	ErrDisconnected = errors.New("disconnected by peer")
+	// ErrDeviceRemoved: the device under the ID was closed
+	// (DEVICE_REMOVAL).
+	ErrDeviceRemoved = errors.New("device closed")
+	// ErrConnect: the local side could not set up its QP with what the
+	// peer announced (CONNECT_ERROR); the peer was sent a REJ.
+	ErrConnect = errors.New("connection setup failed")
+	// ErrClosed: the ID, listener or event channel is closed.
+	ErrClosed = errors.New("closed")
 )
 
-// RejectReason says why a connection was rejected. The values are the
-// IB CM's REJ reason codes (IBA vol. 1 table 112, enum ib_cm_rej_reason),
-// so they keep their meaning when the CM moves to QP1.
+// RejectReason is the reason of a REJ (IBA vol. 1 table 112, the
+// kernel's enum ib_cm_rej_reason): what librdmacm reports as the status
+// of a REJECTED event.
 type RejectReason uint16
 
-// Reject reasons used by this package.
+// The reject reasons a connection meets in practice; the others keep
+// their IBA numbers.
 const (
-	// RejectNoResources: the rejecting side could not set up its QP
-	// (IB_CM_REJ_NO_RESOURCES). The REJ's info says which step failed.
-	RejectNoResources RejectReason = 3
-	// RejectTimeout: the rejecting side gave up waiting, e.g. its context
-	// ended during the exchange (IB_CM_REJ_TIMEOUT).
-	RejectTimeout RejectReason = 4
-	// RejectUnsupported: a message or parameter the rejecting side does
-	// not support (IB_CM_REJ_UNSUPPORTED).
-	RejectUnsupported RejectReason = 5
-	// RejectInvalidTransportType: the QP types differ or are not
-	// connected types (IB_CM_REJ_INVALID_TRANSPORT_TYPE).
-	RejectInvalidTransportType RejectReason = 9
-	// RejectInvalidGID: a GID that is zero or of another IP family than
-	// the rejecting side's (IB_CM_REJ_INVALID_GID).
-	RejectInvalidGID RejectReason = 12
-	// RejectInvalidMTU: a path MTU that is not an IB MTU, or above the
-	// one proposed (IB_CM_REJ_INVALID_MTU).
-	RejectInvalidMTU RejectReason = 26
-	// RejectConsumer: the application rejected the request with
-	// Request.Reject (IB_CM_REJ_CONSUMER_DEFINED).
-	RejectConsumer RejectReason = 28
-	// RejectVersion: a protocol version the rejecting side does not speak
-	// (IB_CM_REJ_INVALID_CLASS_VERSION).
-	RejectVersion RejectReason = 31
+	RejectNoQP                 RejectReason = 1
+	RejectNoResources          RejectReason = 3
+	RejectTimeout              RejectReason = 4  // the peer gave up waiting for us
+	RejectUnsupported          RejectReason = 5  //
+	RejectInvalidServiceID     RejectReason = 8  // no listener on the port
+	RejectInvalidTransportType RejectReason = 9  //
+	RejectStaleConnection      RejectReason = 10 // the QPN or comm ID is of a connection the peer still knows
+	RejectInvalidGID           RejectReason = 12 //
+	RejectInvalidMTU           RejectReason = 26 //
+	RejectConsumer             RejectReason = 28 // the application refused (rdma_reject); its private data says why
+	RejectVendorOption         RejectReason = 35 // rdma_reject_ece
 )
 
-// String returns a short description of the reason.
-func (r RejectReason) String() string {
-	switch r {
-	case RejectNoResources:
-		return "no resources"
-	case RejectTimeout:
-		return "timeout"
-	case RejectUnsupported:
-		return "unsupported request"
-	case RejectInvalidTransportType:
-		return "invalid transport type"
-	case RejectInvalidGID:
-		return "invalid GID"
-	case RejectInvalidMTU:
-		return "invalid MTU"
-	case RejectConsumer:
-		return "consumer reject"
-	case RejectVersion:
-		return "unsupported version"
-	}
-	return "reject reason " + strconv.Itoa(int(r))
-}
+func (r RejectReason) String() string { return mad.RejectReason(r).String() }
 
-// sentinel returns the sentinel error a reason falls under, or nil.
-func (r RejectReason) sentinel() error {
-	switch r {
-	case RejectVersion:
-		return ErrVersion
-	case RejectInvalidTransportType, RejectInvalidGID, RejectInvalidMTU, RejectUnsupported:
-		return ErrMismatch
-	}
-	return nil
-}
+// SIDRStatus is the status of a SIDR_REP: why a UD service was refused
+// (librdmacm's status of an UNREACHABLE event after rdma_connect on a UD
+// ID).
+type SIDRStatus uint8
 
-// RejectError is the error of a Dial or Request.Accept that the peer
-// rejected. It matches ErrRejected and, for a mismatch or a version
-// problem, ErrMismatch or ErrVersion as well.
+// SIDR statuses (IBA vol. 1 table 120).
+const (
+	SIDRSuccess     SIDRStatus = 0
+	SIDRUnsupported SIDRStatus = 1 // no listener on the port
+	SIDRReject      SIDRStatus = 2 // the application refused
+	SIDRNoQP        SIDRStatus = 3
+)
+
+func (s SIDRStatus) String() string { return mad.SIDRStatus(s).String() }
+
+// RejectError is the error of a connection or UD resolution the peer
+// refused. It matches ErrRejected and, for a port nobody listens on,
+// ErrNoListener.
 type RejectError struct {
+	// Reason is the REJ's reason; zero for a refused SIDR request.
 	Reason RejectReason
-	// Info is the peer's explanation for a rejection the CM made on its
-	// own (a mismatch, a failure to set up its QP); empty for a rejection
-	// by the application.
-	Info string
-	// PrivateData is the data the peer's application passed to
-	// Request.Reject.
+	// SIDR is set for a UD service request, with its status.
+	SIDR       bool
+	SIDRStatus SIDRStatus
+	// PrivateData is the peer's explanation (rdma_reject's data): 148
+	// bytes for a REJ, 136 for a SIDR_REP, zero-padded (the wire has no
+	// length).
 	PrivateData []byte
+	// ARI is a REJ's additional rejection information.
+	ARI []byte
 }
 
-// Error returns a one-line description. The peer's info text is quoted:
-// it comes from the network.
 func (e *RejectError) Error() string {
-	s := "rejected by peer: " + e.Reason.String()
-	if e.Info != "" {
-		s += ": " + strconv.Quote(e.Info)
+	if e.SIDR {
+		return "UD service refused: " + e.SIDRStatus.String()
 	}
-	if len(e.PrivateData) > 0 {
-		s += fmt.Sprintf(" (%d bytes of private data)", len(e.PrivateData))
-	}
-	return s
+	return "rejected: " + e.Reason.String() + " (reason " + strconv.Itoa(int(e.Reason)) + ")"
 }
 
-// Unwrap returns ErrRejected and the sentinel of the reason, if any.
+// Unwrap returns ErrRejected, and ErrNoListener when nothing listened.
 func (e *RejectError) Unwrap() []error {
-	if s := e.Reason.sentinel(); s != nil {
-		return []error{ErrRejected, s}
+	if (!e.SIDR && e.Reason == RejectInvalidServiceID) || (e.SIDR && e.SIDRStatus == SIDRUnsupported) {
+		return []error{ErrRejected, ErrNoListener}
 	}
 	return []error{ErrRejected}
 }
 
-// rejection is a REJ this side decides to send, and the local error it
-// stands for.
-type rejection struct {
-	reason RejectReason
-	info   string // sent to the peer and used in the local error
+// errnoError is a failure reported as an errno status (librdmacm's
+// negative status values), with the sentinel it falls under.
+type errnoError struct {
+	errno    syscall.Errno
+	sentinel error
+	msg      string
 }
 
-// message returns the REJ to send.
-func (r *rejection) message() message {
-	info := r.info
-	if len(info) > maxInfoLen {
-		info = info[:maxInfoLen]
+func (e *errnoError) Error() string { return e.msg }
+
+// Unwrap returns the sentinel and the errno, so that errors.Is matches
+// either (syscall.ETIMEDOUT, ErrTimeout).
+func (e *errnoError) Unwrap() []error {
+	if e.sentinel == nil {
+		return []error{e.errno}
 	}
-	return message{typ: msgREJ, reason: r.reason, info: info}
+	return []error{e.sentinel, e.errno}
 }
 
-// err returns the local error for the rejection: the reason's sentinel
-// (ErrMismatch, ErrVersion) with the explanation.
-func (r *rejection) err() error {
-	if s := r.reason.sentinel(); s != nil {
-		return fmt.Errorf("%w: %s", s, r.info)
+func errnoErr(errno syscall.Errno, sentinel error, format string, args ...any) error {
+	return &errnoError{errno: errno, sentinel: sentinel, msg: fmt.Sprintf(format, args...)}
+}
+
+// status returns the librdmacm status of err: a negative errno, the
+// REJ's reason for a rejection, the SIDR status for a refused UD service,
+// 0 for none.
+func status(err error) int {
+	if err == nil {
+		return 0
 	}
-	return fmt.Errorf("%s: %s", r.reason, r.info)
-}
-
-// rejected converts a received REJ into the caller's error.
-func rejected(m *message) *RejectError {
-	return &RejectError{Reason: m.reason, Info: m.info, PrivateData: cloneBytes(m.privateData)}
-}
-
-// cloneBytes returns a copy of b, nil if b is empty.
-func cloneBytes(b []byte) []byte {
-	if len(b) == 0 {
-		return nil
+	var rej *RejectError
+	if errors.As(err, &rej) {
+		if rej.SIDR {
+			return int(rej.SIDRStatus)
+		}
+		return int(rej.Reason)
 	}
-	return append([]byte(nil), b...)
+	var en syscall.Errno
+	if errors.As(err, &en) {
+		return -int(en)
+	}
+	return -int(syscall.EINVAL)
 }

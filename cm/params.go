@@ -1,217 +1,204 @@
 package cm
 
 import (
+	"context"
 	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
 
 	"github.com/goroce/goroce/verbs"
 )
 
-// MaxPrivateData is the largest private data a REQ, REP or REJ carries.
-// (The IB CM on QP1 carries far less: 92 bytes in a REQ, 196 in a REP, 148
-// in a REJ, and rdma_cm takes 36 of the REQ's for its own header. Keep
-// private data small if the application may later use rdma_cm peers.)
-const MaxPrivateData = 4096
-
-// Defaults applied to zero Params fields. The timers and retry counts are
-// those of perftest and ibv_rc_pingpong.
-const (
-	DefaultRetryCount    = 7  // transport retries; 7 is not infinite
-	DefaultRNRRetryCount = 7  // RNR retries; 7 is infinite
-	DefaultMinRNRTimer   = 12 // 0.64 ms
-	DefaultTimeout       = 14 // local ACK timeout 4.096 µs × 2^14 ≈ 67 ms
-	DefaultGIDIndex      = 1  // the GID of the device's IP address
-
-	// DefaultAccess are the QP's responder rights. They only enable the
-	// operations: each remote access is still checked against the access
-	// rights of the memory region its rkey names, so the QP may allow
-	// everything and the MRs decide.
-	DefaultAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite |
-		verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
-)
-
-// NoRetry, as Params.RetryCount or Params.RNRRetryCount, asks for zero
-// retries: the zero value of those fields selects the default instead.
-const NoRetry uint8 = 0xFF
-
-// hopLimit is the hop limit (IP TTL) of the connection's packets, the
-// Linux default TTL that rdma_cm takes from the route.
-const hopLimit = 64
-
-// Params are what one side proposes for a connection (rdma_conn_param in
-// spirit). A nil *Params or a zero field selects the default. Each side's
-// values configure its own QP; they also travel to the peer, which sees
-// them in RemoteInfo, and the READ/atomic depths and the path MTU are
-// negotiated (the minimum of what both sides allow).
+// Params are what one side of the net-like API proposes for a connection
+// (Dial, Request.Accept). A nil *Params or a zero field selects the
+// default, unlike ConnParam's C-like zeros.
 type Params struct {
-	// ResponderResources is the number of incoming RDMA READ and atomic
-	// requests this side accepts at once (its max_dest_rd_atomic is the
-	// minimum of this and the peer's InitiatorDepth). Zero selects the
-	// device limit (MaxQPRdAtom); at most 255.
+	// ResponderResources is how many RDMA READs and atomics this side's
+	// QP serves at once, InitiatorDepth how many it issues. Zero selects
+	// the device limit (accepting: the peer's ask within it); at most
+	// 255.
 	ResponderResources int
+	InitiatorDepth     int
 
-	// InitiatorDepth is the number of RDMA READ and atomic requests this
-	// side wants outstanding at once (its max_rd_atomic is the minimum of
-	// this and the peer's ResponderResources). Zero selects the device
-	// limit (MaxQPInitRdAtom); at most 255.
-	InitiatorDepth int
-
-	// RetryCount is the number of transport retries after a local ACK
-	// timeout (3 bits; 7 is NOT infinite). Zero selects
-	// DefaultRetryCount; NoRetry selects 0.
-	RetryCount uint8
-
-	// RNRRetryCount is the number of retries after an RNR NAK (3 bits;
-	// 7 means infinite). Zero selects DefaultRNRRetryCount; NoRetry
-	// selects 0.
+	// RetryCount is the connection's transport retry count (3 bits; 7 is
+	// NOT infinite), which the active side sets for both QPs; zero
+	// selects 7, NoRetry 0. RNRRetryCount is the RNR retries the peer
+	// makes against this side (7 is infinite); zero selects 7.
+	RetryCount    uint8
 	RNRRetryCount uint8
 
 	// MinRNRTimer is the RNR NAK timer code this side's responder sends
-	// when no receive is posted (5 bits). Zero selects DefaultMinRNRTimer
-	// (0.64 ms): the code 0 itself means 655 ms, which would stall the
-	// peer on every RNR NAK.
+	// (5 bits); zero selects DefaultMinRNRTimer (0.64 ms). rdma_cm leaves
+	// 0, the longest (655 ms).
 	MinRNRTimer uint8
 
-	// Timeout is the local ACK timeout exponent, 4.096 µs × 2^Timeout
-	// (5 bits). Zero selects DefaultTimeout; an infinite timeout is not
-	// offered, as it hides dead peers.
+	// Timeout is the QP's local ACK timeout exponent (4.096 µs × 2^t);
+	// zero selects the CM's, from the path's packet life time and the
+	// devices' ACK delay (17, about 0.5 s).
 	Timeout uint8
 
-	// PathMTU caps the path MTU. Zero selects the port's active MTU;
-	// otherwise this side proposes the smaller of the two. The connection
-	// uses the minimum of both sides' proposals.
+	// PathMTU caps the path MTU on the active side (zero: the device's
+	// active MTU). The passive side takes the active side's: a REP has
+	// no MTU.
 	PathMTU verbs.MTU
 
-	// GIDIndex selects the local GID (and so the source IP address) of
-	// the connection. Zero selects DefaultGIDIndex.
-	GIDIndex int
-
-	// Access are the QP's access flags (qp_access_flags). Zero selects
-	// DefaultAccess. For a QP handed over in INIT, zero keeps the flags it
-	// has.
+	// Access are the QP's remote rights; zero selects the CM's:
+	// REMOTE_WRITE, and REMOTE_READ and REMOTE_ATOMIC when it serves READs
+	// and atomics. Each access is still checked against the rights of
+	// the memory region its rkey names.
 	Access verbs.AccessFlags
 
-	// PrivateData is sent to the peer with the REQ (Dial) or the REP
-	// (Accept), typically the rkey and address of a memory region. At
-	// most MaxPrivateData bytes.
+	// TrafficClass is the IP traffic class (DSCP and ECN) of the
+	// connection's packets (Dial).
+	TrafficClass uint8
+
+	// CMResponseTimeout and MaxCMRetries shape the CM's retransmission
+	// of the REQ (Dial) and of the REP the peer's REQ asks for: see
+	// ID.SetCMTimeouts. Zero keeps rdma_cm's (18, 15).
+	CMResponseTimeout uint8
+	MaxCMRetries      uint8
+
+	// PrivateData goes to the peer with the REQ (at most
+	// MaxConnectPrivateData, 56 bytes) or the REP (MaxAcceptPrivateData,
+	// 196 bytes). The peer receives the whole field, zero-padded.
 	PrivateData []byte
 }
 
-// settings are Params resolved against the local device: every default
-// applied, every value checked.
-type settings struct {
-	access             verbs.AccessFlags
-	keepAccess         bool // the QP came in INIT and Access was zero
-	responderResources int
-	initiatorDepth     int
-	retryCount         uint8
-	rnrRetryCount      uint8
-	minRNRTimer        uint8
-	timeout            uint8
-	mtu                verbs.MTU // this side's proposal
-	gidIndex           int
-	gid                verbs.GID
-	udpPort            uint16
-	privateData        []byte
-}
+// NoRetry, as Params.RetryCount or Params.RNRRetryCount, asks for zero
+// retries: the zero value selects the default instead.
+const NoRetry uint8 = 0xFF
 
-// invalid returns an error wrapping verbs.ErrInvalidArgument about field.
-func invalid(field, format string, args ...any) error {
-	return fmt.Errorf("parameter %s: %s: %w", field, fmt.Sprintf(format, args...), verbs.ErrInvalidArgument)
-}
-
-// retries resolves a retry count field.
-func retries(field string, v, def uint8) (uint8, error) {
-	switch {
-	case v == 0:
-		return def, nil
-	case v == NoRetry:
-		return 0, nil
-	case v > 7:
-		return 0, invalid(field, "%d exceeds 7 (use NoRetry for none)", v)
-	}
-	return v, nil
-}
-
-// depth resolves a READ/atomic depth field against the device limit.
-func depth(field string, v, limit int) (int, error) {
-	const wireMax = 255 // one byte on the wire, as in the IB CM
-	switch {
-	case v < 0:
-		return 0, invalid(field, "%d is negative", v)
-	case v == 0:
-		return min(limit, wireMax), nil
-	case v > limit || v > wireMax:
-		return 0, invalid(field, "%d exceeds the device limit %d or %d", v, limit, wireMax)
-	}
-	return v, nil
-}
-
-// resolve applies the defaults of p (which may be nil) for a QP of dev in
-// state state, and checks every value.
-func (p *Params) resolve(dev *verbs.Device, state verbs.QPState) (settings, error) {
-	var zero Params
+// connParam converts p into the event API's parameters.
+func (p *Params) connParam() (ConnParam, error) {
+	var z Params
 	if p == nil {
-		p = &zero
+		p = &z
 	}
-	attr := dev.Query()
-	port, err := dev.QueryPort(1)
-	if err != nil {
-		return settings{}, err
-	}
-	s := settings{
-		access:      p.Access,
-		minRNRTimer: p.MinRNRTimer,
-		timeout:     p.Timeout,
-		gidIndex:    p.GIDIndex,
-		udpPort:     dev.UDPPort(),
-		privateData: p.PrivateData,
-	}
-	if s.access == 0 {
-		s.access = DefaultAccess
-		s.keepAccess = state == verbs.QPStateInit
-	}
-	if s.responderResources, err = depth("ResponderResources", p.ResponderResources, attr.MaxQPRdAtom); err != nil {
-		return settings{}, err
-	}
-	if s.initiatorDepth, err = depth("InitiatorDepth", p.InitiatorDepth, attr.MaxQPInitRdAtom); err != nil {
-		return settings{}, err
-	}
-	if s.retryCount, err = retries("RetryCount", p.RetryCount, DefaultRetryCount); err != nil {
-		return settings{}, err
-	}
-	if s.rnrRetryCount, err = retries("RNRRetryCount", p.RNRRetryCount, DefaultRNRRetryCount); err != nil {
-		return settings{}, err
-	}
-	switch {
-	case s.minRNRTimer == 0:
-		s.minRNRTimer = DefaultMinRNRTimer
-	case s.minRNRTimer > 31:
-		return settings{}, invalid("MinRNRTimer", "%d exceeds 31", s.minRNRTimer)
-	}
-	switch {
-	case s.timeout == 0:
-		s.timeout = DefaultTimeout
-	case s.timeout > 31:
-		return settings{}, invalid("Timeout", "%d exceeds 31", s.timeout)
-	}
-	s.mtu = port.ActiveMTU
-	if p.PathMTU != 0 {
-		if !p.PathMTU.Valid() {
-			return settings{}, invalid("PathMTU", "%v is not an IB MTU", p.PathMTU)
+	c := ConnParam{PrivateData: p.PrivateData, ResponderResources: MaxResponderResources,
+		InitiatorDepth: MaxInitiatorDepth, RetryCount: 7, RNRRetryCount: 7}
+	for _, d := range []struct {
+		name string
+		v    int
+		dst  *uint8
+	}{{"ResponderResources", p.ResponderResources, &c.ResponderResources}, {"InitiatorDepth", p.InitiatorDepth, &c.InitiatorDepth}} {
+		switch {
+		case d.v < 0 || d.v > 255:
+			return c, fmt.Errorf("cm: parameter %s: %d outside 0..255: %w", d.name, d.v, verbs.ErrInvalidArgument)
+		case d.v > 0:
+			*d.dst = uint8(d.v)
 		}
-		s.mtu = min(s.mtu, p.PathMTU)
 	}
-	if s.gidIndex == 0 {
-		s.gidIndex = DefaultGIDIndex
+	for _, r := range []struct {
+		name string
+		v    uint8
+		dst  *uint8
+	}{{"RetryCount", p.RetryCount, &c.RetryCount}, {"RNRRetryCount", p.RNRRetryCount, &c.RNRRetryCount}} {
+		switch {
+		case r.v == NoRetry:
+			*r.dst = 0
+		case r.v > 7:
+			return c, fmt.Errorf("cm: parameter %s: %d exceeds 7 (NoRetry for none): %w", r.name, r.v, verbs.ErrInvalidArgument)
+		case r.v > 0:
+			*r.dst = r.v
+		}
 	}
-	if s.gid, err = dev.QueryGID(1, s.gidIndex); err != nil {
-		return settings{}, err
+	if p.PathMTU != 0 && !p.PathMTU.Valid() {
+		return c, fmt.Errorf("cm: parameter PathMTU: %d is not an IB MTU: %w", int(p.PathMTU), verbs.ErrInvalidArgument)
 	}
-	if s.gid.IsZero() {
-		return settings{}, invalid("GIDIndex", "GID %d is not populated", s.gidIndex)
+	return c, nil
+}
+
+// apply sets p's options on id.
+func (p *Params) apply(id *ID) error {
+	if p == nil {
+		return nil
 	}
-	if len(s.privateData) > MaxPrivateData {
-		return settings{}, invalid("PrivateData", "%d bytes exceed %d", len(s.privateData), MaxPrivateData)
+	if err := id.SetMinRNRTimer(p.MinRNRTimer); err != nil {
+		return err
 	}
-	return s, nil
+	if err := id.SetAckTimeout(p.Timeout); err != nil {
+		return err
+	}
+	if err := id.SetCMTimeouts(p.CMResponseTimeout, p.MaxCMRetries); err != nil {
+		return err
+	}
+	if p.TrafficClass != 0 {
+		if err := id.SetTOS(p.TrafficClass); err != nil {
+			return err
+		}
+	}
+	lock()
+	id.opts.access, id.opts.pathMTU = p.Access, p.PathMTU
+	unlock()
+	return nil
+}
+
+// RemoteInfo is what the peer announced for its side of a connection, in
+// its REQ (seen by the passive side) or REP (seen by the active side).
+type RemoteInfo struct {
+	// Addr is the peer's IP address and rdma_cm port.
+	Addr netip.AddrPort
+	// QPN is the peer's QP number; GID its device's GID; UDPPort the
+	// RoCEv2 port its device receives on.
+	QPN     uint32
+	GID     verbs.GID
+	UDPPort uint16
+	// PathMTU is the connection's path MTU (the active side's choice).
+	PathMTU verbs.MTU
+	// ResponderResources and InitiatorDepth are the peer's own: the READs
+	// and atomics it serves and issues at once.
+	ResponderResources int
+	InitiatorDepth     int
+	// RetryCount and RNRRetryCount are the REQ's (the connection's retry
+	// count, and the RNR retries the active side asks of the passive
+	// side's QP) or the REP's RNR retry count.
+	RetryCount    uint8
+	RNRRetryCount uint8
+	FlowControl   bool
+	SRQ           bool
+	// PrivateData is the REQ's (56 bytes) or REP's (196), zero-padded.
+	PrivateData []byte
+}
+
+// remoteInfo fills in what the ID knows of its peer. The caller holds
+// state.mu.
+func (id *ID) remoteInfo(c ConnParam) RemoteInfo {
+	r := RemoteInfo{Addr: id.dst, QPN: c.QPNum, GID: verbs.GIDFromAddr(id.dst.Addr()),
+		UDPPort: peerUDPPort(id.dst.Addr()), PathMTU: verbs.MTU(id.attrs.PathMTU),
+		ResponderResources: int(c.InitiatorDepth), InitiatorDepth: int(c.ResponderResources),
+		RetryCount: c.RetryCount, RNRRetryCount: c.RNRRetryCount, FlowControl: c.FlowControl, SRQ: c.SRQ,
+		PrivateData: c.PrivateData}
+	if id.req != nil {
+		r.GID = verbs.GID(id.req.Primary.LocalGID)
+	}
+	return r
+}
+
+// resolveAddress parses "host:port" (host an IP address or a name the
+// resolver knows; empty for every address) into an address and port.
+func resolveAddress(ctx context.Context, address string) ([]netip.AddrPort, error) {
+	host, ps, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, fmt.Errorf("cm: address %q: %w", address, err)
+	}
+	port, err := strconv.ParseUint(ps, 10, 16)
+	if err != nil {
+		return nil, fmt.Errorf("cm: address %q: port %q: %w", address, ps, verbs.ErrInvalidArgument)
+	}
+	if host == "" {
+		return []netip.AddrPort{netip.AddrPortFrom(netip.IPv6Unspecified(), uint16(port))}, nil
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return []netip.AddrPort{netip.AddrPortFrom(ip.Unmap(), uint16(port))}, nil
+	}
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return nil, fmt.Errorf("cm: address %q: %w", address, err)
+	}
+	out := make([]netip.AddrPort, 0, len(ips))
+	for _, ip := range ips {
+		out = append(out, netip.AddrPortFrom(ip.Unmap(), uint16(port)))
+	}
+	return out, nil
 }

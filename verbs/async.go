@@ -22,7 +22,7 @@ const (
 	EventQPFatal                                // IBV_EVENT_QP_FATAL: a QP could not report a completion (raised)
 	EventQPReqErr                               // IBV_EVENT_QP_REQ_ERR: the responder refused an invalid request (raised)
 	EventQPAccessErr                            // IBV_EVENT_QP_ACCESS_ERR: the responder refused a remote access (raised)
-	EventCommEst                                // IBV_EVENT_COMM_EST
+	EventCommEst                                // IBV_EVENT_COMM_EST: a connected QP in RTR received its first packet (raised)
 	EventSQDrained                              // IBV_EVENT_SQ_DRAINED: a QP moved to SQD with en_sqd_async_notify has drained (raised)
 	EventPathMig                                // IBV_EVENT_PATH_MIG
 	EventPathMigErr                             // IBV_EVENT_PATH_MIG_ERR
@@ -81,7 +81,7 @@ func (t AsyncEventType) String() string {
 // error events.
 type AsyncEvent struct {
 	Type AsyncEventType
-	QP   *QP  // EventQPFatal, EventQPReqErr, EventQPAccessErr, EventQPLastWQEReached
+	QP   *QP  // EventQPFatal, EventQPReqErr, EventQPAccessErr, EventQPLastWQEReached, EventCommEst
 	CQ   *CQ  // EventCQErr
 	SRQ  *SRQ // EventSRQLimitReached
 	// PortNum is the port of a port event; never set, since goroce raises

@@ -74,8 +74,8 @@ type Counters struct {
 	// IPv4 identification from their ICRC (as Linux rxe sends them), with
 	// a 16-bit check instead of the full 32; device only.
 	ICRCIDRecovered uint64
-	// DroppedUnknownQP counts packets addressed to no live RC QP of the
-	// device; device only.
+	// DroppedUnknownQP counts packets addressed to no live QP of the
+	// device (QP 1 aside: GSIDropped); device only.
 	DroppedUnknownQP uint64
 	// DroppedWrongSource counts packets for a QP from another address than
 	// its peer's; device only.
@@ -137,6 +137,15 @@ type Counters struct {
 	// took from the socket itself (DeviceConfig.BusyPoll) rather than the
 	// device's receive goroutine; device only.
 	RxPolled uint64
+	// GSIRcvd counts management datagrams QP 1 received and handed to
+	// the connection manager; device only.
+	GSIRcvd uint64
+	// GSISent counts management datagrams QP 1 sent; device only.
+	GSISent uint64
+	// GSIDropped counts packets for QP 1 dropped: not a UD SEND Only of
+	// a 256-byte MAD from QP 1 with the GSI Q_Key and the default P_Key,
+	// or no connection manager in the process to take it; device only.
+	GSIDropped uint64
 }
 
 // counterField names one field of Counters.
@@ -189,6 +198,9 @@ var counterFields = [...]counterField{
 	{"rx_gro", func(c *Counters) *uint64 { return &c.RxGRO }},
 	{"gso_fallbacks", func(c *Counters) *uint64 { return &c.GSOFallbacks }},
 	{"rx_polled", func(c *Counters) *uint64 { return &c.RxPolled }},
+	{"gsi_rcvd", func(c *Counters) *uint64 { return &c.GSIRcvd }},
+	{"gsi_sent", func(c *Counters) *uint64 { return &c.GSISent }},
+	{"gsi_dropped", func(c *Counters) *uint64 { return &c.GSIDropped }},
 }
 
 // Each calls fn with the name and value of every counter, zero or not, in
@@ -249,6 +261,9 @@ func (d *Device) Counters() Counters {
 	// include every packet they dropped.
 	c.DroppedUnknownQP = e.unknownQP.Load()
 	c.DroppedWrongSource = e.wrongSource.Load()
+	if g := d.gsi.Load(); g != nil {
+		c.GSIRcvd, c.GSISent, c.GSIDropped = g.rcvd.Load(), g.sent.Load(), g.dropped.Load()
+	}
 	n := e.conn.Counters()
 	c.SentPkts = n.TxPackets.Load()
 	c.SentBytes = n.TxBytes.Load()

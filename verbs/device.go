@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/goroce/goroce/internal/gsi"
 	"github.com/goroce/goroce/internal/netio"
 )
 
@@ -114,6 +115,10 @@ type Device struct {
 
 	stats *statsEndpoint // nil without one (NoStatsEndpoint, or it failed)
 
+	// gsi is QP 1 (gsi.go), set once the engine runs; the receive path
+	// loads it for packets that match no QP.
+	gsi atomic.Pointer[gsiPort]
+
 	// qps maps QP numbers to QPs; sync.Map loads are lock-free, which is
 	// what the receive path's dispatch by destination QPN needs.
 	qps     sync.Map // uint32 -> *QP
@@ -199,11 +204,19 @@ func open(op string, cfg DeviceConfig, faults *netio.Faults) (*Device, error) {
 		return nil, bindError(op, netip.AddrPortFrom(d.addr, d.udpPort), err)
 	}
 	d.eng = eng
+	g, err := openGSI(d)
+	if err != nil {
+		eng.stop()
+		return nil, errorf(op, "Addr", ErrInvalidArgument, "QP 1 source port: %v", err)
+	}
+	d.gsi.Store(g)
 	d.busyPoll = cfg.BusyPoll
 	if !cfg.NoStatsEndpoint {
 		// Best effort: a device without an endpoint works the same.
 		d.stats, _ = startStatsEndpoint(d)
 	}
+	// The connection manager (package cm) learns of the device here.
+	gsi.Register(g)
 	return d, nil
 }
 
@@ -432,6 +445,11 @@ func (d *Device) Close() error {
 	pds, cqs, chans, srqs, ahs := d.pds, d.cqs, d.channels, d.srqs, d.ahs
 	d.pds, d.cqs, d.channels, d.srqs, d.ahs = nil, nil, nil, nil, nil
 	d.mu.Unlock()
+	// The connection manager lets go first, while QP 1 can still tell
+	// the peers of its connections (it disconnects them as the kernel's
+	// CM does when an ID is destroyed).
+	g := d.gsi.Load()
+	gsi.Unregister(g)
 
 	// addQP checks closed under qpnMu, so once this collection holds
 	// qpnMu no QP can appear behind it.
@@ -468,6 +486,7 @@ func (d *Device) Close() error {
 	if d.stats != nil {
 		d.stats.close()
 	}
+	g.close()
 	d.eng.stop()
 	return nil
 }

@@ -119,6 +119,15 @@
 // libibverbs: an MR's IOVA is the virtual address of its buffer (or 0 with
 // AccessZeroBased), and lkey = rkey = index<<8 | key byte.
 //
+// Every device also has QP 1, the general services interface, which is
+// not a QP object: it carries the management datagrams of the
+// connection manager (package cm), as UD SEND Only packets to and from
+// QP 1 with the GSI Q_Key 0x80010000, from a constant UDP source port per
+// device (that of rxe's QP 1). A connected QP whose address vector has a
+// flow label sends from the port the kernel derives from the label
+// (rdma_get_udp_sport), as rdma_cm connections do; otherwise from the one
+// derived from both QP numbers.
+//
 // # Data movement
 //
 // A device is a software RoCEv2 NIC bound to a UDP socket. PostSend (and
@@ -168,10 +177,16 @@
 //     below its limit; the limit is disarmed.
 //   - EventQPLastWQEReached: a QP attached to an SRQ entered ERR, by Modify
 //     or by an error: no further receive of the SRQ will be consumed by it.
+//   - EventCommEst: an RC or UC QP in RTR received its first packet from
+//     its peer (IBA 11.6.3, communication established), once per
+//     connection (each move to RTR with an address vector). rxe does not
+//     raise it; hardware does. The connection manager (package cm) is
+//     told of a connection's first packet whether the QP is in RTR or
+//     already in RTS: it is how a passive side whose RTU was lost knows
+//     the connection is up.
 //
 // Requester errors are reported by completions only, as in libibverbs.
-// EventCommEst is not raised (nor is it by rxe): RTR already accepts
-// packets. Port, GID, P_Key and path migration events never occur on a
+// Port, GID, P_Key and path migration events never occur on a
 // goroce device. At most 256 events wait to be read; newer ones are
 // dropped and counted (Device.AsyncEventsDropped), so that an application
 // that ignores them cannot stall the receive path or grow its memory.
@@ -179,7 +194,8 @@
 // # Hostile peers
 //
 // The receive path takes any datagram: malformed ones, bad ICRCs, unknown
-// QPs, other sources than a QP's peer, foreign P_Keys and opcodes of
+// QPs, other sources than a QP's peer, packets for QP 1 that are not
+// well-formed management datagrams, foreign P_Keys and opcodes of
 // another transport are dropped and counted (Counters); requests outside
 // the PSN window are NAKed once (ahead) or treated as duplicates (behind)
 // and never executed twice; every memory access is checked against the

@@ -34,6 +34,13 @@ import (
 func (e *engine) HandlePacket(p *wire.Packet, from netip.AddrPort, info netio.RecvInfo) {
 	qp := e.dev.lookupQP(uint32(p.BTH.DestQP()))
 	if qp == nil {
+		if p.BTH.DestQP() == wire.GSIQPN {
+			// QP 1 is not in the QP table: only a miss pays for it.
+			if g := e.dev.gsi.Load(); g != nil {
+				g.receive(p, from, info.Local.Addr())
+				return
+			}
+		}
 		e.unknownQP.Add(1)
 		return
 	}
@@ -51,6 +58,9 @@ func (e *engine) HandlePacket(p *wire.Packet, from netip.AddrPort, info netio.Re
 		// An RC QP talks to one peer: the address its AV names.
 		e.wrongSource.Add(1)
 		return
+	}
+	if !qp.commEst {
+		e.firstPacket(qp)
 	}
 	raceSync()
 	qp.tq.HandlePacket(p, e.rxNow(), qp.outputLocked())
@@ -92,8 +102,7 @@ func (e *engine) transmitAfterBatch(qp *QP) {
 
 // handleDatagram is the receive path of a UD QP (step 4): the transport
 // writes the IP header the datagram came with into the GRH area of the
-// receive buffer. QP1 (GSI) is not a goroce QP: CM MADs count as packets
-// for an unknown QP.
+// receive buffer. QP 1 (GSI) has its own path (gsi.go).
 func (e *engine) handleDatagram(qp *QP, p *wire.Packet, from netip.AddrPort, info netio.RecvInfo) {
 	nh := transport.NetHeader{
 		Src:  from.Addr().Unmap(),

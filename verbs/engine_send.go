@@ -12,8 +12,9 @@ import (
 // The send path of the software NIC. Outbound flow:
 //
 //  1. A QP gets its UDP source port on the way to RTR (connectLocked): one
-//     per connection, derived from both QP numbers as rxe does, so all its
-//     packets follow one path; a UD QP one from its own number.
+//     per connection, derived as rxe does from the address vector's flow
+//     label or else from both QP numbers, so all its packets follow one
+//     path; a UD QP one from its own number.
 //  2. Under the QP's xmu, PostSend (post.go), a received packet
 //     (engine_recv.go) or a timer (engine_timers.go) runs the transport,
 //     which builds packets into an Output lent by the engine's pool
@@ -59,7 +60,14 @@ func (qp *QP) connectLocked(op string, a *QPAttr) error {
 		port = DefaultUDPPort
 	}
 	peer := netip.AddrPortFrom(addr.Unmap(), port)
+	// rdma_get_udp_sport: from the AV's flow label when it has one (the
+	// label rdma_cm derives from the connection's ports, so both ends
+	// of an rdma_cm connection agree), else from both QP numbers.
 	sport := netio.SourcePortForFlow(wireQPN(qp.qpn), wireQPN(a.DestQPNum))
+	if fl := a.AHAttr.FlowLabel; fl != 0 {
+		sport = netio.SourcePortForFlowLabel(fl)
+	}
+	qp.commEst = false // a new connection: its first packet raises EventCommEst
 	if qp.sender != nil && qp.peer == peer && qp.sender.Port() == sport {
 		return nil
 	}

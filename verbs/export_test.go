@@ -2,8 +2,11 @@ package verbs
 
 import (
 	"io"
+	"net/netip"
 
+	"github.com/goroce/goroce/internal/gsi"
 	"github.com/goroce/goroce/internal/transport"
+	"github.com/goroce/goroce/internal/wire"
 )
 
 // Peepholes for the black-box tests (package verbs_test): the few internal
@@ -81,7 +84,22 @@ func ForceState(qp *QP, s QPState) {
 }
 
 // QPSourcePort is the UDP source port of qp's connection.
-func QPSourcePort(qp *QP) uint16 { return qp.sender.Port() }
+func QPSourcePort(qp *QP) uint16 {
+	qp.xmu.Lock()
+	defer qp.xmu.Unlock()
+	return qp.sender.Port()
+}
+
+// GSIReceive hands p, from from, to a new QP 1 of a device at local with
+// receiver r, as the receive path does, and returns what that QP 1
+// counted and checkGSI's verdict on p (the MAD, or why not).
+func GSIReceive(p *wire.Packet, from netip.AddrPort, local netip.Addr, r gsi.Receiver) (rcvd, dropped uint64, mad []byte, err error) {
+	g := &gsiPort{dev: &Device{addr: local}}
+	g.SetReceiver(r)
+	g.receive(p, from, netip.Addr{})
+	mad, err = checkGSI(p)
+	return g.rcvd.Load(), g.dropped.Load(), mad, err
+}
 
 // QPHoldsOutput reports whether qp holds packet buffers (an idle QP gives
 // them back to the device's pool).

@@ -72,6 +72,9 @@ type QP struct {
 	inline []byte            // inline data gathering scratch
 	peer   netip.AddrPort    // the remote device, from the AV (RTR on)
 	sender *netio.Sender     // our UDP source port for this connection
+	// commEst is set once EventCommEst was raised for the connection
+	// (gsi.go); connectLocked clears it.
+	commEst bool
 
 	timerIndex int       // position in the engine's timer heap; -1 if absent; guarded by engine.tmu
 	deadline   time.Time // when the transport wants OnTimer; guarded by engine.tmu

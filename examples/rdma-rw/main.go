@@ -74,10 +74,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.SetOutput(stdout)
 	server := fs.Bool("server", false, "run the server (default: run the client)")
 	addr := fs.String("addr", "", "IP address of this side's RDMA device (required)")
-	port := fs.Int("port", 18520, "server: TCP port for connection setup (0 picks a free one)")
-	connect := fs.String("connect", "", "client: the server's host:port for connection setup")
+	port := fs.Int("port", 18520, "server: rdma_cm port to listen on (0 picks a free one)")
+	connect := fs.String("connect", "", "client: the server's host:port (its rdma_cm port)")
 	msg := fs.String("msg", "hello over RDMA", "client: the message to write")
 	size := fs.Int("size", 64<<10, "server: size of the buffer offered to the client")
+	timeout := fs.Duration("timeout", 10*time.Second, "client: how long to wait for the server to answer")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -100,7 +101,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if *msg == "" {
 		return errors.New("-msg must not be empty")
 	}
-	return runClient(ctx, stdout, ip, *connect, []byte(*msg))
+	return runClient(ctx, stdout, ip, *connect, *timeout, []byte(*msg))
 }
 
 // endpoint is what every RDMA program sets up before it can connect: a device
@@ -217,7 +218,7 @@ func runServer(ctx context.Context, stdout io.Writer, ip netip.Addr, port, size 
 
 // runClient connects to the server, writes msg into its buffer, reads it
 // back, increments its counter and checks every result.
-func runClient(ctx context.Context, stdout io.Writer, ip netip.Addr, server string, msg []byte) error {
+func runClient(ctx context.Context, stdout io.Writer, ip netip.Addr, server string, timeout time.Duration, msg []byte) error {
 	// Local memory: the message to write, room for what we read back, and
 	// room for the counter's old value that the fetch-and-add returns. Local
 	// write is what lets the device store READ and atomic results here.
@@ -234,15 +235,22 @@ func runClient(ctx context.Context, stdout io.Writer, ip netip.Addr, server stri
 	// Connect, giving up if the server does not answer in time. (Once
 	// connected, a server that vanishes makes work requests fail with a
 	// retry error after the transport's retries.)
-	dialCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	dialCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	conn, err := cm.Dial(dialCtx, server, e.qp, nil)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
+	// The connection manager pads the private data to its field's size
+	// (196 bytes in a reply; the wire carries no length): the region is
+	// its first 16 bytes.
+	pd := conn.Remote().PrivateData
+	if len(pd) < verbs.RemoteRegionSize {
+		return fmt.Errorf("the server sent %d bytes of private data, want at least %d", len(pd), verbs.RemoteRegionSize)
+	}
 	var remote verbs.RemoteRegion
-	if err := remote.UnmarshalBinary(conn.Remote().PrivateData); err != nil {
+	if err := remote.UnmarshalBinary(pd[:verbs.RemoteRegionSize]); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "client: connected to %s; its buffer: %d bytes at %#x, rkey %#x\n",

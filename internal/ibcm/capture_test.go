@@ -43,9 +43,12 @@ func TestKernelBytes(t *testing.T) {
 	// the kernel MAD agent's hi_tid (2).
 	act := New(Config{CAGUID: 0x505400fffe990002, TIDHigh: 2, IDSeed: 0x073d5972 ^ 1})
 	pas := New(Config{CAGUID: 0x505400fffe990003, TIDHigh: 2, IDSeed: 0xdf09ee72 ^ 1,
-		Listening: func(sid mad.ServiceID, from netip.Addr, pd []byte) bool {
+		Listening: func(sid mad.ServiceID, from netip.Addr, pd []byte) Verdict {
 			h, err := mad.ParseCMAHeader(pd)
-			return err == nil && sid == mad.RDMAServiceID(mad.PortSpaceTCP, 7174) && h.Dst == server
+			if err == nil && sid == mad.RDMAServiceID(mad.PortSpaceTCP, 7174) && h.Dst == server {
+				return Deliver
+			}
+			return NoListener
 		}})
 	var ao, po Output
 	expect := func(o *Output, frame int, what string) {

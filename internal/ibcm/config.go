@@ -54,13 +54,11 @@ type Config struct {
 	// random_id_operand), so that a restarted device does not reuse the
 	// comm IDs of its previous life. Pass a random value.
 	IDSeed uint32
-	// Listening decides whether a REQ or SIDR_REQ has a listener: the
-	// service ID, the sender and the private data (with rdma_cm, a
-	// mad.CMAHeader and the user's data). False answers a REQ with REJ
-	// "invalid service ID" and a SIDR_REQ with SIDR_REP "unsupported", as
-	// the kernel does without a listener. Nil listens to nothing. The
-	// private data is valid only during the call.
-	Listening func(sid mad.ServiceID, from netip.Addr, privateData []byte) bool
+	// Listening decides what becomes of a new REQ or SIDR_REQ (not a
+	// duplicate, not stale) from its service ID, sender and private data
+	// (with rdma_cm, a mad.CMAHeader and the user's data). Nil listens to
+	// nothing. The private data is valid only during the call.
+	Listening func(sid mad.ServiceID, from netip.Addr, privateData []byte) Verdict
 	// MRAServiceTimeout is the service timeout of the MRAs sent for
 	// duplicate REQs and REPs (5 bits; default 24).
 	MRAServiceTimeout uint8
@@ -74,6 +72,28 @@ type Config struct {
 	TotalTimeout   time.Duration
 	Limits         Limits
 }
+
+// Verdict is Listening's decision on a new request.
+type Verdict uint8
+
+// Verdicts.
+const (
+	// Deliver: a listener takes the request: EventConnectRequest or
+	// EventSIDRRequest.
+	Deliver Verdict = iota
+	// NoListener: nothing listens on the service ID: REJ "invalid
+	// service ID", SIDR_REP "unsupported", as the kernel's CM answers.
+	NoListener
+	// Refuse: the service ID has a listener that does not take this
+	// request (rdma_cm: the rdma_cm header's destination address matches
+	// no listener of the port): REJ "consumer defined" with local comm ID
+	// 0, SIDR_REP "rejected", what the kernel's CM sends when rdma_cm
+	// fails a request it was handed (cm_destroy_id in REQ_RCVD).
+	Refuse
+	// Drop: no answer and no record; the peer retransmits (the kernel
+	// with a full rdma_cm listen backlog).
+	Drop
+)
 
 // Limits bound what peers can make a Manager hold. Zero values select the
 // defaults.

@@ -137,6 +137,40 @@ func TestNoListener(t *testing.T) {
 	}
 }
 
+// TestListeningVerdicts: a listener that refuses a REQ (rdma_cm: no
+// listener for its address) answers REJ "consumer defined" with comm ID
+// 0 and keeps no record; one that drops it answers nothing, and the REQ
+// is retransmitted until the listener delivers it.
+func TestListeningVerdicts(t *testing.T) {
+	w, a, b := pair(t, 1)
+	b.verdict = Refuse
+	id := a.connect(b, nil)
+	w.run(time.Second)
+	ev, ok := a.last(EventRejected)
+	if !ok || ev.ID != id || ev.Reason != mad.RejectConsumer || ev.MsgRejected != mad.RespondREQ {
+		t.Fatalf("rejection %+v", ev)
+	}
+	var rej mad.REJ
+	if err := rej.Parse(w.sent[1].mad[:]); err != nil || rej.LocalCommID != 0 || rej.RemoteCommID != uint32(id) {
+		t.Errorf("REJ %+v %v", rej, err)
+	}
+	if a.m.Len() != 0 || b.m.Len() != 0 || b.count(EventConnectRequest) != 0 {
+		t.Errorf("records left: %d, %d", a.m.Len(), b.m.Len())
+	}
+
+	b.verdict = Drop
+	id = a.connect(b, nil)
+	w.run(3 * time.Second) // the first REQ and a retransmission or two
+	if b.m.Len() != 0 || b.m.Counters().Dropped < 2 || b.count(EventConnectRequest) != 0 {
+		t.Fatalf("dropping listener: %d records, %d dropped", b.m.Len(), b.m.Counters().Dropped)
+	}
+	b.verdict = Deliver
+	w.run(10 * time.Second)
+	if ev, ok := a.last(EventEstablished); !ok || ev.ID != id {
+		t.Fatalf("after the backlog cleared: %+v", ev)
+	}
+}
+
 func TestConsumerReject(t *testing.T) {
 	w, a, b := pair(t, 1)
 	b.accept = false

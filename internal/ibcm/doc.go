@@ -35,7 +35,8 @@
 //
 //	peer                        Manager                     driver
 //	REQ ──────────────────────► Config.Listening(service ID, from, private data)
-//	                              false: REJ "invalid service ID"
+//	                              NoListener: REJ "invalid service ID"
+//	                              Refuse: REJ "consumer defined"; Drop: nothing
 //	                            ──► EventConnectRequest (REQ)
 //	                                                        choose a QP
 //	                            ◄── Accept(params) returns QPAttrs

@@ -24,10 +24,11 @@ type node struct {
 	out    Output
 	events []Event
 
-	listen     bool // Listening accepts every service ID
-	accept     bool // Accept every connect request at once
-	ready      bool // Ready on every reply
-	answerDREQ bool // Disconnect on every disconnect request
+	listen     bool    // Listening has a listener for every service ID
+	verdict    Verdict // what it then decides (Deliver by default)
+	accept     bool    // Accept every connect request at once
+	ready      bool    // Ready on every reply
+	answerDREQ bool    // Disconnect on every disconnect request
 	qpn        uint32
 	attrs      map[ID]QPAttrs // the QP attributes each connection got
 }
@@ -65,7 +66,12 @@ func (w *world) addNode(addr string, guid uint64, mod func(*Config)) *node {
 	n := &node{t: w.t, w: w, addr: netip.MustParseAddr(addr), listen: true, accept: true, ready: true,
 		answerDREQ: true, qpn: 0x100 * uint32(len(w.nodes)+1), attrs: map[ID]QPAttrs{}}
 	cfg := Config{CAGUID: guid, TIDHigh: uint32(len(w.nodes) + 1), IDSeed: uint32(guid) * 2654435761,
-		Listening: func(mad.ServiceID, netip.Addr, []byte) bool { return n.listen }}
+		Listening: func(mad.ServiceID, netip.Addr, []byte) Verdict {
+			if n.listen {
+				return n.verdict
+			}
+			return NoListener
+		}}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -29,6 +29,7 @@ type Counters struct {
 	Duplicates uint64 // duplicate REQ, REP, RTU, DREQ, SIDR_REQ, MRA
 	Unmatched  uint64 // messages for no connection, or a state that ignores them
 	Limited    uint64 // requests dropped by HalfOpenPerSource or Records
+	Dropped    uint64 // requests Listening told to drop
 	Evicted    uint64 // half-open requests evicted by HalfOpen
 	Timeouts   uint64 // messages unanswered after all retransmissions
 }
@@ -170,6 +171,14 @@ func (m *Manager) scratch(a mad.AttrID) mad.Message {
 		return &m.rx.lap
 	}
 	return &m.rx.apr
+}
+
+// listening asks Config.Listening about a new request.
+func (m *Manager) listening(sid mad.ServiceID, from netip.Addr, pd []byte) Verdict {
+	if m.cfg.Listening == nil {
+		return NoListener
+	}
+	return m.cfg.Listening(sid, from, pd)
 }
 
 // lookup returns connection id if its remote comm ID is remote, as the

@@ -28,8 +28,15 @@ func (m *Manager) handleREQ(from netip.Addr, h *mad.Header, req *mad.REQ, now ti
 		m.stale(c, now, out)
 		return
 	}
-	if m.cfg.Listening == nil || !m.cfg.Listening(req.ServiceID, from, req.PrivateData) {
+	switch m.listening(req.ServiceID, from, req.PrivateData) {
+	case NoListener:
 		m.issueREJ(out, from, h.TID, 0, req.LocalCommID, mad.RespondREQ, mad.RejectInvalidServiceID)
+		return
+	case Refuse:
+		m.issueREJ(out, from, h.TID, 0, req.LocalCommID, mad.RespondREQ, mad.RejectConsumer)
+		return
+	case Drop:
+		m.counters.Dropped++
 		return
 	}
 	// Only RC and UC connect through REQ/REP; the path MTU must be an IB

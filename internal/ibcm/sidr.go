@@ -59,9 +59,17 @@ func (m *Manager) handleSIDRREQ(from netip.Addr, h *mad.Header, req *mad.SIDRREQ
 		m.counters.Duplicates++
 		return
 	}
-	if m.cfg.Listening == nil || !m.cfg.Listening(req.ServiceID, from, req.PrivateData) {
+	switch m.listening(req.ServiceID, from, req.PrivateData) {
+	case NoListener:
 		m.send(out, from, h.TID, &mad.SIDRREP{RequestID: req.RequestID, Status: mad.SIDRUnsupported,
 			ServiceID: req.ServiceID})
+		return
+	case Refuse:
+		m.send(out, from, h.TID, &mad.SIDRREP{RequestID: req.RequestID, Status: mad.SIDRReject,
+			ServiceID: req.ServiceID})
+		return
+	case Drop:
+		m.counters.Dropped++
 		return
 	}
 	if !m.admit(from, out) {

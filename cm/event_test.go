@@ -1,0 +1,353 @@
+package cm
+
+import (
+	"bytes"
+	"errors"
+	"net/netip"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/verbs"
+)
+
+// expect takes the next event of ch, which must be of type want, and
+// acknowledges it.
+func expect(t *testing.T, ch *EventChannel, want EventType) *Event {
+	t.Helper()
+	ev, err := ch.GetEvent(ctx(t))
+	if err != nil {
+		t.Fatalf("waiting for %v: %v", want, err)
+	}
+	if ev.Type != want {
+		t.Fatalf("event %v (status %d, %v), want %v", ev.Type, ev.Status, ev.Err, want)
+	}
+	if err := ev.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+// listenOn makes a listening ID on ch bound to h's address.
+func listenOn(t *testing.T, ch *EventChannel, h *host, ps PortSpace, context any) *ID {
+	t.Helper()
+	l, err := ch.CreateID(context, ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.BindAddr(netip.AddrPortFrom(h.dev.Addr(), 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Listen(0); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// resolved makes an ID on ch resolved from h to dst, its route too.
+func resolved(t *testing.T, ch *EventChannel, h *host, ps PortSpace, dst netip.AddrPort) *ID {
+	t.Helper()
+	id, err := ch.CreateID(nil, ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := id.ResolveAddr(netip.AddrPortFrom(h.dev.Addr(), 0), dst, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, ch, EventAddrResolved)
+	if id.Device() != h.dev {
+		t.Fatalf("resolved to %v", id.Device())
+	}
+	if err := id.ResolveRoute(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, ch, EventRouteResolved)
+	return id
+}
+
+// TestEventFlow runs rdma_cm's sequence with librdmacm's events on both
+// sides: resolve, connect, request, accept, established, disconnect from
+// the active side, the DREP, timewait, destroy.
+func TestEventFlow(t *testing.T) {
+	checkLeaks(t)
+	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	cha, chb := NewEventChannel(), NewEventChannel()
+	defer cha.Close()
+	defer chb.Close()
+	l := listenOn(t, chb, b, PortSpaceTCP, "the listener's")
+	ida := resolved(t, cha, a, PortSpaceTCP, l.LocalAddr())
+	r, ok := ida.Route()
+	if !ok || r.PathMTU != verbs.MTU4096 || r.HopLimit != 64 || r.DGID != verbs.GIDFromAddr(b.dev.Addr()) {
+		t.Errorf("route %+v", r)
+	}
+	qa, err := ida.CreateQP(a.pd, verbs.QPInitAttr{SendCQ: a.cq, RecvCQ: a.cq,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if qa.Type() != verbs.QPTypeRC || qa.State() != verbs.QPStateInit {
+		t.Fatalf("CreateQP: %v in %v", qa.Type(), qa.State())
+	}
+	if err := ida.Connect(&ConnParam{PrivateData: []byte("hello"), ResponderResources: 2, InitiatorDepth: 3,
+		RetryCount: 6, RNRRetryCount: 5}); err != nil {
+		t.Fatal(err)
+	}
+
+	req := expect(t, chb, EventConnectRequest)
+	idb := req.ID
+	if req.Listen != l || idb.Context() != "the listener's" || !bytes.HasPrefix(req.Conn.PrivateData, []byte("hello")) ||
+		len(req.Conn.PrivateData) != MaxConnectPrivateData || req.Conn.QPNum != qa.QPN() ||
+		req.Conn.ResponderResources != 3 || req.Conn.InitiatorDepth != 2 || req.Conn.RetryCount != 6 || req.Conn.RNRRetryCount != 5 {
+		t.Fatalf("connect request %+v", req.Conn)
+	}
+	if idb.PeerAddr() != ida.LocalAddr() || idb.LocalAddr() != l.LocalAddr() {
+		t.Errorf("request addresses %v → %v; active %v, listener %v", idb.PeerAddr(), idb.LocalAddr(), ida.LocalAddr(), l.LocalAddr())
+	}
+	qb, err := idb.CreateQP(b.pd, verbs.QPInitAttr{SendCQ: b.cq, RecvCQ: b.cq,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := idb.Accept(&ConnParam{PrivateData: []byte("welcome"), ResponderResources: MaxResponderResources,
+		InitiatorDepth: MaxInitiatorDepth, RNRRetryCount: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if qb.State() != verbs.QPStateRTS {
+		t.Fatalf("passive QP after Accept: %v", qb.State())
+	}
+	est := expect(t, cha, EventEstablished)
+	if !bytes.HasPrefix(est.Conn.PrivateData, []byte("welcome")) || est.Conn.QPNum != qb.QPN() ||
+		est.Conn.RNRRetryCount != 4 || est.Conn.ResponderResources != 2 || est.Conn.InitiatorDepth != 3 {
+		t.Fatalf("established %+v", est.Conn)
+	}
+	expect(t, chb, EventEstablished)
+
+	// The QPs got what rdma_cm gives them.
+	attrA, _, _ := qa.Query(0)
+	attrB, _, _ := qb.Query(0)
+	if attrA.DestQPNum != qb.QPN() || attrB.DestQPNum != qa.QPN() || attrA.RetryCnt != 6 || attrB.RetryCnt != 6 ||
+		attrA.RNRRetry != 4 || attrB.RNRRetry != 5 || attrA.MaxDestRdAtomic != 2 || attrB.MaxRdAtomic != 2 ||
+		attrA.MaxRdAtomic != 3 || attrB.MaxDestRdAtomic != 3 || attrA.MinRNRTimer != DefaultMinRNRTimer ||
+		attrA.Timeout != 17 || attrB.Timeout != 17 || attrA.SQPSN != attrB.RQPSN || attrB.SQPSN != attrA.RQPSN ||
+		attrA.QPAccessFlags != verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic ||
+		attrA.AHAttr.FlowLabel == 0 || attrA.AHAttr.FlowLabel != attrB.AHAttr.FlowLabel || attrA.PathMTU != verbs.MTU4096 {
+		t.Errorf("QP attributes:\n a %+v\n b %+v", attrA, attrB)
+	}
+
+	if err := ida.Disconnect(); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, chb, EventDisconnected)
+	if err := idb.Disconnect(); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, cha, EventDisconnected)
+	expect(t, cha, EventTimewaitExit)
+	expect(t, chb, EventTimewaitExit)
+	if qa.State() != verbs.QPStateErr || qb.State() != verbs.QPStateErr {
+		t.Errorf("QP states after disconnect: %v %v", qa.State(), qb.State())
+	}
+	for _, id := range []*ID{ida, idb} {
+		if err := id.DestroyQP(); err != nil {
+			t.Error(err)
+		}
+		if err := id.Destroy(); err != nil {
+			t.Error(err)
+		}
+	}
+	// The QPs CreateQP made are gone with DestroyQP.
+	for _, qp := range []*verbs.QP{qa, qb} {
+		if _, _, err := qp.Query(0); !errors.Is(err, verbs.ErrClosed) {
+			t.Errorf("QP %#x after DestroyQP: %v", qp.QPN(), err)
+		}
+	}
+	if err := l.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Destroy(); !errors.Is(err, ErrClosed) {
+		t.Errorf("second Destroy: %v", err)
+	}
+}
+
+// TestEventNoQP: IDs without QPs (an application that moves its QPs with
+// InitQPAttr): EventConnectResponse, Establish, and a passive QP that
+// becomes established by the RTU.
+func TestEventNoQP(t *testing.T) {
+	checkLeaks(t)
+	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	cha, chb := NewEventChannel(), NewEventChannel()
+	defer cha.Close()
+	defer chb.Close()
+	l := listenOn(t, chb, b, PortSpaceTCP, nil)
+	defer l.Destroy()
+	ida := resolved(t, cha, a, PortSpaceTCP, l.LocalAddr())
+	defer ida.Destroy()
+	qa, qb := a.qp(t, verbs.QPTypeRC), b.qp(t, verbs.QPTypeRC)
+	if _, _, err := ida.InitQPAttr(verbs.QPStateRTR); !errors.Is(err, verbs.ErrInvalidState) {
+		t.Errorf("RTR attributes before the REP: %v", err)
+	}
+	moveQP(t, ida, qa, verbs.QPStateInit)
+	if err := ida.Connect(&ConnParam{QPNum: qa.QPN(), ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}); err != nil {
+		t.Fatal(err)
+	}
+	req := expect(t, chb, EventConnectRequest)
+	idb := req.ID
+	defer idb.Destroy()
+	for _, s := range []verbs.QPState{verbs.QPStateInit, verbs.QPStateRTR, verbs.QPStateRTS} {
+		moveQP(t, idb, qb, s)
+	}
+	if err := idb.Accept(&ConnParam{QPNum: qb.QPN(), ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}); err != nil {
+		t.Fatal(err)
+	}
+	resp := expect(t, cha, EventConnectResponse)
+	if resp.Conn.QPNum != qb.QPN() {
+		t.Fatalf("response %+v", resp.Conn)
+	}
+	for _, s := range []verbs.QPState{verbs.QPStateInit, verbs.QPStateRTR, verbs.QPStateRTS} {
+		moveQP(t, ida, qa, s)
+	}
+	if err := ida.Establish(); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, chb, EventEstablished)
+	if _, ok := cha.TryGetEvent(); ok {
+		t.Error("an event after Establish")
+	}
+	// A WRITE works both ways: the attributes matched.
+	if err := qb.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{b.mr.SGE(0, 8)}, RDMA: verbs.RDMAParams{RemoteAddr: a.mr.IOVA(), RKey: a.mr.RKey()}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitWC(t, b.cq); wc.Status != verbs.WCSuccess {
+		t.Fatalf("WRITE %v", wc.Status)
+	}
+}
+
+// moveQP moves qp to s with the ID's attributes.
+func moveQP(t *testing.T, id *ID, qp *verbs.QP, s verbs.QPState) {
+	t.Helper()
+	attr, mask, err := id.InitQPAttr(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.Modify(&attr, mask); err != nil {
+		t.Fatalf("to %v: %v", s, err)
+	}
+}
+
+// TestEventActiveReject: the active side refuses the REP after
+// EventConnectResponse; the passive side gets EventRejected with the
+// reason and private data, its QP in ERR.
+func TestEventActiveReject(t *testing.T) {
+	checkLeaks(t)
+	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	cha, chb := NewEventChannel(), NewEventChannel()
+	defer cha.Close()
+	defer chb.Close()
+	l := listenOn(t, chb, b, PortSpaceTCP, nil)
+	defer l.Destroy()
+	ida := resolved(t, cha, a, PortSpaceTCP, l.LocalAddr())
+	defer ida.Destroy()
+	if err := ida.Connect(&ConnParam{QPNum: 0x1234}); err != nil {
+		t.Fatal(err)
+	}
+	idb := expect(t, chb, EventConnectRequest).ID
+	defer idb.Destroy()
+	qb, err := idb.CreateQP(b.pd, verbs.QPInitAttr{SendCQ: b.cq, RecvCQ: b.cq,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idb.DestroyQP()
+	if err := idb.Accept(nil); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, cha, EventConnectResponse)
+	if err := ida.Reject([]byte("changed my mind")); err != nil {
+		t.Fatal(err)
+	}
+	ev := expect(t, chb, EventRejected)
+	var rej *RejectError
+	if ev.Status != int(RejectConsumer) || !errors.As(ev.Err, &rej) || !bytes.HasPrefix(ev.Conn.PrivateData, []byte("changed my mind")) {
+		t.Fatalf("rejection: status %d, %v, %q", ev.Status, ev.Err, ev.Conn.PrivateData)
+	}
+	if qb.State() != verbs.QPStateErr {
+		t.Errorf("passive QP %v", qb.State())
+	}
+}
+
+// TestEventStatuses: the errno statuses of failures, for C code.
+func TestEventStatuses(t *testing.T) {
+	checkLeaks(t)
+	a := newHost(t, "127.0.2.1")
+	ch := NewEventChannel()
+	defer ch.Close()
+	id, _ := ch.CreateID(nil, PortSpaceTCP)
+	defer id.Destroy()
+	if err := id.ResolveAddr(netip.AddrPortFrom(a.dev.Addr(), 0), netip.MustParseAddrPort("192.0.2.7:1"), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ev := expect(t, ch, EventAddrError)
+	if ev.Status != -int(syscall.ENETUNREACH) || !errors.Is(ev.Err, ErrNoRoute) {
+		t.Errorf("ADDR_ERROR status %d, %v", ev.Status, ev.Err)
+	}
+	// Still bound: a reachable address resolves.
+	if err := id.ResolveAddr(netip.AddrPort{}, netip.MustParseAddrPort("127.0.2.98:1"), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, ch, EventAddrResolved)
+	if err := id.ResolveRoute(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, ch, EventRouteResolved)
+	if err := id.SetCMTimeouts(8, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := id.Connect(&ConnParam{QPNum: 0x55}); err != nil {
+		t.Fatal(err)
+	}
+	ev = expect(t, ch, EventUnreachable)
+	if ev.Status != -int(syscall.ETIMEDOUT) || !errors.Is(ev.Err, ErrTimeout) {
+		t.Errorf("UNREACHABLE status %d, %v", ev.Status, ev.Err)
+	}
+	if ev.Type.String() != "UNREACHABLE" {
+		t.Error("no name")
+	}
+}
+
+// TestDestroyWaitsForAck: Destroy returns once the events GetEvent
+// handed out are acknowledged, as rdma_destroy_id.
+func TestDestroyWaitsForAck(t *testing.T) {
+	checkLeaks(t)
+	a := newHost(t, "127.0.2.1")
+	ch := NewEventChannel()
+	defer ch.Close()
+	id, _ := ch.CreateID(nil, PortSpaceTCP)
+	if err := id.ResolveAddr(netip.AddrPortFrom(a.dev.Addr(), 0), netip.MustParseAddrPort("127.0.2.1:9"), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := ch.GetEvent(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	destroyed := make(chan struct{})
+	go func() {
+		_ = id.Destroy()
+		close(destroyed)
+	}()
+	select {
+	case <-destroyed:
+		t.Fatal("Destroy returned with an event unacknowledged")
+	case <-time.After(50 * time.Millisecond):
+	}
+	if err := ch.Close(); !errors.Is(err, verbs.ErrBusy) && err != nil {
+		t.Errorf("Close with an ID being destroyed: %v", err)
+	}
+	if err := ev.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	<-destroyed
+	if err := ev.Ack(); err == nil {
+		t.Error("a second Ack succeeded")
+	}
+}

@@ -1,0 +1,62 @@
+package cm
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/verbs"
+)
+
+// TestTimeoutSilentPeer: a Dial to an address where nothing answers ends
+// with ErrTimeout (ETIMEDOUT) once the REQ's retransmissions run out,
+// leaving nothing behind; a context that ends first wins.
+func TestTimeoutSilentPeer(t *testing.T) {
+	checkLeaks(t)
+	a := newHost(t, "127.0.2.1")
+	start := time.Now()
+	_, err := Dial(ctx(t), "127.0.2.99:7174", a.qp(t, verbs.QPTypeRC), &Params{CMResponseTimeout: 8, MaxCMRetries: 1})
+	if !errors.Is(err, ErrTimeout) || !errors.Is(err, syscall.ETIMEDOUT) {
+		t.Fatalf("Dial to a silent address: %v", err)
+	}
+	t.Logf("timed out after %v", time.Since(start))
+	c := agentOf(t, a.dev).counters()
+	if c.Sent[0] != 1 || c.Resent != 1 || c.Timeouts != 1 || records(a.dev) != 0 {
+		t.Errorf("CM: %d REQ sent, %d resent, %d timeouts, %d records", c.Sent[0], c.Resent, c.Timeouts, records(a.dev))
+	}
+
+	short, cancel := context.WithTimeout(ctx(t), 100*time.Millisecond)
+	defer cancel()
+	_, err = Dial(short, "127.0.2.99:7174", a.qp(t, verbs.QPTypeRC), nil)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Dial with a 100 ms context: %v", err)
+	}
+	if records(a.dev) != 0 {
+		t.Errorf("%d records after the context ended", records(a.dev))
+	}
+}
+
+// TestNoRoute: no route from the device's address to the peer's is
+// ErrNoRoute (ENETUNREACH) before anything is sent.
+func TestNoRoute(t *testing.T) {
+	checkLeaks(t)
+	a := newHost(t, "127.0.2.1")
+	_, err := Dial(ctx(t), "192.0.2.77:7174", a.qp(t, verbs.QPTypeRC), nil)
+	if !errors.Is(err, ErrNoRoute) || !errors.Is(err, syscall.ENETUNREACH) {
+		t.Fatalf("Dial from loopback to 192.0.2.77: %v", err)
+	}
+	if c := agentOf(t, a.dev).counters(); c.Sent[0] != 0 {
+		t.Errorf("%d REQs sent", c.Sent[0])
+	}
+}
+
+// TestNoDevice: binding an address no goroce device has is ErrNoDevice.
+func TestNoDevice(t *testing.T) {
+	checkLeaks(t)
+	_, err := Listen("127.0.2.50:7000")
+	if !errors.Is(err, ErrNoDevice) || !errors.Is(err, syscall.ENODEV) {
+		t.Fatalf("Listen on an address without a device: %v", err)
+	}
+}

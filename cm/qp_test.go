@@ -1,0 +1,262 @@
+package cm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+
+	"github.com/goroce/goroce/internal/mad"
+	"github.com/goroce/goroce/verbs"
+)
+
+// initWithRecv moves qp to INIT with no remote rights and posts a
+// receive into buf's first 64 bytes.
+func initWithRecv(t *testing.T, h *host, qp *verbs.QP, wrid uint64) {
+	t.Helper()
+	if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1},
+		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.PostRecv(&verbs.RecvWR{WRID: wrid, SGList: []verbs.SGE{h.mr.SGE(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPrepostedReceives: QPs handed over in INIT, without remote rights
+// and with receives posted, keep their receives and get the connection's
+// rights: each side SENDs the moment its call returns, and a WRITE (which
+// needs REMOTE_WRITE) lands.
+func TestPrepostedReceives(t *testing.T) {
+	checkLeaks(t)
+	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	l, err := Listen(b.at(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	qa, qb := a.qp(t, verbs.QPTypeRC), b.qp(t, verbs.QPTypeRC)
+	initWithRecv(t, a, qa, 10)
+	initWithRecv(t, b, qb, 20)
+	send := func(h *host, qp *verbs.QP, msg string) error {
+		copy(h.buf[1024:], msg)
+		return qp.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
+			SGList: []verbs.SGE{h.mr.SGE(1024, len(msg))}})
+	}
+	go func() {
+		req, err := l.Accept(ctx(t))
+		if err != nil {
+			return
+		}
+		if c, err := req.Accept(ctx(t), qb, nil); err == nil {
+			_ = send(b, qb, "from b")
+			<-c.Done()
+			_ = c.Close()
+		}
+	}()
+	ca, err := Dial(ctx(t), l.Addr().String(), qa, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := send(a, qa, "from a"); err != nil {
+		t.Fatal(err)
+	}
+	got := map[uint64]string{}
+	for len(got) < 2 {
+		wc := waitWC(t, a.cq)
+		if wc.Status != verbs.WCSuccess {
+			t.Fatalf("a: %+v", wc)
+		}
+		if wc.Opcode == verbs.WCRecv {
+			got[wc.WRID] = string(a.buf[:wc.ByteLen])
+		} else {
+			got[0] = "sent"
+		}
+	}
+	if got[10] != "from b" {
+		t.Errorf("a received %q", got[10])
+	}
+	if wc := waitWC(t, b.cq); wc.Status != verbs.WCSuccess {
+		t.Fatalf("b: %+v", wc)
+	}
+	attr, _, _ := qa.Query(0)
+	if attr.QPAccessFlags&verbs.AccessRemoteWrite == 0 {
+		t.Errorf("a's rights after the connection: %v", attr.QPAccessFlags)
+	}
+	if err := qa.PostSend(&verbs.SendWR{WRID: 3, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.mr.SGE(1024, 6)}, RDMA: verbs.RDMAParams{RemoteAddr: b.mr.IOVA() + 2048, RKey: b.mr.RKey()}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		wc := waitWC(t, a.cq)
+		if wc.WRID == 3 {
+			if wc.Status != verbs.WCSuccess || !bytes.Equal(b.buf[2048:2054], []byte("from a")) {
+				t.Fatalf("WRITE %+v", wc)
+			}
+			break
+		}
+	}
+	_ = ca.Close()
+}
+
+// TestSameDevice: both ends on one device (as rdma-core's tests run
+// their players), over IPv4 and over IPv6's ::1.
+func TestSameDevice(t *testing.T) {
+	for _, addr := range []string{"127.0.2.3", "::1"} {
+		t.Run(addr, func(t *testing.T) {
+			checkLeaks(t)
+			h := newHostConfig(t, verbs.DeviceConfig{Addr: netip.MustParseAddr(addr)})
+			l, err := Listen(h.at(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			qa, qb := h.qp(t, verbs.QPTypeRC), h.qp(t, verbs.QPTypeRC)
+			done := acceptOne(t, l, qb, &Params{PrivateData: []byte("same")})
+			ca, err := Dial(ctx(t), l.Addr().String(), qa, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := <-done
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if !bytes.HasPrefix(ca.Remote().PrivateData, []byte("same")) || ca.Remote().QPN != qb.QPN() ||
+				r.conn.Remote().Addr.Addr() != h.dev.Addr() {
+				t.Errorf("remote %+v / %+v", ca.Remote(), r.conn.Remote())
+			}
+			if err := qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+				SGList: []verbs.SGE{h.mr.SGE(0, 8)}, RDMA: verbs.RDMAParams{RemoteAddr: h.mr.IOVA() + 100, RKey: h.mr.RKey()}}); err != nil {
+				t.Fatal(err)
+			}
+			if wc := waitWC(t, h.cq); wc.Status != verbs.WCSuccess {
+				t.Fatalf("WRITE %+v", wc)
+			}
+			_ = ca.Close()
+			<-r.conn.Done()
+			eventually(t, "timewait", func() bool { return records(h.dev) == 0 })
+		})
+	}
+}
+
+// TestDeviceRemoval: closing a device ends its connections: the local
+// Conn with ErrDeviceRemoved, the peer's with ErrDisconnected (the CM
+// sends a DREQ as it goes); a listener on it returns ErrDeviceRemoved.
+func TestDeviceRemoval(t *testing.T) {
+	checkLeaks(t)
+	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	ca, cb, _, _ := dialPair(t, a, b, nil, nil)
+	l, err := Listen(a.at(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.dev.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*Conn{ca, cb} {
+		select {
+		case <-c.Done():
+		case <-ctx(t).Done():
+			t.Fatal("a connection did not end")
+		}
+	}
+	if !errors.Is(ca.Err(), ErrDeviceRemoved) || !errors.Is(cb.Err(), ErrDisconnected) {
+		t.Errorf("errors: %v, %v", ca.Err(), cb.Err())
+	}
+	if _, err := l.Accept(ctx(t)); !errors.Is(err, ErrDeviceRemoved) {
+		t.Errorf("Accept on a closed device's listener: %v", err)
+	}
+	_ = l.Close()
+	_ = cb.Close()
+	_ = ca.Close()
+}
+
+// TestBacklog: a listener holds at most its backlog of requests not yet
+// taken; the next REQ is dropped unanswered, and its retransmission gets
+// through once Accept made room.
+func TestBacklog(t *testing.T) {
+	checkLeaks(t)
+	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	l, err := ListenConfig{Backlog: 1}.Listen(context.Background(), b.at(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	p := &Params{CMResponseTimeout: 12} // REQs retransmitted every ~0.5 s
+	type result struct {
+		c   *Conn
+		err error
+	}
+	dials := make(chan result, 2)
+	for range 2 {
+		qa := a.qp(t, verbs.QPTypeRC)
+		go func() {
+			c, err := Dial(ctx(t), l.Addr().String(), qa, p)
+			dials <- result{c, err}
+		}()
+	}
+	ab := agentOf(t, b.dev)
+	eventually(t, "a dropped REQ", func() bool { return ab.counters().Dropped > 0 })
+	for range 2 {
+		req, err := l.Accept(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		qb := b.qp(t, verbs.QPTypeRC)
+		go func() {
+			if c, err := req.Accept(ctx(t), qb, nil); err == nil {
+				<-c.Done()
+				_ = c.Close()
+			}
+		}()
+	}
+	for range 2 {
+		r := <-dials
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		_ = r.c.Close()
+	}
+}
+
+// TestRTULost: when the RTU is lost, the passive side's connection is
+// established by its QP's first packet (EventCommEst), not by the REP's
+// retransmission.
+func TestRTULost(t *testing.T) {
+	checkLeaks(t)
+	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	drop := func(_ netip.AddrPort, m []byte) bool {
+		h, err := mad.ParseCMHeader(m)
+		return err == nil && h.AttrID == mad.AttrRTU
+	}
+	rxFilter.Store(&drop)
+	defer rxFilter.Store(nil)
+	l, err := Listen(b.at(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	qa, qb := a.qp(t, verbs.QPTypeRC), b.qp(t, verbs.QPTypeRC)
+	initWithRecv(t, b, qb, 1)
+	done := acceptOne(t, l, qb, nil)
+	// The REQ's response timeout sets the REP's retransmission period: 22
+	// is 16 s, longer than this test waits, so only the first packet can
+	// establish the passive side.
+	ca, err := Dial(ctx(t), l.Addr().String(), qa, &Params{CMResponseTimeout: 22})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ca.Close()
+	if err := qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SGList: []verbs.SGE{a.mr.SGE(0, 4)}}); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.conn.Close()
+	if c := agentOf(t, b.dev).counters(); c.Received[4] != 0 || c.Resent != 0 {
+		t.Errorf("passive CM received %d RTUs, resent %d MADs: want the first packet to establish", c.Received[4], c.Resent)
+	}
+}
