@@ -42,10 +42,11 @@ type CQ struct {
 	head     int // oldest completion
 	count    int // completions in the ring
 	arm      cqArm
-	overruns uint64 // completions dropped because the ring was full
-	overrun  bool   // the CQ overran: it is in error and accepts nothing
-	users    int    // QPs sending or receiving into this CQ
-	wait     cqWait // goroutines blocked in Wait (wait.go)
+	overruns uint64         // completions dropped because the ring was full
+	overrun  bool           // the CQ overran: it is in error and accepts nothing
+	users    int            // QPs sending or receiving into this CQ
+	wait     cqWait         // goroutines blocked in Wait (wait.go)
+	sink     CompletionSink // takes completions in place of ring (cq_sink.go)
 
 	// Completion-channel state, guarded by ch.mu.
 	evPending   int  // events queued on the channel for this CQ
@@ -159,8 +160,9 @@ func (cq *CQ) push(wc WorkCompletion, solicited bool) (overflow bool) {
 	if cq.closed {
 		return true
 	}
+	wc.Solicited = solicited
 	size := len(cq.ring)
-	if cq.overrun || cq.count == size {
+	if cq.overrun || (cq.sink == nil && cq.count == size) || (cq.sink != nil && !cq.sink.DeliverCompletion(wc)) {
 		cq.overruns++
 		if !cq.overrun {
 			cq.overrun = true
@@ -168,9 +170,11 @@ func (cq *CQ) push(wc WorkCompletion, solicited bool) (overflow bool) {
 		}
 		return true
 	}
-	cq.ring[(cq.head+cq.count)%size] = wc
-	cq.count++
-	cq.wakeWaiterLocked()
+	if cq.sink == nil {
+		cq.ring[(cq.head+cq.count)%size] = wc
+		cq.count++
+		cq.wakeWaiterLocked()
+	}
 	// A solicited-only request is also satisfied by an unsuccessful
 	// completion (the IBA's Request Completion Notification rule), so a
 	// consumer sleeping on solicited events learns of errors.
