@@ -265,3 +265,88 @@ func TestPostRecvListStopsAtTheBadRequest(t *testing.T) {
 		t.Fatalf("PostRecvList(nil) = %d, %v", n, err)
 	}
 }
+
+// feederFunc is a verbs.RecvFeeder.
+type feederFunc func()
+
+func (f feederFunc) FeedRecv() { f() }
+
+// openUDFeederEnd opens a device with a UD QP in RTS whose RecvFeeder is
+// feed (may be nil).
+func openUDFeederEnd(t *testing.T, addr string, feed func(*sinkEnd)) *sinkEnd {
+	t.Helper()
+	dev, err := verbs.Open(verbs.DeviceConfig{Addr: netip.MustParseAddr(addr)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	e := &sinkEnd{dev: dev, buf: make([]byte, 8192)}
+	if e.pd, err = dev.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if e.mr, err = e.pd.RegMR(e.buf, verbs.AccessLocalWrite); err != nil {
+		t.Fatal(err)
+	}
+	if e.cq, err = dev.CreateCQ(8, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	init := verbs.QPInitAttr{QPType: verbs.QPTypeUD, SendCQ: e.cq, RecvCQ: e.cq,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	if feed != nil {
+		init.RecvFeeder = feederFunc(func() { feed(e) })
+	}
+	if e.qp, err = e.pd.CreateQP(init); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []struct {
+		attr verbs.QPAttr
+		mask verbs.QPAttrMask
+	}{
+		{verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QKey: 0x11111111},
+			verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey},
+		{verbs.QPAttr{QPState: verbs.QPStateRTR}, verbs.QPAttrState},
+		{verbs.QPAttr{QPState: verbs.QPStateRTS}, verbs.QPAttrState | verbs.QPAttrSQPSN},
+	} {
+		if err := e.qp.Modify(&s.attr, s.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+// A datagram finds no receive posted on the QP, but its RecvFeeder posts
+// one before the QP handles it: the datagram is received, not dropped.
+func TestRecvFeederPostsBeforeTheMessageIsHandled(t *testing.T) {
+	var mu sync.Mutex
+	queued := []uint64{77}
+	rcv := openUDFeederEnd(t, "127.0.1.37", func(e *sinkEnd) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range queued {
+			if err := e.qp.PostRecv(&verbs.RecvWR{WRID: id, SGList: []verbs.SGE{e.mr.SGE(0, 40+64)}}); err != nil {
+				t.Error(err)
+			}
+		}
+		queued = nil
+	})
+	snd := openUDFeederEnd(t, "127.0.1.38", nil)
+	gid, _ := rcv.dev.QueryGID(1, 1)
+	ah, err := snd.pd.CreateAH(verbs.AddressVector{DGID: gid, SGIDIndex: 1, HopLimit: 64, IsGlobal: true, PortNum: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(snd.buf, "fed")
+	if err := snd.qp.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SGList: []verbs.SGE{snd.mr.SGE(0, 3)},
+		UD: verbs.UDParams{AH: ah, RemoteQPN: rcv.qp.QPN(), RemoteQKey: 0x11111111}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wc := make([]verbs.WorkCompletion, 1)
+	if _, err := rcv.cq.Wait(ctx, wc); err != nil {
+		t.Fatalf("the datagram was not received: %v", err)
+	}
+	if wc[0].WRID != 77 || wc[0].Status != verbs.WCSuccess || string(rcv.buf[40:43]) != "fed" {
+		t.Fatalf("completion %+v, payload %q", wc[0], rcv.buf[40:43])
+	}
+}
