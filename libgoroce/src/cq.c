@@ -59,9 +59,11 @@ GR_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 		return EBUSY;
 	}
 	pthread_mutex_unlock(&channel->context->mutex);
-	if (!ctx->stale)
+	if (!gr_gone(ctx))
 		err = gr_call(ctx, GR_OP_DESTROY_CHANNEL, &req, sizeof(req), NULL, 0, NULL, 0, NULL,
 			      0, NULL, 0);
+	if (err && gr_gone(ctx))
+		err = 0; /* the daemon is gone, and the object with it */
 	if (err)
 		return err;
 	close(channel->fd);
@@ -217,9 +219,11 @@ GR_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 	struct gr_handle req = {.handle = cq->handle};
 	int err = 0;
 
-	if (!ctx->stale)
+	if (!gr_gone(ctx))
 		err = gr_call(ctx, GR_OP_DESTROY_CQ, &req, sizeof(req), NULL, 0, NULL, 0, NULL, 0,
 			      NULL, 0);
+	if (err && gr_gone(ctx))
+		err = 0; /* the daemon is gone, and the object with it */
 	if (err)
 		return err;
 	gr_obj_del(ctx, &cq->obj);
@@ -248,6 +252,11 @@ GR_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
  */
 #define GR_SPIN_POLLS 64
 
+/* Every GR_ALIVE_POLLS empty polls in a row, a poll also looks whether the
+ * daemon is still there (one poll() of the control socket), so that a
+ * program waiting for a completion that will never come gets an error. */
+#define GR_ALIVE_POLLS 4096
+
 static int poll_yield = -1;
 
 void gr_empty_poll(struct gr_cq *cq)
@@ -257,8 +266,11 @@ void gr_empty_poll(struct gr_cq *cq)
 
 		poll_yield = !(e && strcmp(e, "0") == 0);
 	}
-	if (poll_yield && ++cq->empty_polls > GR_SPIN_POLLS)
+	++cq->empty_polls;
+	if (poll_yield && cq->empty_polls > GR_SPIN_POLLS)
 		sched_yield();
+	if (unlikely(cq->empty_polls % GR_ALIVE_POLLS == 0))
+		gr_check_daemon(to_ctx(cq->cq.context));
 }
 
 int gr_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc)
@@ -283,8 +295,12 @@ int gr_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc)
 		__atomic_store_n(&cq->hdr->cons, cons, __ATOMIC_RELEASE);
 	}
 	pthread_spin_unlock(&cq->lock);
-	if (!n)
+	if (!n) {
 		gr_empty_poll(cq);
+		/* What the ring holds is returned first, then the error. */
+		if (unlikely(gr_gone(to_ctx(ibcq->context))))
+			return -1;
+	}
 	return n;
 }
 
@@ -293,7 +309,7 @@ int gr_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 	struct gr_cq *cq = (struct gr_cq *)ibcq;
 	uint32_t none = 0;
 
-	if (unlikely(to_ctx(ibcq->context)->stale))
+	if (unlikely(gr_gone(to_ctx(ibcq->context))))
 		return EIO;
 	/* Ordered before the application's next poll: either the daemon
 	 * sees the request, or the poll sees the completion. A request for

@@ -46,7 +46,7 @@ static int start_poll(struct ibv_cq_ex *c, struct ibv_poll_cq_attr *attr)
 	if (set_current(cq)) {
 		pthread_spin_unlock(&cq->lock);
 		gr_empty_poll(cq);
-		return ENOENT;
+		return gr_gone(to_ctx(c->context)) ? EIO : ENOENT;
 	}
 	cq->polling = 1;
 	cq->empty_polls = 0;

@@ -46,9 +46,11 @@ GR_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 	}
 	if (__atomic_load_n(&p->parents, __ATOMIC_RELAXED))
 		return EBUSY;
-	if (!ctx->stale)
+	if (!gr_gone(ctx))
 		err = gr_call(ctx, GR_OP_DEALLOC_PD, &req, sizeof(req), NULL, 0, NULL, 0, NULL, 0,
 			      NULL, 0);
+	if (err && gr_gone(ctx))
+		err = 0; /* the daemon is gone, and the object with it */
 	if (!err)
 		free(container_of(pd, struct gr_pd, pd));
 	return err;
@@ -190,8 +192,10 @@ GR_EXPORT int ibv_dereg_mr(struct ibv_mr *ibmr)
 			free(mr);
 		return err;
 	}
-	err = gr_call(ctx, GR_OP_DEREG_MR, &req, sizeof(req), NULL, 0, NULL, 0, NULL, 0, NULL, 0);
-	if (err)
+	err = gr_gone(ctx) ? 0 :
+			     gr_call(ctx, GR_OP_DEREG_MR, &req, sizeof(req), NULL, 0, NULL, 0, NULL, 0,
+				     NULL, 0);
+	if (err && !gr_gone(ctx))
 		return err;
 	if (mr->access & IBV_ACCESS_ON_DEMAND)
 		forget_odp(ctx, mr);

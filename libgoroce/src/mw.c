@@ -47,9 +47,11 @@ int gr_dealloc_mw(struct ibv_mw *mw)
 	struct gr_handle req = {.handle = mw->handle};
 	int err = 0;
 
-	if (!ctx->stale)
+	if (!gr_gone(ctx))
 		err = gr_call(ctx, GR_OP_DEALLOC_MW, &req, sizeof(req), NULL, 0, NULL, 0, NULL, 0,
 			      NULL, 0);
+	if (err && gr_gone(ctx))
+		err = 0; /* the daemon is gone, and the object with it */
 	if (!err)
 		free(mw);
 	return err;
@@ -64,7 +66,7 @@ int gr_bind_mw(struct ibv_qp *ibqp, struct ibv_mw *mw, struct ibv_mw_bind *bind)
 	uint32_t rkey = ibv_inc_rkey(mw->rkey);
 	int err;
 
-	if (to_ctx(ibqp->context)->stale)
+	if (gr_gone(to_ctx(ibqp->context)))
 		return EIO;
 	if (bind->bind_info.mw_access_flags & IBV_ACCESS_ZERO_BASED)
 		return EINVAL; /* a type 1 window cannot be zero-based */

@@ -239,7 +239,7 @@ int gr_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr
 	uint64_t start;
 	int err = 0;
 
-	if (unlikely(to_ctx(ibqp->context)->stale)) {
+	if (unlikely(gr_gone(to_ctx(ibqp->context)))) {
 		*bad = wr;
 		return EIO;
 	}
@@ -322,9 +322,9 @@ int gr_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr
 {
 	struct gr_qp *qp = container_of(ibqp, struct gr_qp, qpx.qp_base);
 
-	if (unlikely(to_ctx(ibqp->context)->stale) || ibqp->srq || ibqp->state == IBV_QPS_RESET) {
+	if (unlikely(gr_gone(to_ctx(ibqp->context))) || ibqp->srq || ibqp->state == IBV_QPS_RESET) {
 		*bad = wr;
-		return to_ctx(ibqp->context)->stale ? EIO : EINVAL;
+		return gr_gone(to_ctx(ibqp->context)) ? EIO : EINVAL;
 	}
 	return post_recv_list(to_ctx(ibqp->context), &qp->rq, qp->db, wr, bad);
 }
@@ -333,7 +333,7 @@ int gr_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ibv_r
 {
 	struct gr_srq *srq = container_of(ibsrq, struct gr_srq, srq);
 
-	if (unlikely(to_ctx(ibsrq->context)->stale)) {
+	if (unlikely(gr_gone(to_ctx(ibsrq->context)))) {
 		*bad = wr;
 		return EIO;
 	}

@@ -98,7 +98,7 @@ static void wr_start(struct ibv_qp_ex *qpx)
 
 	pthread_spin_lock(&qp->sq.lock);
 	qp->ex.n = 0;
-	qp->ex.err = to_ctx(qpx->qp_base.context)->stale ? EIO : 0;
+	qp->ex.err = gr_gone(to_ctx(qpx->qp_base.context)) ? EIO : 0;
 	qp->ex.cur = NULL;
 }
 

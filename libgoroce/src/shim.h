@@ -50,6 +50,8 @@ struct gr_context {
 	int sock;
 	pthread_mutex_t call_mu; /* one request at a time on sock */
 	int stale;		 /* inherited across fork: unusable */
+	int dead;		 /* the daemon went away (gr_check_daemon) */
+	int fatal_reported;	 /* IBV_EVENT_DEVICE_FATAL returned */
 	struct gr_open_resp dev;
 	uint32_t ifindex[GR_MAX_GIDS]; /* the netdev of each GID */
 	pthread_mutex_t obj_mu;
@@ -63,6 +65,15 @@ static inline struct gr_context *to_ctx(struct ibv_context *c)
 {
 	return container_of(c, struct gr_context, vctx.context);
 }
+
+/* gr_gone reports a context whose verbs can no longer reach the daemon: the
+ * parent's, in a child of fork, or one whose daemon died. */
+static inline int gr_gone(struct gr_context *c)
+{
+	return c->stale || __atomic_load_n(&c->dead, __ATOMIC_RELAXED);
+}
+
+void gr_check_daemon(struct gr_context *ctx);
 
 /* Send a request on the context's connection; returns 0 or an errno. */
 int gr_call(struct gr_context *ctx, uint32_t op, const void *req, size_t reqlen,
