@@ -164,7 +164,9 @@ END {
 # scenario) with no answer from rxe covering the PSN (T), and how many
 # before the timer or after such an answer (E, also listed on stderr). An
 # answer captured less than 1 ms before a retransmission may have crossed
-# it on the wire and does not count.
+# it on the wire and does not count; copies of one PSN less than 1 ms apart
+# are one transmission (goroce sends the head of a retry round three times,
+# and a READ resumed mid-message has a PSN no earlier request carried).
 # shellcheck disable=SC2016 # an awk program: no shell expansion wanted
 GOROCE_RETRANSMISSIONS_AWK='
 function hex(s,   i, n) {
@@ -178,7 +180,10 @@ $4 == "→" && $6 == "RC" && $9 ~ /^psn=0x/ {
     split($3, sp, ":"); src = sp[1]; port = sp[2]
     psn = hex(substr($9, 7)); op = $7; t = $2 + 0
     if (src != rxe && !response(op)) {
-        if (!((port, psn) in first)) { first[port, psn] = t; next }
+        if (!((port, psn) in first)) { first[port, psn] = t; last[port, psn] = t; next }
+        # the head of a retry round leaves up to three times in a row
+        if (t - last[port, psn] < 0.001) { last[port, psn] = t; next }
+        last[port, psn] = t
         if ((port in answered) && psn_ge(answered[port], psn) && answeredAt[port] < t - 0.001 || t - first[port, psn] < 0.060) {
             early++; print "goroce resent a request before its timer or after rxe answered it: " $0 > "/dev/stderr"
         } else timely++
@@ -473,8 +478,9 @@ host_server() {
     finish "$name" "$f" "$check" "$hrc" "$vrc" $((SECONDS - t0))
 }
 
-# clock_failed NAME FILE VM-STATUS: the rxe side failed only because
-# perftest could not calibrate its cycle counter: it times gettimeofday
+# clock_failed NAME FILE VM-STATUS: the rxe side (or the host's perftest of
+# a libgoroce scenario) failed only because perftest could not calibrate its
+# cycle counter: it times gettimeofday
 # against the TSC at report time and gives up ("Correlation coefficient
 # r^2: ... < 0.9") when the VM (TCG) is descheduled meanwhile on a busy
 # host, after the traffic went through. The bandwidth tests then print
@@ -486,12 +492,14 @@ clock_failed() {
     local name=$1 f=$2 vrc=$3 log=$LOGS/$2.vm.log
     if [ "$vrc" != 0 ] && grep -q "^Can't produce a report" "$log"; then
         :
+    elif grep -q "^Can't produce a report" "$LOGS/$f.host.log"; then
+        : # perftest on the host, through libgoroce, failed the same way
     elif grep -q "^Correlation coefficient r^2: .* < 0.9" "$log" && grep -Eq "^ *[0-9]+ +[0-9]+ +inf " "$log"; then
         :
     else
         return 1
     fi
-    log "$name: rxe's perftest could not calibrate its clock (host load); running it again"
+    log "$name: a perftest could not calibrate its clock (host load); running it again"
     mv "$LOGS/$f.host.log" "$LOGS/$f.attempt1.host.log"
     mv "$LOGS/$f.vm.log" "$LOGS/$f.attempt1.vm.log"
     return 0
