@@ -46,11 +46,12 @@ type CQ struct {
 	head     int // oldest completion
 	count    int // completions in the ring
 	arm      cqArm
-	overruns uint64     // completions dropped because the ring was full
-	overrun  bool       // the CQ overran: it is in error and accepts nothing
-	users    int        // QPs sending or receiving into this CQ
-	wait     cqWait     // goroutines blocked in Wait (wait.go)
-	claims   []*cqClaim // PostSendWait calls waiting for their completion (postwait.go)
+	overruns uint64         // completions dropped because the ring was full
+	overrun  bool           // the CQ overran: it is in error and accepts nothing
+	users    int            // QPs sending or receiving into this CQ
+	wait     cqWait         // goroutines blocked in Wait (wait.go)
+	sink     CompletionSink // takes completions in place of ring (cq_sink.go)
+	claims   []*cqClaim     // PostSendWait calls waiting for their completion (postwait.go)
 	claimSeq uint64
 
 	// Completion-channel state, guarded by ch.mu.
@@ -165,12 +166,13 @@ func (cq *CQ) push(wc WorkCompletion, solicited bool) (overflow bool) {
 	if cq.closed {
 		return true
 	}
+	wc.Solicited = solicited
 	// A PostSendWait's completion goes to it, needing no room in the ring.
 	if len(cq.claims) > 0 && cq.claimedLocked(&wc) {
 		return false
 	}
 	size := len(cq.ring)
-	if cq.overrun || cq.count == size {
+	if cq.overrun || (cq.sink == nil && cq.count == size) || (cq.sink != nil && !cq.sink.DeliverCompletion(wc)) {
 		cq.overruns++
 		if !cq.overrun {
 			cq.overrun = true
@@ -178,9 +180,11 @@ func (cq *CQ) push(wc WorkCompletion, solicited bool) (overflow bool) {
 		}
 		return true
 	}
-	cq.ring[(cq.head+cq.count)%size] = wc
-	cq.count++
-	cq.wakeWaiterLocked()
+	if cq.sink == nil {
+		cq.ring[(cq.head+cq.count)%size] = wc
+		cq.count++
+		cq.wakeWaiterLocked()
+	}
 	// A solicited-only request is also satisfied by an unsuccessful
 	// completion (the IBA's Request Completion Notification rule), so a
 	// consumer sleeping on solicited events learns of errors.

@@ -16,8 +16,9 @@ import (
 //     on CQ.Poll with DeviceConfig.BusyPoll, reads a batch with recvmmsg
 //     and GRO, splits it, checks each ICRC, parses the packet and calls
 //     HandlePacket: no channel hop, no allocation per packet.
-//  2. HandlePacket looks the destination QP up without a lock and, under
-//     its xmu, checks the source against its peer and runs its responder
+//  2. HandlePacket looks the destination QP up without a lock, lets its
+//     RecvFeeder post the receives queued elsewhere and, under its xmu,
+//     checks the source against its peer and runs its responder
 //     or completer inline, with a clock read once per rxNowEvery packets
 //     (rxNow).
 //  3. What that produced (ACKs, READ responses, requests the window now
@@ -43,6 +44,9 @@ func (e *engine) HandlePacket(p *wire.Packet, from netip.AddrPort, info netio.Re
 		}
 		e.unknownQP.Add(1)
 		return
+	}
+	if qp.feeder != nil {
+		qp.feeder.FeedRecv()
 	}
 	if qp.qpType == QPTypeUD {
 		e.handleDatagram(qp, p, from, info)

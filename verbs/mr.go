@@ -272,15 +272,22 @@ func (mr *MR) drain(r *mrRegion) {
 // through an rkey handed out under the old ones. Like Dereg, it waits for
 // accesses in flight under the old registration. On error nothing changes.
 func (mr *MR) Rereg(flags ReregFlags, pd *PD, buf []byte, access AccessFlags) error {
-	const op = "ReregMR"
-	if flags == 0 || flags&^reregAll != 0 {
-		return errorf(op, "flags", ErrInvalidArgument, "%#x", int(flags))
+	a := ReregAttr{Flags: flags, PD: pd, Buf: buf, Access: access}
+	if flags&ReregChangeTranslation != 0 {
+		a.IOVA = bufAddr(buf)
 	}
-	if flags&ReregChangeAccess == 0 && access != 0 {
+	return mr.rereg("ReregMR", a)
+}
+
+func (mr *MR) rereg(op string, a ReregAttr) error {
+	if a.Flags == 0 || a.Flags&^reregAll != 0 {
+		return errorf(op, "flags", ErrInvalidArgument, "%#x", int(a.Flags))
+	}
+	if a.Flags&ReregChangeAccess == 0 && a.Access != 0 {
 		return newError(op, "access", ErrInvalidArgument, "set without ReregChangeAccess")
 	}
 	mr.mu.Lock()
-	old, newPD, err := mr.reregLocked(op, flags, pd, buf, access)
+	old, newPD, err := mr.reregLocked(op, a)
 	mr.mu.Unlock()
 	if err != nil {
 		return err
@@ -295,7 +302,7 @@ func (mr *MR) Rereg(flags ReregFlags, pd *PD, buf []byte, access AccessFlags) er
 
 // reregLocked is Rereg's work under mu: it publishes the new registration
 // and returns the old one, which the caller revokes without mu.
-func (mr *MR) reregLocked(op string, flags ReregFlags, pd *PD, buf []byte, access AccessFlags) (*mrRegion, *PD, error) {
+func (mr *MR) reregLocked(op string, a ReregAttr) (*mrRegion, *PD, error) {
 	if mr.dead {
 		return nil, nil, closedError(op, "mr")
 	}
@@ -305,38 +312,42 @@ func (mr *MR) reregLocked(op string, flags ReregFlags, pd *PD, buf []byte, acces
 	d := mr.dev
 	old := mr.reg.Load()
 	newPD, newBuf, newAccess, base := old.pd, old.buf, old.access, mr.baseIOVA
-	if flags&ReregChangeAccess != 0 {
-		if err := validateMRAccess(op, access); err != nil {
+	if a.Flags&ReregChangeAccess != 0 {
+		if err := validateMRAccess(op, a.Access); err != nil {
 			return nil, nil, err
 		}
-		newAccess = access
+		newAccess = a.Access
 	}
-	if flags&ReregChangeTranslation != 0 {
-		if len(buf) == 0 {
+	if a.Flags&ReregChangeTranslation != 0 {
+		if len(a.Buf) == 0 {
 			return nil, nil, newError(op, "length", ErrInvalidArgument, "empty region")
 		}
-		newBuf, base = buf, bufAddr(buf)
+		newBuf, base = a.Buf, a.IOVA
 	}
 	iova := effectiveIOVA(base, newAccess)
 	if err := d.checkTranslation(op, newBuf, iova); err != nil {
 		return nil, nil, err
 	}
-	if flags&ReregChangePD != 0 {
+	if a.Flags&ReregChangePD != 0 {
 		switch {
-		case pd == nil:
+		case a.PD == nil:
 			return nil, nil, newError(op, "pd", ErrInvalidArgument, "nil")
-		case pd.dev != d:
+		case a.PD.dev != d:
 			return nil, nil, newError(op, "pd", ErrInvalidArgument, "belongs to another device")
 		}
-		if pd != old.pd {
-			if err := pd.use(op); err != nil {
+		if a.PD != old.pd {
+			if err := a.PD.use(op); err != nil {
 				return nil, nil, err
 			}
 		}
-		newPD = pd
+		newPD = a.PD
 	}
 
-	r := newRegion(mr, d.mrs.rekey(mr.index), newPD, newBuf, iova, newAccess)
+	key := old.key
+	if !a.KeepKeys {
+		key = d.mrs.rekey(mr.index)
+	}
+	r := newRegion(mr, key, newPD, newBuf, iova, newAccess)
 	mr.reg.Store(r)
 	mr.baseIOVA = base
 	d.mrs.publish(mr.index, r)

@@ -326,6 +326,16 @@ func (qp *QP) convertSGL(sgl []SGE) []transport.SGE {
 // allocate.
 func (qp *QP) PostRecv(wr *RecvWR) error {
 	const op = "PostRecv"
+	if err := qp.checkRecvWR(op, wr); err != nil {
+		return err
+	}
+	qp.xmu.Lock()
+	defer qp.xmu.Unlock()
+	return qp.postRecvLocked(op, wr)
+}
+
+// checkRecvWR runs the checks of a receive work request that need no lock.
+func (qp *QP) checkRecvWR(op string, wr *RecvWR) error {
 	switch {
 	case qp.closed.Load():
 		return closedError(op, "qp")
@@ -338,8 +348,12 @@ func (qp *QP) PostRecv(wr *RecvWR) error {
 	case sgListLength(wr.SGList) >= maxMessageSize:
 		return newError(op, "sg_list", ErrInvalidArgument, "total length reaches 2^31")
 	}
-	qp.xmu.Lock()
-	defer qp.xmu.Unlock()
+	return nil
+}
+
+// postRecvLocked queues a checked receive work request. The caller holds
+// qp.xmu.
+func (qp *QP) postRecvLocked(op string, wr *RecvWR) error {
 	if qp.closed.Load() {
 		return closedError(op, "qp")
 	}

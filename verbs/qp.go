@@ -42,6 +42,7 @@ type QP struct {
 	recvCQ   *CQ
 	srq      *SRQ
 	sqSigAll bool
+	feeder   RecvFeeder
 	cap      QPCap
 
 	// mu serialises Modify, Query and Destroy and guards attr. Lock

@@ -40,6 +40,21 @@ type QPInitAttr struct {
 	// SQSigAll makes every send work request generate a completion, as if
 	// each had SendSignaled.
 	SQSigAll bool
+	// RecvFeeder, if not nil, posts receives queued elsewhere before a
+	// message is handled (see RecvFeeder).
+	RecvFeeder RecvFeeder
+}
+
+// RecvFeeder lets a layer that queues receive work requests somewhere else
+// first (goroce-nic keeps them in rings shared with another process until
+// it posts them) hand over those queued before a message arrived, so that
+// the message finds them, as a NIC finds a WQE whose doorbell was rung.
+// FeedRecv is called on the goroutine that received a packet for the QP,
+// just before the QP handles it, with no lock of the QP's held; it may post
+// receive work requests on the QP or its SRQ. It runs for every packet:
+// when there is nothing to post it should cost a load or two.
+type RecvFeeder interface {
+	FeedRecv()
 }
 
 // CreateQP creates a queue pair in the RESET state (ibv_create_qp).
@@ -180,6 +195,7 @@ func newQP(pd *PD, init *QPInitAttr, c QPCap) *QP {
 		recvCQ:   init.RecvCQ,
 		srq:      init.SRQ,
 		sqSigAll: init.SQSigAll,
+		feeder:   init.RecvFeeder,
 		cap:      c,
 		attr: QPAttr{
 			// UD has no PATH_MTU attribute; its messages are bounded by

@@ -27,6 +27,12 @@ type WorkCompletion struct {
 	SLID         uint16 // no meaning on RoCE
 	SL           uint8
 	DLIDPathBits uint8
+
+	// Solicited reports a receive completion of a message that carried
+	// the Solicited Event bit (IBV_SEND_SOLICITED at the sender), which
+	// satisfies ReqNotify(true). struct ibv_wc has no such field: a
+	// provider keeps it to itself, as goroce-nic does for its clients.
+	Solicited bool
 }
 
 // WCStatus is a completion status (enum ibv_wc_status). Its String method

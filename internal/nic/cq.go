@@ -1,12 +1,10 @@
 package nic
 
 import (
-	"context"
 	"encoding/binary"
 	"math/bits"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -66,9 +64,10 @@ func (s *session) destroyChannel(body []byte, _ []int) (reply, error) {
 	return reply{}, nil
 }
 
-// cqObj is a CQ and its ring. The mover goroutine copies the verbs CQ's
-// completions into the ring, so the ring and the verbs CQ together hold up
-// to twice cqe completions before the verbs CQ overruns.
+// cqObj is a CQ and its ring. The verbs CQ hands its completions to the
+// cqObj (a verbs.CompletionSink) on the goroutine that produced them, which
+// writes them straight into the ring: the ring is the CQ's only storage, so
+// a full ring overruns the CQ as a full hardware CQ does.
 type cqObj struct {
 	h     uint32
 	sess  *session
@@ -76,14 +75,14 @@ type cqObj struct {
 	ch    *chanObj
 	users atomic.Int32 // QPs using the CQ
 
-	mu      sync.Mutex // producers of ring entries
+	// mu guards the ring's geometry (replaced by resize) against
+	// DeliverCompletion, which the verbs CQ calls under its own lock: mu
+	// is always taken after that lock, never before.
+	mu      sync.Mutex
 	r       *ring
 	hdr     *nicproto.CQHdr
 	cqes    []nicproto.CQE
 	entries uint64
-
-	cancel context.CancelFunc
-	done   chan struct{}
 }
 
 func newCQRing(entries int) (*ring, error) {
@@ -127,6 +126,11 @@ func (s *session) createCQ(body []byte, _ []int) (reply, error) {
 	}
 	c := &cqObj{sess: s, cq: cq, ch: ch}
 	c.attach(r, entries)
+	if err := cq.SetSink(c); err != nil {
+		r.unmap()
+		cq.Destroy()
+		return reply{}, err
+	}
 	if ch != nil {
 		ch.users.Add(1)
 	}
@@ -135,27 +139,18 @@ func (s *session) createCQ(body []byte, _ []int) (reply, error) {
 	s.cqs[c.h] = c
 	s.mu.Unlock()
 	s.dev.owners.Store(cq, owner{sess: s, kind: nicproto.ObjCQ, handle: c.h})
-	c.start()
 	resp := nicproto.CreateCQResp{Handle: c.h, CQE: uint32(cq.Size()), Entries: uint32(entries), RingSize: uint64(len(r.mem))}
 	fd := r.fd
 	r.fd = -1
 	return reply{body: []any{resp}, fds: []int{fd}, closeAfter: []int{fd}}, nil
 }
 
-func (c *cqObj) start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	c.cancel, c.done = cancel, make(chan struct{})
-	go c.move(ctx)
-}
-
-func (c *cqObj) stop() {
-	c.cancel()
-	<-c.done
-}
-
-// resizeCQ resizes the verbs CQ and, when the ring no longer fits, moves the
-// pending completions to a new ring the client maps in place of the old one.
-// The client holds its CQ lock across the call, so nothing consumes meanwhile.
+// resizeCQ moves the pending completions to a new ring the client maps in
+// place of the old one. The client holds its CQ lock across the call, so
+// nothing consumes meanwhile. The new size must hold what the CQ holds and
+// what may still complete into it soon: the send work requests outstanding
+// on its QPs (a client that resizes right after posting would otherwise see
+// a check pass or fail depending on how fast the sends completed).
 func (s *session) resizeCQ(body []byte, _ []int) (reply, error) {
 	var req nicproto.ResizeCQReq
 	if _, err := nicproto.Decode(body, &req); err != nil {
@@ -163,12 +158,20 @@ func (s *session) resizeCQ(body []byte, _ []int) (reply, error) {
 	}
 	s.mu.RLock()
 	c := s.cqs[req.Handle]
+	var outstanding uint64
+	for _, q := range s.qps {
+		if q.sendCQ == c {
+			outstanding += q.sq.outstanding()
+		}
+	}
 	s.mu.RUnlock()
 	if c == nil {
 		return reply{}, errInval
 	}
-	c.stop()
-	defer c.start()
+	max := s.dev.dev.Query().MaxCQE
+	if req.CQE == 0 || int64(req.CQE) > int64(max) {
+		return reply{}, errInval
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	prod, cons := c.hdr.Prod, atomic.LoadUint64(&c.hdr.Cons)
@@ -176,13 +179,10 @@ func (s *session) resizeCQ(body []byte, _ []int) (reply, error) {
 	if pending > c.entries {
 		pending = 0
 	}
-	if int64(req.CQE) < int64(pending) {
+	if uint64(req.CQE) < pending+outstanding {
 		return reply{}, errInval
 	}
-	if err := c.cq.Resize(int(req.CQE)); err != nil {
-		return reply{}, err
-	}
-	entries := nicproto.Entries(c.cq.Size())
+	entries := nicproto.Entries(int(req.CQE))
 	r, err := newCQRing(entries)
 	if err != nil {
 		return reply{}, err
@@ -196,7 +196,7 @@ func (s *session) resizeCQ(body []byte, _ []int) (reply, error) {
 	c.hdr.Prod = pending
 	c.hdr.Arm = atomic.LoadUint32(&oldHdr.Arm)
 	old.unmap()
-	resp := nicproto.CreateCQResp{Handle: c.h, CQE: uint32(c.cq.Size()), Entries: uint32(entries), RingSize: uint64(len(r.mem))}
+	resp := nicproto.CreateCQResp{Handle: c.h, CQE: req.CQE, Entries: uint32(entries), RingSize: uint64(len(r.mem))}
 	fd := r.fd
 	r.fd = -1
 	return reply{body: []any{resp}, fds: []int{fd}, closeAfter: []int{fd}}, nil
@@ -222,10 +222,10 @@ func (s *session) destroyCQ(body []byte, _ []int) (reply, error) {
 	return reply{}, nil
 }
 
+// dropCQ destroys the verbs CQ, after which no completion reaches the ring
+// (DeliverCompletion runs under the verbs CQ's lock), and unmaps the ring.
 func (s *session) dropCQ(c *cqObj) error {
-	c.stop()
 	if err := c.cq.Destroy(); err != nil {
-		c.start()
 		return err
 	}
 	s.dev.owners.Delete(c.cq)
@@ -235,78 +235,44 @@ func (s *session) dropCQ(c *cqObj) error {
 	if c.ch != nil {
 		c.ch.users.Add(-1)
 	}
+	c.mu.Lock()
 	c.r.unmap()
+	c.mu.Unlock()
 	return nil
 }
 
-// move is the CQ's mover: it waits for completions in the verbs CQ and
-// copies as many as the ring has room for.
-func (c *cqObj) move(ctx context.Context) {
-	defer close(c.done)
-	wc := make([]verbs.WorkCompletion, 64)
-	backoff := 20 * time.Microsecond
-	for {
-		space := c.space()
-		if space == 0 {
-			// The application is not polling: wait for it without a
-			// doorbell of its own (a full CQ is the application's
-			// problem, not a path to make fast).
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, time.Millisecond)
-			continue
-		}
-		backoff = 20 * time.Microsecond
-		n, err := c.cq.Wait(ctx, wc[:min(space, uint64(len(wc)))])
-		if err != nil {
-			return
-		}
-		c.mu.Lock()
-		for i := range n {
-			c.push(&wc[i])
-		}
-		c.mu.Unlock()
-		c.notify()
+// DeliverCompletion translates one completion into the ring (the verbs
+// CQ's sink). The work request's ID was replaced by its queue position when
+// posted (see wq.go); the position gives back the application's wr_id and
+// frees the queue slots up to it. A completion of a QP destroyed since, or
+// from before a reset, is dropped (accepted and forgotten), as providers
+// clean those from their CQs. A full ring, or a consumer index the client
+// corrupted, refuses the completion: the CQ overruns.
+func (c *cqObj) DeliverCompletion(wc verbs.WorkCompletion) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.r.mem == nil {
+		return false
 	}
-}
-
-// space returns the free entries of the ring; a consumer index the client
-// corrupted counts as a full ring.
-func (c *cqObj) space() uint64 {
-	used := c.hdr.Prod - atomic.LoadUint64(&c.hdr.Cons)
-	if used > c.entries {
-		return 0
+	q := c.sess.qpByNum(wc.QPNum)
+	if q == nil {
+		return true
 	}
-	return c.entries - used
-}
-
-// push translates one completion into the ring. The work request's ID was
-// replaced by its queue position when posted (see wq.go); the position gives
-// back the application's wr_id and frees the queue slots up to it. A
-// completion of a QP destroyed since, or from before a reset, is dropped, as
-// providers clean those from their CQs. The caller holds c.mu.
-func (c *cqObj) push(wc *verbs.WorkCompletion) {
-	// The session's lock is held until the QP's ring is written: dropQP
-	// unmaps the ring only after it removed the QP under the write lock.
-	c.sess.mu.RLock()
-	q := c.sess.qpByNum[wc.QPNum]
-	var wrid uint64
-	ok := q != nil
-	if ok {
-		wrid, ok = q.complete(wc.WRID)
-	}
-	c.sess.mu.RUnlock()
+	wrid, ok := q.complete(wc.WRID)
 	if !ok {
-		return
+		return true
+	}
+	if c.hdr.Prod-atomic.LoadUint64(&c.hdr.Cons) >= c.entries {
+		return false
 	}
 	e := &c.cqes[c.hdr.Prod%c.entries]
 	*e = nicproto.CQE{
 		WRID: wrid, Status: uint32(wc.Status), Opcode: uint32(wc.Opcode), VendorErr: wc.VendorErr,
 		ByteLen: wc.ByteLen, QPNum: wc.QPNum, SrcQP: wc.SrcQP, WCFlags: uint32(wc.WCFlags),
 		PKeyIndex: wc.PKeyIndex, SLID: wc.SLID, SL: wc.SL, DLIDPathBits: wc.DLIDPathBits,
+	}
+	if wc.Solicited {
+		e.Solicited = 1
 	}
 	switch {
 	case wc.WCFlags&verbs.WCWithImm != 0:
@@ -315,16 +281,30 @@ func (c *cqObj) push(wc *verbs.WorkCompletion) {
 		e.ImmData = wc.InvalidatedRKey
 	}
 	atomic.StoreUint64(&c.hdr.Prod, c.hdr.Prod+1)
+	c.notify(&wc)
+	return true
 }
 
-// notify reports a completion event if the application armed the CQ. The
-// ring's producer index is published before arm is read, and the shim arms
-// before it polls, so either the event fires or the poll sees the entry.
-func (c *cqObj) notify() {
-	if c.ch == nil || atomic.LoadUint32(&c.hdr.Arm) == 0 {
+// notify reports a completion event if the application armed the CQ for
+// it: any completion for GR_ARM_NEXT, a solicited or unsuccessful one for
+// GR_ARM_SOLICITED (the IBA's rule, as verbs.CQ.ReqNotify). The ring's
+// producer index is published before arm is read, and the shim arms before
+// it polls, so either the event fires or the poll sees the entry.
+func (c *cqObj) notify(wc *verbs.WorkCompletion) {
+	if c.ch == nil {
 		return
 	}
-	if atomic.SwapUint32(&c.hdr.Arm, 0) != 0 {
-		c.ch.post(c.h)
+	for {
+		arm := atomic.LoadUint32(&c.hdr.Arm)
+		switch {
+		case arm == 0:
+			return
+		case arm == nicproto.ArmSolicited && !wc.Solicited && wc.Status == verbs.WCSuccess:
+			return
+		}
+		if atomic.CompareAndSwapUint32(&c.hdr.Arm, arm, 0) {
+			c.ch.post(c.h)
+			return
+		}
 	}
 }

@@ -59,6 +59,10 @@ func (s *session) open(body []byte, _ []int) (reply, error) {
 		return reply{}, err
 	}
 	resp.Port = portAttr(port)
+	// The table has room for more GIDs than the device has, as a NIC's
+	// has for addresses not configured: the empty entries answer
+	// ibv_query_gid_ex with ENODATA.
+	resp.Port.GIDTblLen = max(resp.Port.GIDTblLen, nicproto.MaxGIDs)
 	for i, g := range d.dev.GIDTable() {
 		if i >= nicproto.MaxGIDs {
 			break

@@ -1,8 +1,10 @@
 package nic
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,6 +84,7 @@ func TestHarness(t *testing.T) {
 		{"errors", "goroce0"},
 		{"twoproc", "goroce1"},
 		{"fork", "goroce0", "goroce1"},
+		{"freed", "goroce0", "goroce1"},
 	} {
 		t.Run(strings.Join(args, "_"), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -92,6 +95,42 @@ func TestHarness(t *testing.T) {
 			}
 			waitNoSessions(t, srv)
 		})
+	}
+}
+
+// TestDaemonDeath stops the daemon under a program that uses a device: the
+// program gets IBV_EVENT_DEVICE_FATAL and errors from its verbs, never a
+// hang (the harness checks, under the test's timeout).
+func TestDaemonDeath(t *testing.T) {
+	lib, harness := buildC(t)
+	srv := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := program(ctx, lib, srv, harness, "fatal", "goroce0")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	out := bufio.NewReader(stdout)
+	line, err := out.ReadString('\n')
+	if err != nil || line != "fatal: ready\n" {
+		cmd.Wait()
+		t.Fatalf("harness: %q %v\n%s", line, err, stderr.String())
+	}
+	srv.Close()
+	stdin.Write([]byte("go\n"))
+	rest, _ := io.ReadAll(out)
+	if err := cmd.Wait(); err != nil || !strings.Contains(string(rest), "fatal: ok") {
+		t.Fatalf("harness: %v\n%s%s", err, rest, stderr.String())
 	}
 }
 

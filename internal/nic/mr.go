@@ -113,8 +113,10 @@ func (s *session) regMR(body []byte, fds []int) (reply, error) {
 	return reply{body: []any{nicproto.RegMRResp{Handle: o.h, LKey: mr.LKey(), RKey: mr.RKey()}}}, nil
 }
 
-// reregMR changes a registration (ibv_rereg_mr): a new translation comes
-// with a new view, mapped before and released after the change.
+// reregMR changes a registration (ibv_rereg_mr) in place, keeping its keys
+// as a NIC that reregisters in place does: a new translation comes with a
+// new view, mapped before and released after the change, and the region's
+// IOVA is the application's address of the new memory.
 func (s *session) reregMR(body []byte, fds []int) (reply, error) {
 	req, v, err := decodeReg(body, fds)
 	if err != nil {
@@ -127,14 +129,19 @@ func (s *session) reregMR(body []byte, fds []int) (reply, error) {
 		}
 		return reply{}, err
 	}
-	flags := verbs.ReregFlags(req.Flags)
-	if v == nil {
-		if err := o.mr.Rereg(flags, pd, nil, verbs.AccessFlags(req.Access)); err != nil {
-			return reply{}, err
+	a := verbs.ReregAttr{Flags: verbs.ReregFlags(req.Flags), PD: pd, Access: verbs.AccessFlags(req.Access), KeepKeys: true}
+	if v != nil {
+		a.Buf, a.IOVA = v.bytes(req.Addr-req.ViewStart, req.Length), req.IOVA
+	}
+	if err := o.mr.ReregWith(a); err != nil {
+		if v != nil {
+			v.unmap()
 		}
-	} else if err := o.retranslate(flags, pd, v, req); err != nil {
-		v.unmap()
 		return reply{}, err
+	}
+	if v != nil {
+		o.v.unmap()
+		o.v = v
 	}
 	return reply{body: []any{nicproto.RegMRResp{Handle: o.h, LKey: o.mr.LKey(), RKey: o.mr.RKey()}}}, nil
 }
@@ -177,31 +184,6 @@ func needsWrite(access uint32) bool {
 	return a&(verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0
 }
 
-// retranslate gives the region new memory. verbs.MR.Rereg would set the
-// IOVA to the daemon's view address, not the application's, so the region is
-// registered anew with the application's IOVA and the old one dropped: the
-// keys change, as they do on every rereg.
-func (o *mrObj) retranslate(flags verbs.ReregFlags, pd *verbs.PD, v *view, req nicproto.RegMRReq) error {
-	if pd == nil {
-		pd = o.mr.PD()
-	}
-	access := o.mr.Access()
-	if flags&verbs.ReregChangeAccess != 0 {
-		access = verbs.AccessFlags(req.Access)
-	}
-	mr, err := pd.RegMRIOVA(v.bytes(req.Addr-req.ViewStart, req.Length), req.IOVA, access)
-	if err != nil {
-		return err
-	}
-	if err := o.mr.Dereg(); err != nil {
-		mr.Dereg()
-		return err
-	}
-	o.v.unmap()
-	o.mr, o.v = mr, v
-	return nil
-}
-
 func (s *session) deregMR(body []byte, _ []int) (reply, error) {
 	var req nicproto.Handle
 	if _, err := nicproto.Decode(body, &req); err != nil {
@@ -216,10 +198,10 @@ func (s *session) deregMR(body []byte, _ []int) (reply, error) {
 	if err := o.mr.Dereg(); err != nil {
 		return reply{}, err
 	}
-	o.mr = nil
-	o.v.unmap()
 	s.mu.Lock()
 	delete(s.mrs, req.Handle)
+	o.mr = nil
 	s.mu.Unlock()
+	o.v.unmap()
 	return reply{}, nil
 }

@@ -3,6 +3,7 @@ package nic
 import (
 	"runtime"
 	"time"
+	"unsafe"
 
 	"github.com/goroce/goroce/internal/nicproto"
 	"github.com/goroce/goroce/verbs"
@@ -18,10 +19,12 @@ func (q *qpObj) pump() {
 	for {
 		q.mu.Lock()
 		q.drainSend()
-		if q.rq != nil {
-			q.drainRecv()
-		}
 		q.mu.Unlock()
+		if q.rq != nil {
+			q.rmu.Lock()
+			q.drainRecv()
+			q.rmu.Unlock()
+		}
 		if q.spin() {
 			continue
 		}
@@ -71,8 +74,9 @@ func (q *qpObj) sleep(on bool) {
 	}
 }
 
-// drainSend hands the published send slots to verbs in batches. The caller
-// holds q.mu.
+// drainSend hands the published send slots to verbs in batches. A type 1
+// window's bind is its own verb (QP.BindMW): the batch before it is posted
+// first, so that the QP's order holds. The caller holds q.mu.
 func (q *qpObj) drainSend() {
 	for {
 		n, broken := q.sq.pending()
@@ -86,32 +90,52 @@ func (q *qpObj) drainSend() {
 		batch := int(min(n, uint64(len(q.swr))))
 		k := 0
 		for i := range batch {
-			if !q.sendWR(start+uint64(i), &q.swr[k]) {
+			pos := start + uint64(i)
+			switch q.sendWR(pos, &q.swr[k]) {
+			case slotBad:
 				q.fail("malformed send slot")
-				continue
+			case slotBindType1:
+				q.postSends(q.swr[:k], pos)
+				k = 0
+				q.sq.publishDrained(pos + 1)
+				q.bindType1(pos)
+			default:
+				k++
 			}
-			k++
 		}
-		wrs := q.swr[:k]
-		q.sq.publishDrained(start + uint64(batch))
-		for len(wrs) > 0 {
-			k, err := q.qp.PostSendList(wrs)
-			if err == nil {
-				break
-			}
-			q.fail(err.Error())
-			wrs = wrs[k+1:]
-		}
+		q.postSends(q.swr[:k], start+uint64(batch))
 	}
 }
 
-// sendWR converts the slot at pos into wr; false if the slot is malformed
-// (which libgoroce's checks make impossible).
-func (q *qpObj) sendWR(pos uint64, wr *verbs.SendWR) bool {
+// postSends makes the slots before end drained (so that their completions
+// are accepted) and posts wrs.
+func (q *qpObj) postSends(wrs []verbs.SendWR, end uint64) {
+	q.sq.publishDrained(end)
+	for len(wrs) > 0 {
+		k, err := q.qp.PostSendList(wrs)
+		if err == nil {
+			return
+		}
+		q.fail(err.Error())
+		wrs = wrs[k+1:]
+	}
+}
+
+// Kinds of send slot for drainSend.
+const (
+	slotPost      = iota // a work request for PostSendList
+	slotBindType1        // a bind of a type 1 window (bindType1)
+	slotBad              // malformed: dropped
+)
+
+// sendWR converts the slot at pos into wr; slotBad if the slot is malformed
+// (which libgoroce's checks make impossible) or names objects that do not
+// exist.
+func (q *qpObj) sendWR(pos uint64, wr *verbs.SendWR) int {
 	slot := q.sq.slot(pos)
-	w := *(*nicproto.SWQE)(slot)
+	w := (*nicproto.SWQE)(slot)
 	if int(w.NumSGE) > q.sq.maxSGE || w.InlineLen > uint32(q.qp.Cap().MaxInlineData) {
-		return false
+		return slotBad
 	}
 	q.sq.wrid[pos%q.sq.entries].Store(w.WRID)
 	sgl := wr.SGList[:0]
@@ -124,18 +148,33 @@ func (q *qpObj) sendWR(pos uint64, wr *verbs.SendWR) bool {
 		RDMA:           verbs.RDMAParams{RemoteAddr: w.RemoteAddr, RKey: w.RKey},
 		Atomic:         verbs.AtomicParams{RemoteAddr: w.RemoteAddr, RKey: w.RKey, CompareAdd: w.CompareAdd, Swap: w.Swap},
 	}
-	if q.qp.Type() == verbs.QPTypeUD {
+	slotOff := (pos % q.sq.entries) * uint64(q.sq.stride)
+	switch {
+	case wr.Opcode == verbs.WRBindMW:
+		mw, mr, ok := q.sess.bindObjects(w.MW, w.MR)
+		if !ok {
+			return slotBad
+		}
+		if mw.Type() == verbs.MWType1 {
+			return slotBindType1
+		}
+		wr.BindMW = verbs.MWBindParams{MW: mw, RKey: w.RKey, MR: mr, Addr: w.RemoteAddr, Length: w.Length,
+			Access: verbs.AccessFlags(w.Access)}
+	case wr.Opcode == verbs.WRAtomicWrite:
+		// The 8 bytes wait in the slot's compare_add until sent.
+		sgl = append(sgl, verbs.SGE{Addr: q.inline.IOVA() + slotOff + swqeCompareAdd, Length: 8, LKey: q.inline.LKey()})
+	case q.qp.Type() == verbs.QPTypeUD:
 		q.sess.mu.RLock()
 		ah := q.sess.ahs[w.AH]
 		q.sess.mu.RUnlock()
 		if ah == nil {
-			return false
+			return slotBad
 		}
 		wr.UD = verbs.UDParams{AH: ah.ah, RemoteQPN: w.RemoteQPN, RemoteQKey: w.RemoteQKey}
 	}
 	if wr.SendFlags&verbs.SendInline != 0 {
 		if w.InlineLen > 0 {
-			off := (pos%q.sq.entries)*uint64(q.sq.stride) + nicproto.SWQESize + nicproto.SGESize*uint64(q.sq.maxSGE)
+			off := slotOff + nicproto.SWQESize + nicproto.SGESize*uint64(q.sq.maxSGE)
 			sgl = append(sgl, verbs.SGE{Addr: q.inline.IOVA() + off, Length: w.InlineLen, LKey: q.inline.LKey()})
 		}
 	} else {
@@ -144,33 +183,72 @@ func (q *qpObj) sendWR(pos uint64, wr *verbs.SendWR) bool {
 		}
 	}
 	wr.SGList = sgl
-	return true
+	return slotPost
 }
 
-// drainRecv hands the published receive slots to verbs. The caller holds q.mu.
-func (q *qpObj) drainRecv() {
-	n, broken := q.rq.pending()
-	if broken {
-		q.fail("receive ring index out of range")
+// swqeCompareAdd is the offset of compare_add in a send slot.
+const swqeCompareAdd = uint64(unsafe.Offsetof(nicproto.SWQE{}.CompareAdd))
+
+// bindType1 binds a type 1 window (ibv_bind_mw): QP.BindMW hands out the
+// window's next rkey, which is the one libgoroce computed the same way
+// (ibv_inc_rkey of the window's rkey) and returned to the application.
+func (q *qpObj) bindType1(pos uint64) {
+	w := (*nicproto.SWQE)(q.sq.slot(pos))
+	mw, mr, ok := q.sess.bindObjects(w.MW, w.MR)
+	if !ok {
+		q.fail("bind of a window or region that does not exist")
+		return
 	}
-	start := q.rq.drained.Load()
-	for i := range n {
-		pos := start + i
-		slot := q.rq.slot(pos)
-		w := *(*nicproto.RWQE)(slot)
-		q.rq.publishDrained(pos + 1)
-		if int(w.NumSGE) > q.rq.maxSGE {
-			q.fail("malformed receive slot")
-			continue
+	rkey, err := q.qp.BindMW(mw, verbs.MWBind{WRID: wridSend | pos, SendFlags: verbs.SendFlags(w.SendFlags),
+		MR: mr, Addr: w.RemoteAddr, Length: w.Length, Access: verbs.AccessFlags(w.Access)})
+	switch {
+	case err != nil:
+		q.fail(err.Error())
+	case rkey != w.RKey:
+		q.sess.srv.cfg.Logf("qp %#x: window bound with rkey %#x, the client expected %#x", q.qp.QPN(), rkey, w.RKey)
+	}
+}
+
+// drainRecv hands the published receive slots to verbs, a list at a time.
+// The caller holds q.rmu.
+func (q *qpObj) drainRecv() {
+	for {
+		n, broken := q.rq.pending()
+		if broken {
+			q.fail("receive ring index out of range")
 		}
-		q.rq.wrid[pos%q.rq.entries].Store(w.WRID)
-		q.rwr.WRID = wridRecv | pos
-		q.rwr.SGList = q.rwr.SGList[:0]
-		for _, e := range q.rq.sges(slot, nicproto.RWQESize)[:w.NumSGE] {
-			q.rwr.SGList = append(q.rwr.SGList, verbs.SGE{Addr: e.Addr, Length: e.Length, LKey: e.LKey})
+		if n == 0 {
+			return
 		}
-		if err := q.qp.PostRecv(&q.rwr); err != nil {
+		start := q.rq.drained.Load()
+		batch := int(min(n, uint64(len(q.rwrs))))
+		k := 0
+		for i := range batch {
+			pos := start + uint64(i)
+			slot := q.rq.slot(pos)
+			w := (*nicproto.RWQE)(slot)
+			if int(w.NumSGE) > q.rq.maxSGE {
+				q.fail("malformed receive slot")
+				continue
+			}
+			q.rq.wrid[pos%q.rq.entries].Store(w.WRID)
+			r := &q.rwrs[k]
+			r.WRID = wridRecv | pos
+			r.SGList = r.SGList[:0]
+			for _, e := range q.rq.sges(slot, nicproto.RWQESize)[:w.NumSGE] {
+				r.SGList = append(r.SGList, verbs.SGE{Addr: e.Addr, Length: e.Length, LKey: e.LKey})
+			}
+			k++
+		}
+		q.rq.publishDrained(start + uint64(batch))
+		wrs := q.rwrs[:k]
+		for len(wrs) > 0 {
+			k, err := q.qp.PostRecvList(wrs)
+			if err == nil {
+				break
+			}
 			q.fail(err.Error())
+			wrs = wrs[k+1:]
 		}
 	}
 }
@@ -181,8 +259,7 @@ func (q *qpObj) drainRecv() {
 // complete with errors instead of waiting forever. The request itself is
 // dropped.
 func (q *qpObj) fail(why string) {
-	if !q.broken {
-		q.broken = true
+	if !q.broken.Swap(true) {
 		q.sess.srv.cfg.Logf("qp %#x: %s: moving to ERR", q.qp.QPN(), why)
 	}
 	q.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.QPAttrState)

@@ -3,6 +3,7 @@ package nic
 import (
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"github.com/goroce/goroce/internal/nicproto"
 	"github.com/goroce/goroce/verbs"
@@ -28,14 +29,24 @@ type qpObj struct {
 	// which verbs reads the inline data of IBV_SEND_INLINE requests.
 	inline *verbs.MR
 
-	mu     sync.Mutex // the pump's draining, against modify and destroy
+	mu     sync.Mutex // the send ring's draining, against modify and destroy
+	rmu    sync.Mutex // the receive ring's draining (pump and FeedRecv); after mu
 	swr    []verbs.SendWR
-	rwr    verbs.RecvWR
-	broken bool // a request verbs refused moved the QP to ERR
+	rwrs   []verbs.RecvWR
+	broken atomic.Bool // a request verbs refused moved the QP to ERR
 
 	db       *os.File
 	dbFD     int
 	pumpDone chan struct{}
+
+	// life lets the CQ sinks write the ring's done indices without racing
+	// dropQP's unmap: they hold it shared, dropQP sets gone exclusively.
+	// feed does the same for FeedRecv, which may complete work into a CQ
+	// (and so reach life) while it holds feed.
+	life    sync.RWMutex
+	gone    bool
+	feed    sync.RWMutex
+	feeding atomic.Bool // the rings are set up and not yet released
 }
 
 // The most send work requests the pump hands to verbs in one PostSendList.
@@ -56,8 +67,10 @@ func (s *session) createQP(body []byte, _ []int) (reply, error) {
 	if pd == nil || scq == nil || rcq == nil || (req.SRQ != 0 && srq == nil) {
 		return reply{}, errInval
 	}
+	q := &qpObj{sess: s, pd: pd, sendCQ: scq, recvCQ: rcq, srq: srq, sigAll: req.SQSigAll != 0}
 	init := verbs.QPInitAttr{
 		QPType: verbs.QPType(req.QPType), SendCQ: scq.cq, RecvCQ: rcq.cq, SQSigAll: req.SQSigAll != 0,
+		RecvFeeder: q,
 		Cap: verbs.QPCap{MaxSendWR: int(req.Cap.MaxSendWR), MaxRecvWR: int(req.Cap.MaxRecvWR),
 			MaxSendSGE: int(req.Cap.MaxSendSGE), MaxRecvSGE: int(req.Cap.MaxRecvSGE),
 			MaxInlineData: int(req.Cap.MaxInlineData)},
@@ -69,7 +82,7 @@ func (s *session) createQP(body []byte, _ []int) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	q := &qpObj{sess: s, qp: qp, pd: pd, sendCQ: scq, recvCQ: rcq, srq: srq, sigAll: req.SQSigAll != 0}
+	q.qp = qp
 	resp, fds, err := q.setup()
 	if err != nil {
 		q.release()
@@ -83,10 +96,11 @@ func (s *session) createQP(body []byte, _ []int) (reply, error) {
 	s.mu.Lock()
 	q.h = s.newHandle()
 	s.qps[q.h] = q
-	s.qpByNum[qp.QPN()] = q
+	s.setQPNumLocked(qp.QPN(), q)
 	s.mu.Unlock()
 	s.dev.owners.Store(qp, owner{sess: s, kind: nicproto.ObjQP, handle: q.h})
 	resp.Handle = q.h
+	q.feeding.Store(true)
 	go q.pump()
 	return reply{body: []any{resp}, fds: fds, closeAfter: fds[:1]}, nil
 }
@@ -113,17 +127,22 @@ func (q *qpObj) setup() (nicproto.CreateQPResp, []int, error) {
 	if q.srq == nil {
 		q.rq = newWQ(r, rqOff, rqEntries, rqStride, c.MaxRecvSGE)
 	}
-	if c.MaxInlineData > 0 {
-		slots := r.mem[sqOff+nicproto.WQHdrSize : rqOff]
-		if q.inline, err = q.pd.pd.RegMR(slots, verbs.AccessLocalWrite); err != nil {
-			return nicproto.CreateQPResp{}, nil, err
-		}
+	// The inline data and ATOMIC_WRITE's operand stay in the send slots,
+	// which verbs reads through a region of the QP's PD.
+	slots := r.mem[sqOff+nicproto.WQHdrSize : rqOff]
+	if q.inline, err = q.pd.pd.RegMR(slots, verbs.AccessLocalWrite); err != nil {
+		return nicproto.CreateQPResp{}, nil, err
 	}
 	q.swr = make([]verbs.SendWR, sendBatch)
 	for i := range q.swr {
 		q.swr[i].SGList = make([]verbs.SGE, 0, max(c.MaxSendSGE, 1))
 	}
-	q.rwr.SGList = make([]verbs.SGE, 0, max(c.MaxRecvSGE, 1))
+	if q.srq == nil {
+		q.rwrs = make([]verbs.RecvWR, min(sendBatch, rqEntries))
+		for i := range q.rwrs {
+			q.rwrs[i].SGList = make([]verbs.SGE, 0, max(c.MaxRecvSGE, 1))
+		}
+	}
 	db, dbFD, err := newEventfd("goroce-qp-doorbell")
 	if err != nil {
 		return nicproto.CreateQPResp{}, nil, err
@@ -187,6 +206,8 @@ func (s *session) modifyQP(body []byte, _ []int) (reply, error) {
 	mask := verbs.QPAttrMask(req.Mask)
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.rmu.Lock()
+	defer q.rmu.Unlock()
 	if err := q.qp.Modify(&attr, mask); err != nil {
 		return reply{}, err
 	}
@@ -195,7 +216,7 @@ func (s *session) modifyQP(body []byte, _ []int) (reply, error) {
 		if q.rq != nil {
 			q.rq.reset()
 		}
-		q.broken = false
+		q.broken.Store(false)
 	}
 	return reply{}, nil
 }
@@ -230,11 +251,17 @@ func (s *session) destroyQP(body []byte, _ []int) (reply, error) {
 func (s *session) dropQP(q *qpObj) {
 	s.mu.Lock()
 	delete(s.qps, q.h)
-	delete(s.qpByNum, q.qp.QPN())
+	s.setQPNumLocked(q.qp.QPN(), nil)
 	s.mu.Unlock()
 	s.dev.owners.Delete(q.qp)
 	q.db.Close()
 	<-q.pumpDone
+	q.feed.Lock()
+	q.feeding.Store(false)
+	q.feed.Unlock()
+	q.life.Lock()
+	q.gone = true
+	q.life.Unlock()
 	q.release()
 	q.sendCQ.users.Add(-1)
 	q.recvCQ.users.Add(-1)
@@ -246,6 +273,11 @@ func (s *session) dropQP(q *qpObj) {
 // complete maps a verbs completion's work request ID back to the
 // application's, retiring the queue entries up to it.
 func (q *qpObj) complete(wrid uint64) (uint64, bool) {
+	q.life.RLock()
+	defer q.life.RUnlock()
+	if q.gone {
+		return 0, false
+	}
 	pos := wrid &^ wridKind
 	switch wrid & wridKind {
 	case wridSend:
@@ -260,4 +292,30 @@ func (q *qpObj) complete(wrid uint64) (uint64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// FeedRecv hands the receives the client published to verbs before the
+// QP handles a message (verbs.RecvFeeder): a receive the client posted
+// before the message arrived is found even if the pump has not run since,
+// as a NIC finds a WQE whose doorbell was rung. Without it a datagram
+// could be dropped, or an RC message RNR-NAKed, for want of a receive the
+// application did post.
+func (q *qpObj) FeedRecv() {
+	if !q.feeding.Load() || (!(q.rq != nil && q.rq.hasWork()) && !(q.srq != nil && q.srq.w.hasWork())) {
+		return
+	}
+	q.feed.RLock()
+	defer q.feed.RUnlock()
+	if !q.feeding.Load() {
+		return
+	}
+	if q.rq != nil {
+		q.rmu.Lock()
+		q.drainRecv()
+		q.rmu.Unlock()
+	} else {
+		q.srq.mu.Lock()
+		q.srq.drain()
+		q.srq.mu.Unlock()
+	}
 }

@@ -23,16 +23,21 @@ type session struct {
 	asyncW       int // write end of the async event pipe, -1 before OPEN
 	asyncDropped atomic.Uint64
 
-	mu      sync.RWMutex
-	next    uint32
-	pds     map[uint32]*pdObj
-	mrs     map[uint32]*mrObj
-	chans   map[uint32]*chanObj
-	cqs     map[uint32]*cqObj
-	srqs    map[uint32]*srqObj
-	qps     map[uint32]*qpObj
-	ahs     map[uint32]*ahObj
-	qpByNum map[uint32]*qpObj
+	mu    sync.RWMutex
+	next  uint32
+	pds   map[uint32]*pdObj
+	mrs   map[uint32]*mrObj
+	chans map[uint32]*chanObj
+	cqs   map[uint32]*cqObj
+	srqs  map[uint32]*srqObj
+	qps   map[uint32]*qpObj
+	ahs   map[uint32]*ahObj
+	mws   map[uint32]*mwObj
+
+	// byNum maps QP numbers to the session's QPs for the CQ sinks, which
+	// look them up on the device's goroutines without taking mu: a
+	// copy-on-write map, replaced under mu (QPs come and go rarely).
+	byNum atomic.Pointer[map[uint32]*qpObj]
 }
 
 func newSession(srv *Server, c *net.UnixConn) *session {
@@ -40,8 +45,32 @@ func newSession(srv *Server, c *net.UnixConn) *session {
 		srv: srv, conn: newMsgConn(c), asyncW: -1,
 		pds: map[uint32]*pdObj{}, mrs: map[uint32]*mrObj{}, chans: map[uint32]*chanObj{},
 		cqs: map[uint32]*cqObj{}, srqs: map[uint32]*srqObj{}, qps: map[uint32]*qpObj{},
-		ahs: map[uint32]*ahObj{}, qpByNum: map[uint32]*qpObj{},
+		ahs: map[uint32]*ahObj{}, mws: map[uint32]*mwObj{},
 	}
+}
+
+// qpByNum returns the session's QP numbered n, or nil. Lock-free.
+func (s *session) qpByNum(n uint32) *qpObj {
+	if m := s.byNum.Load(); m != nil {
+		return (*m)[n]
+	}
+	return nil
+}
+
+// setQPNumLocked maps n to q (nil: removes it). The caller holds mu.
+func (s *session) setQPNumLocked(n uint32, q *qpObj) {
+	m := map[uint32]*qpObj{}
+	if old := s.byNum.Load(); old != nil {
+		for k, v := range *old {
+			m[k] = v
+		}
+	}
+	if q == nil {
+		delete(m, n)
+	} else {
+		m[n] = q
+	}
+	s.byNum.Store(&m)
 }
 
 // reply is a handler's answer: the structures of the response body, the
@@ -108,6 +137,8 @@ var handlers = [...]handler{
 	nicproto.OpDestroyQP:      (*session).destroyQP,
 	nicproto.OpCreateAH:       (*session).createAH,
 	nicproto.OpDestroyAH:      (*session).destroyAH,
+	nicproto.OpAllocMW:        (*session).allocMW,
+	nicproto.OpDeallocMW:      (*session).deallocMW,
 }
 
 // handle runs op. Before OPEN only the device-independent operations are
@@ -178,6 +209,9 @@ func (s *session) teardown() {
 	}
 	for _, a := range mapValues(s.ahs) {
 		a.ah.Destroy()
+	}
+	for _, w := range mapValues(s.mws) {
+		w.mw.Dealloc()
 	}
 	for _, m := range mapValues(s.mrs) {
 		m.release()

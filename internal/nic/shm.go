@@ -86,18 +86,30 @@ func mapView(pieces []nicproto.Piece, fds []int) (*view, error) {
 	if total == 0 {
 		return nil, errInval
 	}
+	// A hugetlb file maps at huge page boundaries and in whole huge pages
+	// (its block size): a piece that is not is refused, since the kernel
+	// would round the mapping past the view.
+	align := page
+	var pos uint64
 	for _, p := range pieces {
-		if err := checkSealed(fds[p.FDIndex], p.Offset+p.Length); err != nil {
+		fd := fds[p.FDIndex]
+		if err := checkSealed(fd, p.Offset+p.Length); err != nil {
 			return nil, err
 		}
+		if bs := fileBlockSize(fd); bs > page {
+			if p.Offset%bs != 0 || p.Length%bs != 0 || pos%bs != 0 {
+				return nil, fmt.Errorf("hugetlb piece %+v at %d not in whole %d-byte pages: %w", p, pos, bs, errInval)
+			}
+			align = max(align, bs)
+		}
+		pos += p.Length
 	}
-	base, err := unix.MmapPtr(-1, 0, nil, uintptr(total), unix.PROT_NONE,
-		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	base, err := reserveAligned(total, align)
 	if err != nil {
 		return nil, err
 	}
 	v := &view{base: base, size: int(total), writable: true}
-	var pos uint64
+	pos = 0
 	for _, p := range pieces {
 		prot := unix.PROT_READ
 		if p.Writable != 0 {
@@ -114,6 +126,39 @@ func mapView(pieces []nicproto.Piece, fds []int) (*view, error) {
 		pos += p.Length
 	}
 	return v, nil
+}
+
+// fileBlockSize returns the block size of fd's file: a hugetlb file's
+// huge page size, a few KiB for others.
+func fileBlockSize(fd int) uint64 {
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Blksize <= 0 {
+		return 0
+	}
+	return uint64(st.Blksize)
+}
+
+// reserveAligned reserves size bytes of address space aligned to align.
+func reserveAligned(size, align uint64) (unsafe.Pointer, error) {
+	page := uint64(os.Getpagesize())
+	if align <= page {
+		return unix.MmapPtr(-1, 0, nil, uintptr(size), unix.PROT_NONE,
+			unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	}
+	p, err := unix.MmapPtr(-1, 0, nil, uintptr(size+align), unix.PROT_NONE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return nil, err
+	}
+	start := uint64(uintptr(p))
+	aligned := (start + align - 1) &^ (align - 1)
+	if head := aligned - start; head > 0 {
+		unix.MunmapPtr(p, uintptr(head))
+	}
+	if tail := start + size + align - (aligned + size); tail > 0 {
+		unix.MunmapPtr(unsafe.Add(p, aligned-start+size), uintptr(tail))
+	}
+	return unsafe.Add(p, aligned-start), nil
 }
 
 // bytes returns length bytes at off of the view.

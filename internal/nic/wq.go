@@ -99,6 +99,18 @@ func (w *wq) complete(pos uint64) (uint64, bool) {
 	return w.wrid[pos%w.entries].Load(), true
 }
 
+// outstanding returns how many work requests the client posted that have
+// not completed yet.
+func (w *wq) outstanding() uint64 {
+	w.cmu.Lock()
+	defer w.cmu.Unlock()
+	n := atomic.LoadUint64(&w.hdr.Prod) - w.done
+	if n > w.entries {
+		return w.entries
+	}
+	return n
+}
+
 // reset discards everything posted: the verbs QP has dropped what it held,
 // and what the client published but the pump had not drained goes too.
 // The caller holds the QP's pump lock.

@@ -31,7 +31,8 @@ var cStructs = []struct {
 	{CreateSRQReq{}, "gr_create_srq_req"}, {CreateSRQResp{}, "gr_create_srq_resp"},
 	{ModifySRQReq{}, "gr_modify_srq_req"}, {QuerySRQResp{}, "gr_query_srq_resp"},
 	{WQHdr{}, "gr_wq_hdr"}, {SGE{}, "gr_sge"}, {SWQE{}, "gr_swqe"}, {RWQE{}, "gr_rwqe"},
-	{CQHdr{}, "gr_cq_hdr"}, {CQE{}, "gr_cqe"},
+	{CQHdr{}, "gr_cq_hdr"}, {CQE{}, "gr_cqe"}, {AllocMWReq{}, "gr_alloc_mw_req"},
+	{AllocMWResp{}, "gr_alloc_mw_resp"},
 }
 
 // TestGoLayoutHasNoPadding checks that each mirror's memory layout is its
@@ -82,7 +83,7 @@ func TestLayoutMatchesC(t *testing.T) {
 	consts := map[string]int{
 		"GR_PROTO_VERSION": Version, "GR_NAME_MAX": NameMax, "GR_MAX_MSG": MaxMsg,
 		"GR_MAX_FDS": MaxFDs, "GR_MAX_PIECES": MaxPieces, "GR_MAX_GIDS": MaxGIDs,
-		"GR_OP_HELLO": int(OpHello), "GR_OP_RESIZE_CQ": int(OpResizeCQ), "GR_OP_MAX": int(opMax),
+		"GR_OP_HELLO": int(OpHello), "GR_OP_RESIZE_CQ": int(OpResizeCQ), "GR_OP_DEALLOC_MW": int(OpDeallocMW), "GR_OP_MAX": int(opMax),
 		"GR_ARM_NEXT": ArmNext, "GR_ARM_SOLICITED": ArmSolicited, "GR_OBJ_SRQ": ObjSRQ,
 	}
 	for name, v := range consts {

@@ -325,3 +325,15 @@ type QuerySRQResp struct {
 	SRQLimit uint32 `c:"srq_limit"`
 	Pad      uint32 `c:"pad"`
 }
+
+// AllocMWReq allocates a memory window (struct gr_alloc_mw_req).
+type AllocMWReq struct {
+	PD   uint32 `c:"pd"`
+	Type uint32 `c:"type"`
+}
+
+// AllocMWResp returns the window (struct gr_alloc_mw_resp).
+type AllocMWResp struct {
+	Handle uint32 `c:"handle"`
+	RKey   uint32 `c:"rkey"`
+}

@@ -14,7 +14,7 @@ import (
 )
 
 // Version is GR_PROTO_VERSION: a HELLO with another version is refused.
-const Version = 1
+const Version = 2
 
 // Limits shared with proto.h.
 const (
@@ -54,13 +54,15 @@ const (
 	OpDestroyAH
 	OpReregMR
 	OpResizeCQ
+	OpAllocMW
+	OpDeallocMW
 	opMax
 )
 
 var opNames = [...]string{"", "HELLO", "LIST", "ENSURE", "OPEN", "ALLOC_PD", "DEALLOC_PD",
 	"REG_MR", "DEREG_MR", "CREATE_CHANNEL", "DESTROY_CHANNEL", "CREATE_CQ", "DESTROY_CQ",
 	"CREATE_SRQ", "MODIFY_SRQ", "QUERY_SRQ", "DESTROY_SRQ", "CREATE_QP", "MODIFY_QP",
-	"QUERY_QP", "DESTROY_QP", "CREATE_AH", "DESTROY_AH", "REREG_MR", "RESIZE_CQ"}
+	"QUERY_QP", "DESTROY_QP", "CREATE_AH", "DESTROY_AH", "REREG_MR", "RESIZE_CQ", "ALLOC_MW", "DEALLOC_MW"}
 
 // String returns the operation's name, e.g. "REG_MR".
 func (o Op) String() string {

@@ -25,6 +25,7 @@ type SGE struct {
 }
 
 // SWQE heads a send slot; its SGEs and inline data follow (struct gr_swqe).
+// Which fields matter depends on Opcode, as proto.h details.
 type SWQE struct {
 	WRID       uint64 `c:"wr_id"`
 	Opcode     uint32 `c:"opcode"`
@@ -36,10 +37,13 @@ type SWQE struct {
 	RemoteAddr uint64 `c:"remote_addr"`
 	CompareAdd uint64 `c:"compare_add"`
 	Swap       uint64 `c:"swap"`
+	Length     uint64 `c:"length"`
 	AH         uint32 `c:"ah"`
 	RemoteQPN  uint32 `c:"remote_qpn"`
 	RemoteQKey uint32 `c:"remote_qkey"`
-	Pad        uint32 `c:"pad"`
+	MW         uint32 `c:"mw"`
+	MR         uint32 `c:"mr"`
+	Access     uint32 `c:"access"`
 }
 
 // RWQE heads a receive slot; its SGEs follow (struct gr_rwqe).
@@ -75,7 +79,9 @@ type CQE struct {
 	SLID         uint16   `c:"slid"`
 	SL           uint8    `c:"sl"`
 	DLIDPathBits uint8    `c:"dlid_path_bits"`
-	Pad          [18]byte `c:"pad"`
+	Pad0         [2]byte  `c:"pad0"`
+	Solicited    uint8    `c:"solicited"`
+	Pad          [15]byte `c:"pad"`
 }
 
 // Ring geometry.
@@ -83,7 +89,7 @@ const (
 	WQHdrSize = 128 // sizeof(struct gr_wq_hdr)
 	CQHdrSize = 192 // sizeof(struct gr_cq_hdr)
 	SGESize   = 16  // sizeof(struct gr_sge)
-	SWQESize  = 72  // sizeof(struct gr_swqe)
+	SWQESize  = 88  // sizeof(struct gr_swqe)
 	RWQESize  = 16  // sizeof(struct gr_rwqe)
 	CQESize   = 64  // sizeof(struct gr_cqe)
 

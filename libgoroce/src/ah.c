@@ -75,9 +75,11 @@ GR_EXPORT int ibv_destroy_ah(struct ibv_ah *ibah)
 	struct gr_handle req = {.handle = ibah->handle};
 	int err = 0;
 
-	if (!ctx->stale)
+	if (!gr_gone(ctx))
 		err = gr_call(ctx, GR_OP_DESTROY_AH, &req, sizeof(req), NULL, 0, NULL, 0, NULL, 0,
 			      NULL, 0);
+	if (err && gr_gone(ctx))
+		err = 0; /* the daemon is gone, and the object with it */
 	if (!err)
 		free(container_of(ibah, struct gr_ah, ah));
 	return err;

@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 /* Async events: the daemon writes struct gr_async_event records to the
- * context's async_fd; an event of an object destroyed since is skipped. */
+ * context's async_fd; an event of an object destroyed since is skipped.
+ * When the daemon goes away the pipe's write end closes: the reader gets
+ * IBV_EVENT_DEVICE_FATAL once (a NIC that died), then errors. */
 GR_EXPORT int ibv_get_async_event(struct ibv_context *c, struct ibv_async_event *event)
 {
 	struct gr_context *ctx = to_ctx(c);
@@ -17,6 +19,16 @@ GR_EXPORT int ibv_get_async_event(struct ibv_context *c, struct ibv_async_event 
 		ssize_t n = read(c->async_fd, &ev, sizeof(ev));
 		void *obj;
 
+		if (n == 0 && !ctx->stale) {
+			__atomic_store_n(&ctx->dead, 1, __ATOMIC_RELAXED);
+			if (!__atomic_exchange_n(&ctx->fatal_reported, 1, __ATOMIC_RELAXED)) {
+				event->event_type = IBV_EVENT_DEVICE_FATAL;
+				event->element.port_num = 0;
+				return 0;
+			}
+			errno = EIO;
+			return -1;
+		}
 		if (n != (ssize_t)sizeof(ev))
 			return -1;
 		event->event_type = (enum ibv_event_type)ev.event_type;

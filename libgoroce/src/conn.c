@@ -6,6 +6,7 @@
  */
 #include "shim.h"
 
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -224,13 +225,32 @@ int gr_call(struct gr_context *ctx, uint32_t op, const void *req, size_t reqlen,
 {
 	int err;
 
-	if (ctx->stale)
+	if (gr_gone(ctx))
 		return EIO;
 	pthread_mutex_lock(&ctx->call_mu);
 	err = gr_call_fd(ctx->sock, op, req, reqlen, extra, extralen, fds, nfds, resp, resplen,
 			 rfds, nrfds);
 	pthread_mutex_unlock(&ctx->call_mu);
+	if (err == EIO || err == ECONNRESET)
+		gr_check_daemon(ctx);
 	return err;
+}
+
+/* gr_check_daemon marks the context dead if its connection to the daemon
+ * is closed at the other end (the daemon exited or was killed): its verbs
+ * then fail with EIO, polls with -1, and async_fd reports
+ * IBV_EVENT_DEVICE_FATAL, instead of waiting forever for a NIC that is
+ * gone. */
+void gr_check_daemon(struct gr_context *ctx)
+{
+	struct pollfd p = {.fd = ctx->sock, .events = POLLRDHUP};
+
+	if (ctx->stale || ctx->sock < 0)
+		return;
+	if (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR | POLLRDHUP))) {
+		if (!__atomic_exchange_n(&ctx->dead, 1, __ATOMIC_RELAXED))
+			gr_debug("goroce-nic went away: the device is dead");
+	}
 }
 
 /* Objects that events name. */

@@ -59,9 +59,11 @@ GR_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 		return EBUSY;
 	}
 	pthread_mutex_unlock(&channel->context->mutex);
-	if (!ctx->stale)
+	if (!gr_gone(ctx))
 		err = gr_call(ctx, GR_OP_DESTROY_CHANNEL, &req, sizeof(req), NULL, 0, NULL, 0, NULL,
 			      0, NULL, 0);
+	if (err && gr_gone(ctx))
+		err = 0; /* the daemon is gone, and the object with it */
 	if (err)
 		return err;
 	close(channel->fd);
@@ -90,8 +92,10 @@ static int cq_attach_ring(struct gr_cq *cq, int fd, const struct gr_create_cq_re
 	return 0;
 }
 
-GR_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *cq_context,
-				       struct ibv_comp_channel *channel, int comp_vector)
+/* gr_create_cq creates a CQ; the extended ones (cq_ex.c) then fill the
+ * struct ibv_cq_ex part. */
+struct gr_cq *gr_create_cq(struct ibv_context *c, int cqe, void *cq_context,
+			   struct ibv_comp_channel *channel, int comp_vector)
 {
 	struct gr_context *ctx = to_ctx(c);
 	struct gr_create_cq_req req;
@@ -99,7 +103,8 @@ GR_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *cq_
 	struct gr_cq *cq;
 	int err, fd = -1;
 
-	if (cqe <= 0 || comp_vector < 0 || comp_vector >= c->num_comp_vectors) {
+	if (cqe <= 0 || (uint32_t)cqe > ctx->dev.attr.max_cqe || comp_vector < 0 ||
+	    comp_vector >= c->num_comp_vectors) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -136,7 +141,15 @@ GR_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *cq_
 		pthread_mutex_unlock(&c->mutex);
 	}
 	gr_obj_add(ctx, &cq->obj, resp.handle, GR_OBJ_CQ, cq);
-	return (struct ibv_cq *)&cq->cq;
+	return cq;
+}
+
+GR_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *cq_context,
+				       struct ibv_comp_channel *channel, int comp_vector)
+{
+	struct gr_cq *cq = gr_create_cq(c, cqe, cq_context, channel, comp_vector);
+
+	return cq ? ibv_cq_ex_to_cq(&cq->cq) : NULL;
 }
 
 /* ibv_resize_cq: the daemon may hand over a new ring holding the pending
@@ -167,6 +180,38 @@ GR_EXPORT int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
 	return err;
 }
 
+/*
+ * gr_cq_clean removes the completions of QP qpn from the CQ, as providers
+ * do when a QP moves to RESET (mlx5_cq_clean): its work requests are gone,
+ * and their completions must not meet the QP's new life. The entries
+ * between the consumer and producer indices are the shim's to rewrite (the
+ * daemon only writes past the producer index): the others are packed
+ * towards the producer and the consumer index moves past the removed ones.
+ */
+void gr_cq_clean(struct ibv_cq *ibcq, uint32_t qpn)
+{
+	struct gr_cq *cq = (struct gr_cq *)ibcq;
+	uint64_t prod, i, dst;
+
+	pthread_spin_lock(&cq->lock);
+	prod = __atomic_load_n(&cq->hdr->prod, __ATOMIC_ACQUIRE);
+	if (prod - cq->cons <= cq->mask + 1) {
+		dst = prod;
+		for (i = prod; i-- > cq->cons;) {
+			struct gr_cqe *e = &cq->cqes[i & cq->mask];
+
+			if (e->qp_num == qpn)
+				continue;
+			dst--;
+			if (dst != i)
+				cq->cqes[dst & cq->mask] = *e;
+		}
+		cq->cons = dst;
+		__atomic_store_n(&cq->hdr->cons, cq->cons, __ATOMIC_RELEASE);
+	}
+	pthread_spin_unlock(&cq->lock);
+}
+
 GR_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 {
 	struct gr_cq *cq = (struct gr_cq *)ibcq;
@@ -174,9 +219,11 @@ GR_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 	struct gr_handle req = {.handle = cq->handle};
 	int err = 0;
 
-	if (!ctx->stale)
+	if (!gr_gone(ctx))
 		err = gr_call(ctx, GR_OP_DESTROY_CQ, &req, sizeof(req), NULL, 0, NULL, 0, NULL, 0,
 			      NULL, 0);
+	if (err && gr_gone(ctx))
+		err = 0; /* the daemon is gone, and the object with it */
 	if (err)
 		return err;
 	gr_obj_del(ctx, &cq->obj);
@@ -205,17 +252,25 @@ GR_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
  */
 #define GR_SPIN_POLLS 64
 
+/* Every GR_ALIVE_POLLS empty polls in a row, a poll also looks whether the
+ * daemon is still there (one poll() of the control socket), so that a
+ * program waiting for a completion that will never come gets an error. */
+#define GR_ALIVE_POLLS 4096
+
 static int poll_yield = -1;
 
-static void empty_poll(struct gr_cq *cq)
+void gr_empty_poll(struct gr_cq *cq)
 {
 	if (unlikely(poll_yield < 0)) {
 		const char *e = getenv("GOROCE_POLL_YIELD");
 
 		poll_yield = !(e && strcmp(e, "0") == 0);
 	}
-	if (poll_yield && ++cq->empty_polls > GR_SPIN_POLLS)
+	++cq->empty_polls;
+	if (poll_yield && cq->empty_polls > GR_SPIN_POLLS)
 		sched_yield();
+	if (unlikely(cq->empty_polls % GR_ALIVE_POLLS == 0))
+		gr_check_daemon(to_ctx(cq->cq.context));
 }
 
 int gr_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc)
@@ -240,21 +295,30 @@ int gr_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc)
 		__atomic_store_n(&cq->hdr->cons, cons, __ATOMIC_RELEASE);
 	}
 	pthread_spin_unlock(&cq->lock);
-	if (!n)
-		empty_poll(cq);
+	if (!n) {
+		gr_empty_poll(cq);
+		/* What the ring holds is returned first, then the error. */
+		if (unlikely(gr_gone(to_ctx(ibcq->context))))
+			return -1;
+	}
 	return n;
 }
 
 int gr_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 {
 	struct gr_cq *cq = (struct gr_cq *)ibcq;
+	uint32_t none = 0;
 
-	if (unlikely(to_ctx(ibcq->context)->stale))
+	if (unlikely(gr_gone(to_ctx(ibcq->context))))
 		return EIO;
 	/* Ordered before the application's next poll: either the daemon
-	 * sees the request, or the poll sees the completion. */
-	__atomic_store_n(&cq->hdr->arm, solicited_only ? GR_ARM_SOLICITED : GR_ARM_NEXT,
-			 __ATOMIC_SEQ_CST);
+	 * sees the request, or the poll sees the completion. A request for
+	 * every completion overrides a solicited-only one, not the reverse. */
+	if (solicited_only)
+		__atomic_compare_exchange_n(&cq->hdr->arm, &none, GR_ARM_SOLICITED, 0,
+					    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+	else
+		__atomic_store_n(&cq->hdr->arm, GR_ARM_NEXT, __ATOMIC_SEQ_CST);
 	return 0;
 }
 

@@ -159,6 +159,12 @@ GR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	ctx->vctx.sz = sizeof(struct verbs_context);
 	ctx->vctx.query_port = gr_query_port_ex;
 	ctx->vctx.query_device_ex = gr_query_device_ex;
+	ctx->vctx.create_cq_ex = gr_create_cq_ex;
+	ctx->vctx.create_qp_ex = gr_create_qp_ex;
+	ctx->vctx.alloc_td = gr_alloc_td;
+	ctx->vctx.dealloc_td = gr_dealloc_td;
+	ctx->vctx.alloc_parent_domain = gr_alloc_parent_domain;
+	ctx->vctx.advise_mr = gr_advise_mr;
 	c = &ctx->vctx.context;
 	c->device = device;
 	c->cmd_fd = fd;
@@ -171,6 +177,9 @@ GR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->ops.post_send = gr_post_send;
 	c->ops.post_recv = gr_post_recv;
 	c->ops.post_srq_recv = gr_post_srq_recv;
+	c->ops.alloc_mw = gr_alloc_mw;
+	c->ops.dealloc_mw = gr_dealloc_mw;
+	c->ops.bind_mw = gr_bind_mw;
 	pthread_mutex_lock(&dev_mu);
 	ctx->next = contexts;
 	contexts = ctx;

@@ -421,6 +421,56 @@ static int share_gap(struct gr_share *sh, uintptr_t a, uintptr_t b, struct gr_vm
 	return 0;
 }
 
+/* huge_page_size returns the default huge page size (Hugepagesize in
+ * /proc/meminfo), the unit of private hugetlb mappings. */
+static uintptr_t huge_page_size(void)
+{
+	static uintptr_t hs;
+	char line[128];
+	FILE *f;
+
+	if (hs)
+		return hs;
+	hs = 2UL << 20;
+	f = fopen("/proc/meminfo", "re");
+	if (f) {
+		unsigned long kb;
+
+		while (fgets(line, sizeof(line), f))
+			if (sscanf(line, "Hugepagesize: %lu kB", &kb) == 1 && kb) {
+				hs = (uintptr_t)kb << 10;
+				break;
+			}
+		fclose(f);
+	}
+	return hs;
+}
+
+/* huge_bounds widens [*s, *e) to whole huge pages where it starts or ends
+ * in a hugetlb mapping: such pages are shared (and copied) whole. */
+static void huge_bounds(uintptr_t *s, uintptr_t *e, struct gr_vma *v, int n)
+{
+	uintptr_t hs = huge_page_size();
+	struct gr_vma *m = gr_vma_at(v, n, *s);
+	struct gr_seg *g;
+
+	if (m && m->huge && (*s & ~(hs - 1)) >= m->start)
+		*s &= ~(hs - 1);
+	m = gr_vma_at(v, n, *e - 1);
+	if (m && m->huge && ((*e + hs - 1) & ~(hs - 1)) <= m->end)
+		*e = (*e + hs - 1) & ~(hs - 1);
+	/* Huge pages already converted are a hugetlb memfd's, which
+	 * /proc/self/maps does not mark: their segments do. */
+	for (g = segs; g; g = g->next) {
+		if (!g->huge)
+			continue;
+		if (g->start <= *s && *s < g->end && (*s & ~(hs - 1)) >= g->start)
+			*s &= ~(hs - 1);
+		if (g->start < *e && *e <= g->end && ((*e + hs - 1) & ~(hs - 1)) <= g->end)
+			*e = (*e + hs - 1) & ~(hs - 1);
+	}
+}
+
 int gr_mem_share(void *addr, size_t len, int writable, struct gr_share *sh)
 {
 	uintptr_t ps = page_size();
@@ -448,6 +498,8 @@ int gr_mem_share(void *addr, size_t len, int writable, struct gr_share *sh)
 		err = EFAULT;
 		goto out;
 	}
+	huge_bounds(&s, &e, v, n);
+	sh->view_start = s;
 	mark_stale(s, e, v, n);
 	/* First check the whole range, then change it. */
 	for (cur = s; cur < e;) {

@@ -36,11 +36,21 @@ GR_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 {
 	struct gr_handle req = {.handle = pd->handle};
 	struct gr_context *ctx = to_ctx(pd->context);
+	struct gr_pd *p = container_of(pd, struct gr_pd, pd);
 	int err = 0;
 
-	if (!ctx->stale)
+	if (p->inner) { /* a parent domain */
+		__atomic_sub_fetch(&p->inner->parents, 1, __ATOMIC_RELAXED);
+		free(p);
+		return 0;
+	}
+	if (__atomic_load_n(&p->parents, __ATOMIC_RELAXED))
+		return EBUSY;
+	if (!gr_gone(ctx))
 		err = gr_call(ctx, GR_OP_DEALLOC_PD, &req, sizeof(req), NULL, 0, NULL, 0, NULL, 0,
 			      NULL, 0);
+	if (err && gr_gone(ctx))
+		err = 0; /* the daemon is gone, and the object with it */
 	if (!err)
 		free(container_of(pd, struct gr_pd, pd));
 	return err;
@@ -80,12 +90,9 @@ GR_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
 	struct gr_mr *mr;
 	int err;
 
-	if (!length || !addr) {
+	if ((!length || !addr) &&
+	    !(!addr && length == SIZE_MAX && (access & IBV_ACCESS_ON_DEMAND))) {
 		errno = EINVAL;
-		return NULL;
-	}
-	if (access & IBV_ACCESS_ON_DEMAND) {
-		errno = EOPNOTSUPP;
 		return NULL;
 	}
 	mr = calloc(1, sizeof(*mr));
@@ -93,9 +100,25 @@ GR_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
 		errno = ENOMEM;
 		return NULL;
 	}
+	mr->mr.context = pd->context;
+	mr->mr.pd = pd;
+	mr->mr.addr = addr;
+	mr->mr.length = length;
+	mr->access = access;
+	if (!addr) {
+		err = gr_reg_implicit(pd, access, mr);
+		if (err) {
+			free(mr);
+			errno = err;
+			return NULL;
+		}
+		return &mr->mr;
+	}
 	memset(&req, 0, sizeof(req));
 	req.pd = pd->handle;
-	req.access = access;
+	/* On-demand and the optional flags (relaxed ordering) are what every
+	 * goroce region is anyway: see odp.c. */
+	req.access = access & ~(unsigned int)(IBV_ACCESS_ON_DEMAND | IBV_ACCESS_OPTIONAL_RANGE);
 	req.iova = iova;
 	err = share_and_send(ctx, GR_OP_REG_MR, &req, &mr->share, addr, length, access, &resp);
 	if (err) {
@@ -103,15 +126,41 @@ GR_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
 		errno = err;
 		return NULL;
 	}
-	mr->mr.context = pd->context;
-	mr->mr.pd = pd;
-	mr->mr.addr = addr;
-	mr->mr.length = length;
 	mr->mr.handle = resp.handle;
 	mr->mr.lkey = resp.lkey;
 	mr->mr.rkey = resp.rkey;
-	mr->access = access;
+	if (access & IBV_ACCESS_ON_DEMAND) {
+		pthread_mutex_lock(&ctx->obj_mu);
+		mr->odp_next = ctx->odp_mrs;
+		ctx->odp_mrs = mr;
+		pthread_mutex_unlock(&ctx->obj_mu);
+	}
 	return &mr->mr;
+}
+
+/* gr_odp_mr_of returns the explicit on-demand region of lkey, or NULL; the
+ * caller holds ctx->obj_mu. */
+struct gr_mr *gr_odp_mr_of(struct gr_context *ctx, uint32_t lkey)
+{
+	struct gr_mr *mr;
+
+	for (mr = ctx->odp_mrs; mr; mr = mr->odp_next)
+		if (mr->mr.lkey == lkey)
+			return mr;
+	return NULL;
+}
+
+static void forget_odp(struct gr_context *ctx, struct gr_mr *mr)
+{
+	struct gr_mr **p;
+
+	pthread_mutex_lock(&ctx->obj_mu);
+	for (p = &ctx->odp_mrs; *p; p = &(*p)->odp_next)
+		if (*p == mr) {
+			*p = mr->odp_next;
+			break;
+		}
+	pthread_mutex_unlock(&ctx->obj_mu);
 }
 
 GR_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length,
@@ -137,9 +186,19 @@ GR_EXPORT int ibv_dereg_mr(struct ibv_mr *ibmr)
 		free(mr);
 		return 0;
 	}
-	err = gr_call(ctx, GR_OP_DEREG_MR, &req, sizeof(req), NULL, 0, NULL, 0, NULL, 0, NULL, 0);
-	if (err)
+	if (mr->implicit) {
+		err = gr_dereg_implicit(mr);
+		if (!err)
+			free(mr);
 		return err;
+	}
+	err = gr_gone(ctx) ? 0 :
+			     gr_call(ctx, GR_OP_DEREG_MR, &req, sizeof(req), NULL, 0, NULL, 0, NULL, 0,
+				     NULL, 0);
+	if (err && !gr_gone(ctx))
+		return err;
+	if (mr->access & IBV_ACCESS_ON_DEMAND)
+		forget_odp(ctx, mr);
 	gr_mem_unshare(&mr->share);
 	free(mr);
 	return 0;
@@ -167,10 +226,14 @@ GR_EXPORT int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, vo
 		errno = EINVAL;
 		return IBV_REREG_MR_ERR_INPUT;
 	}
+	if (mr->implicit) {
+		errno = EOPNOTSUPP;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
 	memset(&req, 0, sizeof(req));
 	req.handle = ibmr->handle;
 	req.flags = (uint32_t)flags;
-	req.access = (uint32_t)access;
+	req.access = (uint32_t)access & ~(uint32_t)(IBV_ACCESS_ON_DEMAND | IBV_ACCESS_OPTIONAL_RANGE);
 	if (flags & IBV_REREG_MR_CHANGE_PD)
 		req.pd = pd->handle;
 	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
@@ -196,8 +259,17 @@ GR_EXPORT int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, vo
 		ibmr->addr = addr;
 		ibmr->length = length;
 	}
-	if (flags & IBV_REREG_MR_CHANGE_ACCESS)
+	if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
+		if (mr->access & IBV_ACCESS_ON_DEMAND)
+			forget_odp(ctx, mr);
 		mr->access = (unsigned int)access;
+		if (mr->access & IBV_ACCESS_ON_DEMAND) {
+			pthread_mutex_lock(&ctx->obj_mu);
+			mr->odp_next = ctx->odp_mrs;
+			ctx->odp_mrs = mr;
+			pthread_mutex_unlock(&ctx->obj_mu);
+		}
+	}
 	ibmr->lkey = resp.lkey;
 	ibmr->rkey = resp.rkey;
 	return 0;

@@ -18,7 +18,7 @@
 
 #include <stdint.h>
 
-#define GR_PROTO_VERSION 1
+#define GR_PROTO_VERSION 2
 #define GR_NAME_MAX 64
 #define GR_MAX_MSG 65536	/* largest control message, either direction */
 #define GR_MAX_FDS 32		/* file descriptors per message */
@@ -50,6 +50,8 @@ enum gr_op {
 	GR_OP_DESTROY_AH,
 	GR_OP_REREG_MR,
 	GR_OP_RESIZE_CQ,
+	GR_OP_ALLOC_MW,
+	GR_OP_DEALLOC_MW,
 	GR_OP_MAX
 };
 
@@ -259,6 +261,17 @@ struct gr_ah_attr {
 	uint32_t src_path_bits;
 };
 
+/* ALLOC_MW (DEALLOC_MW takes a struct gr_handle). */
+struct gr_alloc_mw_req {
+	uint32_t pd;
+	uint32_t type; /* enum ibv_mw_type */
+};
+
+struct gr_alloc_mw_resp {
+	uint32_t handle;
+	uint32_t rkey;
+};
+
 struct gr_create_ah_req {
 	uint32_t pd;
 	uint32_t pad;
@@ -396,22 +409,36 @@ struct gr_sge {
 };
 
 /* A send slot: this header, max_send_sge struct gr_sge, then the inline area
- * (max_inline_data bytes) holding the data of an IBV_SEND_INLINE request. */
+ * (max_inline_data bytes) holding the data of an IBV_SEND_INLINE request.
+ * opcode is enum ibv_wr_opcode; the fields each opcode uses:
+ *  - RDMA WRITE(+IMM), READ: rkey, remote_addr (imm_data);
+ *  - SEND(+IMM, +INV): imm_data (host order) or the rkey to invalidate, and
+ *    on UD ah, remote_qpn, remote_qkey;
+ *  - CMP_AND_SWP, FETCH_AND_ADD: rkey, remote_addr, compare_add, swap;
+ *  - ATOMIC_WRITE: rkey, remote_addr, the 8 bytes in compare_add (memory
+ *    order);
+ *  - LOCAL_INV: imm_data = the rkey to invalidate;
+ *  - BIND_MW: mw (the window), rkey (its rkey after the bind), mr (the
+ *    region; 0 unbinds a type 1 window), remote_addr and length (the
+ *    window's bytes), access (its rights). */
 struct gr_swqe {
 	uint64_t wr_id;
 	uint32_t opcode;
 	uint32_t send_flags;
 	uint32_t num_sge;
 	uint32_t inline_len;
-	uint32_t imm_data; /* host order; or the rkey to invalidate */
+	uint32_t imm_data;
 	uint32_t rkey;
 	uint64_t remote_addr;
 	uint64_t compare_add;
 	uint64_t swap;
+	uint64_t length; /* BIND_MW */
 	uint32_t ah;
 	uint32_t remote_qpn;
 	uint32_t remote_qkey;
-	uint32_t pad;
+	uint32_t mw;
+	uint32_t mr;
+	uint32_t access;
 };
 
 /* A receive slot: this header, then max_recv_sge struct gr_sge. */
@@ -441,7 +468,8 @@ struct gr_cq_hdr {
 #define GR_ARM_SOLICITED 2
 
 /* A completion: struct ibv_wc's layout (imm_data in network order), padded
- * to 64 bytes. */
+ * to 64 bytes; solicited (past struct ibv_wc) marks a receive of a message
+ * with the Solicited Event bit. */
 struct gr_cqe {
 	uint64_t wr_id;
 	uint32_t status;
@@ -456,7 +484,9 @@ struct gr_cqe {
 	uint16_t slid;
 	uint8_t sl;
 	uint8_t dlid_path_bits;
-	uint8_t pad[18];
+	uint8_t pad0[2];
+	uint8_t solicited;
+	uint8_t pad[15];
 };
 
 #endif

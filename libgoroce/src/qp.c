@@ -8,7 +8,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-GR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+/* create_qp creates a QP; with is_ex, one whose ibv_qp_ex builders
+ * (send_ops) are usable. */
+static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, int is_ex,
+				uint64_t send_ops)
 {
 	struct gr_context *ctx = to_ctx(pd->context);
 	struct gr_create_qp_req req;
@@ -16,6 +19,11 @@ GR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
 	struct gr_qp *qp;
 	int fds[2] = {-1, -1}, err;
 
+	if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC &&
+	    attr->qp_type != IBV_QPT_UD) {
+		errno = EOPNOTSUPP; /* no raw packet, XRC or driver QPs */
+		return NULL;
+	}
 	if (!attr->send_cq || !attr->recv_cq) {
 		errno = EINVAL;
 		return NULL;
@@ -76,6 +84,17 @@ GR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
 	if (!attr->srq)
 		gr_wq_init(&qp->rq, qp->ring, resp.rq_offset, resp.rq_entries, resp.rq_stride,
 			resp.cap.max_recv_sge, resp.cap.max_recv_wr);
+	qp->qpx.qp_base.qp_type = attr->qp_type;
+	if (is_ex && (err = gr_qp_ex_init(qp, send_ops)) != 0) {
+		struct gr_handle d = {.handle = resp.handle};
+
+		gr_call(ctx, GR_OP_DESTROY_QP, &d, sizeof(d), NULL, 0, NULL, 0, NULL, 0, NULL, 0);
+		munmap(qp->ring, qp->ring_size);
+		close(qp->db);
+		free(qp);
+		errno = err;
+		return NULL;
+	}
 	qp->qpx.qp_base.context = pd->context;
 	qp->qpx.qp_base.qp_context = attr->qp_context;
 	qp->qpx.qp_base.pd = pd;
@@ -95,6 +114,33 @@ GR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
 	attr->cap.max_inline_data = resp.cap.max_inline_data;
 	gr_obj_add(ctx, &qp->obj, resp.handle, GR_OBJ_QP, qp);
 	return &qp->qpx.qp_base;
+}
+
+GR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	return create_qp(pd, attr, 0, 0);
+}
+
+/* The supported parts of struct ibv_qp_init_attr_ex: a PD, and the send
+ * operations of struct ibv_qp_ex; no XRC, creation flags, TSO or RSS. */
+struct ibv_qp *gr_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_attr_ex *attr)
+{
+	uint32_t mask = attr->comp_mask;
+
+	if (!(mask & IBV_QP_INIT_ATTR_PD) || !attr->pd || attr->pd->context != c) {
+		errno = (mask & IBV_QP_INIT_ATTR_XRCD) ? EOPNOTSUPP : EINVAL;
+		return NULL;
+	}
+	if (mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+			       IBV_QP_INIT_ATTR_MAX_TSO_HEADER | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ||
+	    ((mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags) ||
+	    ((mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) && attr->max_tso_header)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return create_qp(attr->pd, (struct ibv_qp_init_attr *)attr,
+			 (mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0,
+			 (mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ? attr->send_ops_flags : 0);
 }
 
 static void cap_to_gr(const struct ibv_qp_cap *c, struct gr_qp_cap *o)
@@ -134,7 +180,8 @@ GR_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask
 	o->rq_psn = a->rq_psn;
 	o->sq_psn = a->sq_psn;
 	o->dest_qp_num = a->dest_qp_num;
-	o->qp_access_flags = a->qp_access_flags;
+	/* On-demand is what every region is (odp.c): accepted, not passed on. */
+	o->qp_access_flags = a->qp_access_flags & ~(unsigned int)IBV_ACCESS_ON_DEMAND;
 	o->pkey_index = a->pkey_index;
 	o->en_sqd_async_notify = a->en_sqd_async_notify;
 	o->max_rd_atomic = a->max_rd_atomic;
@@ -155,6 +202,11 @@ GR_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask
 		qp->max_rd_atomic = a->max_rd_atomic;
 	if (mask & IBV_QP_STATE)
 		ibqp->state = a->qp_state;
+	if ((mask & IBV_QP_STATE) && a->qp_state == IBV_QPS_RESET) {
+		gr_cq_clean(ibqp->send_cq, ibqp->qp_num);
+		if (ibqp->recv_cq != ibqp->send_cq)
+			gr_cq_clean(ibqp->recv_cq, ibqp->qp_num);
+	}
 	return 0;
 }
 
@@ -216,9 +268,11 @@ GR_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
 	struct gr_handle req = {.handle = ibqp->handle};
 	int err = 0;
 
-	if (!ctx->stale)
+	if (!gr_gone(ctx))
 		err = gr_call(ctx, GR_OP_DESTROY_QP, &req, sizeof(req), NULL, 0, NULL, 0, NULL, 0,
 			      NULL, 0);
+	if (err && gr_gone(ctx))
+		err = 0; /* the daemon is gone, and the object with it */
 	if (err)
 		return err;
 	gr_obj_del(ctx, &qp->obj);
@@ -228,12 +282,7 @@ GR_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
 	pthread_mutex_unlock(&ibqp->mutex);
 	munmap(qp->ring, qp->ring_size);
 	close(qp->db);
+	free(qp->ex.scratch);
 	free(qp);
 	return 0;
-}
-
-GR_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
-{
-	(void)qp;
-	return NULL; /* no extended QPs yet: ibv_create_qp_ex is not supported */
 }

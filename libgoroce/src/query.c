@@ -52,6 +52,16 @@ GR_EXPORT int ibv_query_device(struct ibv_context *c, struct ibv_device_attr *at
 	return 0;
 }
 
+/* The extended capability bits of FLUSH (rdma-core 45's
+ * IBV_DEVICE_FLUSH_GLOBAL and _PERSISTENT): goroce's engine has it, but
+ * rdma-core 44's ABI, which libgoroce implements, cannot express it. */
+#define GR_DEVICE_FLUSH (3ULL << 38)
+
+/* On-demand paging: every operation on every transport, implicit regions
+ * included (odp.c); no XRC. */
+#define GR_ODP_TRANSPORT                                                                  \
+	(IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV)
+
 int gr_query_device_ex(struct ibv_context *c, const struct ibv_query_device_ex_input *in,
 			   struct ibv_device_attr_ex *attr, size_t len)
 {
@@ -64,8 +74,13 @@ int gr_query_device_ex(struct ibv_context *c, const struct ibv_query_device_ex_i
 		return EINVAL;
 	memset(&a, 0, sizeof(a));
 	fill_device_attr(ctx, &a.orig_attr);
-	a.device_cap_flags_ex = ctx->dev.attr.device_cap_flags;
-	a.max_dm_size = 0;
+	a.device_cap_flags_ex = ctx->dev.attr.device_cap_flags & ~GR_DEVICE_FLUSH;
+	a.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+	a.odp_caps.per_transport_caps.rc_odp_caps = GR_ODP_TRANSPORT | IBV_ODP_SUPPORT_WRITE |
+						    IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC;
+	a.odp_caps.per_transport_caps.uc_odp_caps = GR_ODP_TRANSPORT | IBV_ODP_SUPPORT_WRITE;
+	a.odp_caps.per_transport_caps.ud_odp_caps = GR_ODP_TRANSPORT;
+	a.phys_port_cnt_ex = ctx->dev.attr.phys_port_cnt;
 	memcpy(attr, &a, len < sizeof(a) ? len : sizeof(a));
 	return 0;
 }

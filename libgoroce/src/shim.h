@@ -50,10 +50,14 @@ struct gr_context {
 	int sock;
 	pthread_mutex_t call_mu; /* one request at a time on sock */
 	int stale;		 /* inherited across fork: unusable */
+	int dead;		 /* the daemon went away (gr_check_daemon) */
+	int fatal_reported;	 /* IBV_EVENT_DEVICE_FATAL returned */
 	struct gr_open_resp dev;
 	uint32_t ifindex[GR_MAX_GIDS]; /* the netdev of each GID */
 	pthread_mutex_t obj_mu;
 	struct gr_obj *objs;
+	struct gr_implicit *implicit; /* implicit on-demand regions (odp.c) */
+	struct gr_mr *odp_mrs;	      /* explicit ones, for ibv_advise_mr */
 	struct gr_context *next; /* all contexts, for fork */
 };
 
@@ -61,6 +65,15 @@ static inline struct gr_context *to_ctx(struct ibv_context *c)
 {
 	return container_of(c, struct gr_context, vctx.context);
 }
+
+/* gr_gone reports a context whose verbs can no longer reach the daemon: the
+ * parent's, in a child of fork, or one whose daemon died. */
+static inline int gr_gone(struct gr_context *c)
+{
+	return c->stale || __atomic_load_n(&c->dead, __ATOMIC_RELAXED);
+}
+
+void gr_check_daemon(struct gr_context *ctx);
 
 /* Send a request on the context's connection; returns 0 or an errno. */
 int gr_call(struct gr_context *ctx, uint32_t op, const void *req, size_t reqlen,
@@ -111,13 +124,26 @@ void gr_mem_postfork_parent(void);
 /* Objects. */
 struct gr_pd {
 	struct ibv_pd pd;
+	struct gr_pd *inner; /* a parent domain's protection domain (domain.c) */
+	struct ibv_td *td;
+	int parents; /* parent domains over this protection domain */
 };
+
+int gr_is_parent_domain(const struct ibv_pd *pd);
+
+struct gr_implicit;
 
 struct gr_mr {
 	struct ibv_mr mr;
 	struct gr_share share;
 	unsigned int access;
+	struct gr_implicit *implicit; /* an implicit on-demand region (odp.c) */
+	struct gr_mr *odp_next;	      /* the context's on-demand regions */
 };
+
+int gr_reg_implicit(struct ibv_pd *pd, unsigned int access, struct gr_mr *mr);
+int gr_dereg_implicit(struct gr_mr *mr);
+struct gr_mr *gr_odp_mr_of(struct gr_context *ctx, uint32_t lkey);
 
 struct gr_channel {
 	struct ibv_comp_channel ch;
@@ -129,6 +155,8 @@ struct gr_cq {
 	struct gr_obj obj;
 	uint32_t handle;
 	pthread_spinlock_t lock;
+	struct gr_cqe *cur; /* the entry an extended poll reads (cq_ex.c) */
+	int polling;	    /* between ibv_start_poll and ibv_end_poll */
 	void *ring;
 	size_t ring_size;
 	struct gr_cq_hdr *hdr;
@@ -163,6 +191,17 @@ struct gr_srq {
 	uint32_t events_reported;
 };
 
+/* The ibv_wr_* batch being built (qp_ex.c), under the send queue's lock
+ * from ibv_wr_start to ibv_wr_complete. */
+struct gr_wr_batch {
+	uint64_t n;	       /* slots built past the published ones */
+	int err;	       /* the first error, reported by ibv_wr_complete */
+	struct gr_swqe *cur;   /* the request being built, or NULL */
+	const struct ibv_ah *ah;
+	const struct ibv_mw *mw;
+	char *scratch; /* a slot to build into after an error */
+};
+
 struct gr_qp {
 	struct ibv_qp_ex qpx; /* begins with struct ibv_qp */
 	struct gr_obj obj;
@@ -177,11 +216,34 @@ struct gr_qp {
 	uint32_t mtu_bytes; /* the port's active MTU: the largest UD message */
 	int sq_sig_all;
 	uint32_t events_reported;
+	int is_ex;	   /* created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS */
+	uint64_t send_ops; /* its IBV_QP_EX_WITH_* */
+	struct gr_wr_batch ex;
 };
 
 struct gr_ah {
 	struct ibv_ah ah;
 };
+
+/* cq.c, cq_ex.c */
+struct gr_cq *gr_create_cq(struct ibv_context *c, int cqe, void *cq_context,
+			   struct ibv_comp_channel *channel, int comp_vector);
+void gr_empty_poll(struct gr_cq *cq);
+void gr_cq_clean(struct ibv_cq *cq, uint32_t qpn);
+struct ibv_cq_ex *gr_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_attr_ex *attr);
+
+/* qp.c, mw.c, domain.c, odp.c: verbs reached through struct verbs_context
+ * and the context's ops. */
+struct ibv_qp *gr_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_attr_ex *attr);
+struct ibv_mw *gr_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int gr_dealloc_mw(struct ibv_mw *mw);
+int gr_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind);
+struct ibv_td *gr_alloc_td(struct ibv_context *c, struct ibv_td_init_attr *attr);
+int gr_dealloc_td(struct ibv_td *td);
+struct ibv_pd *gr_alloc_parent_domain(struct ibv_context *c,
+				      struct ibv_parent_domain_init_attr *attr);
+int gr_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
+		 struct ibv_sge *sg_list, uint32_t num_sge);
 
 /* Fast paths (qp.c, cq.c), reached through ibv_context.ops. */
 int gr_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
@@ -189,6 +251,19 @@ int gr_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr *
 int gr_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int gr_poll_cq(struct ibv_cq *cq, int ne, struct ibv_wc *wc);
 int gr_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+
+/* post.c, qp_ex.c: send slots. */
+int gr_check_swqe(struct gr_qp *qp, const struct gr_swqe *w, uint64_t len, const struct ibv_ah *ah,
+		  const struct ibv_mw *mw);
+char *gr_sq_slot(struct gr_qp *qp, uint64_t pos);
+void gr_bind_to_swqe(struct gr_swqe *w, const struct ibv_mw *mw, uint32_t rkey,
+		     const struct ibv_mw_bind_info *b);
+int gr_wq_full(struct gr_wq *q);
+void gr_wq_publish(struct gr_wq *q);
+int gr_qp_ex_init(struct gr_qp *qp, uint64_t send_ops);
+
+/* odp.c: implicit on-demand regions, whose lkey a posted SGE may name. */
+int gr_odp_translate(struct gr_context *ctx, struct gr_sge *sge, uint32_t n);
 
 /* Shared helpers. */
 void *gr_map_ring(int fd, size_t size);

@@ -102,9 +102,11 @@ GR_EXPORT int ibv_destroy_srq(struct ibv_srq *ibsrq)
 	struct gr_handle req = {.handle = srq->obj.handle};
 	int err = 0;
 
-	if (!ctx->stale)
+	if (!gr_gone(ctx))
 		err = gr_call(ctx, GR_OP_DESTROY_SRQ, &req, sizeof(req), NULL, 0, NULL, 0, NULL, 0,
 			      NULL, 0);
+	if (err && gr_gone(ctx))
+		err = 0; /* the daemon is gone, and the object with it */
 	if (err)
 		return err;
 	gr_obj_del(ctx, &srq->obj);

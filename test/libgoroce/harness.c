@@ -14,6 +14,15 @@
  *                                       to each other
  *   harness errors DEV                  verbs goroce lacks or refuses fail
  *                                       with libibverbs' errno
+ *   harness freed DEV_A DEV_B           registered memory freed or remapped
+ *                                       before deregistration: the peer's
+ *                                       accesses complete, the process's new
+ *                                       memory is untouched, the daemon goes on
+ *   harness fatal DEV                   prints "fatal: ready", waits for a line
+ *                                       on stdin (the test kills the daemon
+ *                                       meanwhile), then checks that the dead
+ *                                       device reports IBV_EVENT_DEVICE_FATAL
+ *                                       and errors instead of hanging
  *
  * Exit status 0 means every check passed; failures print what and where.
  */
@@ -639,15 +648,35 @@ static int cmd_errors(const char *dev)
 	CHECK(ibv_query_port(c, 1, &pa) == 0 && pa.state == IBV_PORT_ACTIVE);
 	EXPECT_ERR(ibv_query_port(c, 2, &pa), EINVAL);
 	CHECK(ibv_query_device_ex(c, NULL, &dx) == 0 && dx.orig_attr.phys_port_cnt == 1);
-	/* Verbs through NULL ops: libibverbs' inline wrappers answer. */
-	EXPECT_NULL(ibv_alloc_mw(pd, IBV_MW_TYPE_1), EOPNOTSUPP);
+	/* What goroce lacks answers with the errno libibverbs documents. */
+	EXPECT_NULL(ibv_alloc_mw(pd, (enum ibv_mw_type)3), EINVAL);
 	memset(&cqx, 0, sizeof(cqx));
 	cqx.cqe = 16;
+	cqx.wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
 	EXPECT_NULL(ibv_create_cq_ex(c, &cqx), EOPNOTSUPP);
-	EXPECT_NULL(ibv_alloc_td(c, &(struct ibv_td_init_attr){0}), EOPNOTSUPP);
+	cqx.wc_flags = IBV_WC_STANDARD_FLAGS;
+	cqx.comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS;
+	cqx.flags = IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
+	EXPECT_NULL(ibv_create_cq_ex(c, &cqx), EOPNOTSUPP);
+	{
+		struct ibv_qp_init_attr_ex qx;
+
+		memset(&qx, 0, sizeof(qx));
+		qx.qp_type = IBV_QPT_RC;
+		qx.send_cq = qx.recv_cq = e.cq;
+		qx.cap.max_send_wr = 1;
+		qx.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+		qx.pd = pd;
+		qx.send_ops_flags = IBV_QP_EX_WITH_TSO;
+		EXPECT_NULL(ibv_create_qp_ex(c, &qx), EOPNOTSUPP);
+		qx.qp_type = IBV_QPT_RAW_PACKET;
+		qx.comp_mask = IBV_QP_INIT_ATTR_PD;
+		EXPECT_NULL(ibv_create_qp_ex(c, &qx), EOPNOTSUPP);
+		qx.qp_type = IBV_QPT_XRC_SEND;
+		EXPECT_NULL(ibv_create_qp_ex(c, &qx), EOPNOTSUPP);
+	}
+	EXPECT_NULL(ibv_reg_dmabuf_mr(pd, 0, 4096, 0, 0, IBV_ACCESS_LOCAL_WRITE), EOPNOTSUPP);
 	EXPECT_ERR(ibv_attach_mcast(e.qp, &e.gid, 0), EOPNOTSUPP);
-	EXPECT_NULL(ibv_reg_mr(pd, e.buf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND),
-		    EOPNOTSUPP);
 	EXPECT_NULL(ibv_reg_mr(pd, NULL, 4096, IBV_ACCESS_LOCAL_WRITE), EINVAL);
 	/* Unmapped memory cannot be registered. */
 	{
@@ -706,7 +735,9 @@ static int cmd_errors(const char *dev)
 	wr.num_sge = 1;
 	wr.opcode = IBV_WR_TSO;
 	EXPECT_ERR(ibv_post_send(e.qp, &wr, &bad), EINVAL);
-	wr.opcode = IBV_WR_BIND_MW;
+	wr.opcode = IBV_WR_BIND_MW; /* with data and no window */
+	EXPECT_ERR(ibv_post_send(e.qp, &wr, &bad), EINVAL);
+	wr.opcode = IBV_WR_ATOMIC_WRITE; /* only through ibv_wr_atomic_write */
 	EXPECT_ERR(ibv_post_send(e.qp, &wr, &bad), EOPNOTSUPP);
 	wr.opcode = IBV_WR_SEND;
 	wr.send_flags = IBV_SEND_INLINE;
@@ -772,6 +803,136 @@ static int cmd_errors(const char *dev)
 	return 0;
 }
 
+/* rdma_op posts one signaled RDMA operation from a to [raddr, raddr+len)
+ * of rkey and returns its completion status. */
+static enum ibv_wc_status rdma_op(struct end *a, enum ibv_wr_opcode op, uint64_t raddr,
+				  uint32_t rkey, uint32_t len, uint64_t wr_id)
+{
+	struct ibv_sge s = {.addr = (uintptr_t)a->buf, .length = len, .lkey = a->mr->lkey};
+	struct ibv_send_wr wr = {.wr_id = wr_id, .sg_list = &s, .num_sge = 1, .opcode = op,
+				 .send_flags = IBV_SEND_SIGNALED};
+	struct ibv_wc wc;
+
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	post_send(a, &wr);
+	while (ibv_poll_cq(a->cq, 1, &wc) == 0)
+		;
+	CHECK(wc.wr_id == wr_id);
+	return wc.status;
+}
+
+static int cmd_freed(const char *da, const char *db)
+{
+	struct ibv_context *ca = open_dev(da), *cb = open_dev(db);
+	struct ibv_pd *pa = ibv_alloc_pd(ca), *pb = ibv_alloc_pd(cb);
+	struct end a, b;
+	struct wire wa, wb;
+	const size_t big = 1 << 20; /* above malloc's mmap threshold */
+	char *heap, *mapped, *fresh;
+	uintptr_t heap_addr; /* what the peer was told: the address, not the pointer */
+	struct ibv_mr *mh, *mm;
+	int i;
+
+	CHECK(pa && pb);
+	make_end(&a, ca, pa, IBV_QPT_RC);
+	make_end(&b, cb, pb, IBV_QPT_RC);
+	wa = wire_of(&a);
+	wb = wire_of(&b);
+	connect_rc(&a, &wb);
+	connect_rc(&b, &wa);
+	memset(a.buf, 'w', 4096);
+
+	/* Freed heap memory (malloc gives it back to the kernel): the peer's
+	 * WRITE and READ complete, as on hardware, whose pinned pages outlive
+	 * the free; nothing the process maps afterwards sees them. */
+	CHECK(heap = malloc(big));
+	memset(heap, 0, big);
+	CHECK(mh = ibv_reg_mr(pb, heap, big, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+						     IBV_ACCESS_REMOTE_READ));
+	heap_addr = (uintptr_t)heap;
+	free(heap);
+	CHECK(fresh = malloc(big));
+	memset(fresh, 0, big);
+	CHECK(rdma_op(&a, IBV_WR_RDMA_WRITE, heap_addr, mh->rkey, 4096, 1) == IBV_WC_SUCCESS);
+	CHECK(rdma_op(&a, IBV_WR_RDMA_READ, heap_addr + big - 4096, mh->rkey, 4096, 2) ==
+	      IBV_WC_SUCCESS);
+	for (i = 0; i < (int)big; i++)
+		CHECK(fresh[i] == 0);
+	CHECK(ibv_dereg_mr(mh) == 0);
+	free(fresh);
+
+	/* A registered mapping replaced by a new one at the same address:
+	 * the peer still reaches the old pages, the new ones stay zero. */
+	mapped = mmap(NULL, big, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(mapped != MAP_FAILED);
+	CHECK(mm = ibv_reg_mr(pb, mapped, big, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
+	CHECK(mmap(mapped, big, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+		   0) == mapped);
+	CHECK(rdma_op(&a, IBV_WR_RDMA_WRITE, (uintptr_t)mapped + 8192, mm->rkey, 4096, 3) ==
+	      IBV_WC_SUCCESS);
+	for (i = 0; i < (int)big; i++)
+		CHECK(mapped[i] == 0);
+	/* Unmapped altogether, then deregistered: nothing breaks. */
+	CHECK(munmap(mapped, big) == 0);
+	CHECK(rdma_op(&a, IBV_WR_RDMA_WRITE, (uintptr_t)mapped, mm->rkey, 4096, 4) == IBV_WC_SUCCESS);
+	CHECK(ibv_dereg_mr(mm) == 0);
+
+	/* The daemon is unharmed: new memory registers and traffic flows. */
+	rc_traffic(&a, &b, &wb, 0);
+	printf("freed: ok\n");
+	return 0;
+}
+
+static int cmd_fatal(const char *dev)
+{
+	struct ibv_context *c = open_dev(dev);
+	struct ibv_pd *pd = ibv_alloc_pd(c);
+	struct pollfd p;
+	struct ibv_async_event ev;
+	struct ibv_send_wr wr, *bad;
+	struct ibv_cq *cq;
+	struct ibv_wc wc;
+	struct end e;
+	struct wire self;
+	void *cq_ctx;
+	char line[16];
+	long i;
+	int n;
+
+	CHECK(pd);
+	make_end(&e, c, pd, IBV_QPT_RC);
+	self = wire_of(&e);
+	connect_rc(&e, &self);
+	post_recv(&e, 1, 0, 64);
+	CHECK(ibv_req_notify_cq(e.cq, 0) == 0);
+	printf("fatal: ready\n");
+	CHECK(fgets(line, sizeof(line), stdin) != NULL);
+
+	/* The daemon is gone: a spinning poll ends with an error, async_fd
+	 * turns readable with DEVICE_FATAL; posts, control verbs and a wait
+	 * on the completion channel fail. */
+	for (i = 0; (n = ibv_poll_cq(e.cq, 1, &wc)) == 0; i++)
+		CHECK(i < 100000000);
+	CHECK(n < 0);
+	p = (struct pollfd){.fd = c->async_fd, .events = POLLIN};
+	CHECK(poll(&p, 1, 10000) == 1);
+	CHECK(ibv_get_async_event(c, &ev) == 0 && ev.event_type == IBV_EVENT_DEVICE_FATAL);
+	ibv_ack_async_event(&ev);
+	CHECK(ibv_get_async_event(c, &ev) == -1);
+	memset(&wr, 0, sizeof(wr));
+	wr.opcode = IBV_WR_SEND;
+	EXPECT_ERR(ibv_post_send(e.qp, &wr, &bad), EIO);
+	EXPECT_NULL(ibv_alloc_pd(c), EIO);
+	CHECK(ibv_get_cq_event(e.ch, &cq, &cq_ctx) == -1);
+	/* Teardown still works, and frees what the process holds. */
+	CHECK(ibv_destroy_qp(e.qp) == 0 && ibv_dereg_mr(e.mr) == 0);
+	CHECK(ibv_destroy_cq(e.cq) == 0 && ibv_destroy_comp_channel(e.ch) == 0);
+	CHECK(ibv_dealloc_pd(pd) == 0 && ibv_close_device(c) == 0);
+	printf("fatal: ok\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
@@ -783,6 +944,11 @@ int main(int argc, char **argv)
 		return cmd_twoproc(argv[2]);
 	if (argc == 3 && strcmp(argv[1], "errors") == 0)
 		return cmd_errors(argv[2]);
-	fprintf(stderr, "usage: harness loop|fork DEV_A DEV_B [THREADS] | twoproc DEV | errors DEV\n");
+	if (argc == 4 && strcmp(argv[1], "freed") == 0)
+		return cmd_freed(argv[2], argv[3]);
+	if (argc == 3 && strcmp(argv[1], "fatal") == 0)
+		return cmd_fatal(argv[2]);
+	fprintf(stderr, "usage: harness loop|fork|freed DEV_A DEV_B [THREADS] | "
+			"twoproc|errors|fatal DEV\n");
 	return 2;
 }

@@ -1,7 +1,8 @@
 #!/bin/bash
 # test/libgoroce/run.sh: unmodified, dynamically linked libibverbs programs
-# (Debian's ibverbs-utils, perftest and a C harness) run on goroce devices
-# through goroce-exec, on a machine with no RDMA kernel support. For CI: no
+# (Debian's ibverbs-utils, perftest, a C harness and rdma-core's own test
+# suite) run on goroce devices through goroce-exec, on a machine with no RDMA
+# kernel support. For CI: no
 # stdin, every program under a timeout, one PASS/FAIL line each, exit status 1
 # if any failed.
 #
@@ -19,7 +20,7 @@ export PATH=/usr/local/go/bin:$HOME/go/bin:$PATH
 if [ "${GOROCE_NO_APT:-0}" != 1 ]; then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq && apt-get install -y -qq gcc libibverbs-dev librdmacm-dev ibverbs-utils \
-		perftest rdmacm-utils ibverbs-providers strace >/dev/null ||
+		perftest rdmacm-utils ibverbs-providers strace python3-pyverbs >/dev/null ||
 		{ echo "FAIL apt-get install (run as root, or set GOROCE_NO_APT=1)"; exit 1; }
 fi
 
@@ -32,9 +33,15 @@ cleanup() {
 trap cleanup EXIT
 
 fails=0
-pass() { echo "PASS $1"; }
+last=$SECONDS
+# Each line tells how long its check took.
+pass() {
+	echo "PASS $1 ($((SECONDS - last)) s)"
+	last=$SECONDS
+}
 fail() {
-	echo "FAIL $1"
+	echo "FAIL $1 ($((SECONDS - last)) s)"
+	last=$SECONDS
 	fails=$((fails + 1))
 	[ -n "${2:-}" ] && tail -15 "$2" | sed 's/^/    /'
 	# The server's side of a pair.
@@ -162,11 +169,38 @@ if [ "${GOROCE_TEST_QUICK:-0}" != 1 ]; then
 fi
 
 # The C harness: traffic from threads, fork, two processes on one device, errno.
-for m in "loop goroce0 goroce1 4" "fork goroce0 goroce1" "twoproc goroce0" "errors goroce1"; do
+for m in "loop goroce0 goroce1 4" "fork goroce0 goroce1" "twoproc goroce0" "errors goroce1" \
+	"freed goroce0 goroce1"; do
 	name="harness-${m// /-}"
 	# shellcheck disable=SC2086
 	if one "$name" 120 "$work/harness" $m; then pass "harness $m"; else fail "harness $m" "$work/$name.out"; fi
 done
+
+# A daemon killed under a program: IBV_EVENT_DEVICE_FATAL and errors, no
+# hang (a daemon of its own, on its own socket and port).
+(
+	export GOROCE_NIC_SOCKET="@goroce-nic-ci-fatal-$$"
+	"$gx" --daemon --bind 127.0.0.1 --port $((port + 4)) --idle-exit 0 >"$work/fatal-nic.log" 2>&1 &
+	dpid=$!
+	for _ in $(seq 100); do grep -q "listening on" "$work/fatal-nic.log" && break; sleep 0.1; done
+	mkfifo "$work/fatal.in"
+	exec 3<>"$work/fatal.in"
+	timeout -k 5 60 "$gx" --bind 127.0.0.1 --port $((port + 4)) "$work/harness" fatal goroce0 <&3 >"$work/fatal.out" 2>&1 &
+	hpid=$!
+	for _ in $(seq 200); do grep -q "fatal: ready" "$work/fatal.out" && break; sleep 0.05; done
+	kill -9 $dpid
+	echo go >&3
+	wait $hpid
+) && grep -q "fatal: ok" "$work/fatal.out" && pass "harness fatal (daemon killed)" ||
+	fail "harness fatal (daemon killed)" "$work/fatal.out"
+
+# rdma-core's own test suite (pyverbs): every test it runs passes or skips,
+# and every one that passes on Linux rxe passes here (rdma-core-tests/).
+if GOROCE_NO_APT=1 GOROCE_EXEC="$gx" GOROCE_TEST_PORT=$((port + 2)) \
+	test/libgoroce/rdma-core-tests/run.sh >"$work/rdmacore.out" 2>&1; then
+	pass "rdma-core tests"
+	grep "^goroce:\|^rxe:" "$work/rdmacore.out" | sed 's/^/    /'
+else fail "rdma-core tests" "$work/rdmacore.out"; fi
 
 echo "----"
 if [ $fails -gt 0 ]; then

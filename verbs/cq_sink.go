@@ -1,0 +1,36 @@
+package verbs
+
+// CompletionSink takes a CQ's completions as the device produces them, in
+// place of the CQ's own ring: a layer that keeps completions elsewhere (such
+// as goroce-nic, which writes them into a ring shared with another process)
+// receives each one on the goroutine that produced it, with no goroutine of
+// its own moving them and no second queue in between.
+//
+// DeliverCompletion is called with the CQ's lock held, once per completion
+// and in the CQ's order, from the device's receive and timer goroutines and
+// from the goroutines of the verbs that complete work requests themselves
+// (posting on a QP in ERR, Modify to ERR, Destroy). It must not block, must
+// not call the CQ's methods (nor verbs that complete work requests into the
+// CQ), and must not keep wc's address. It returns false when it has no room:
+// the CQ then overruns exactly as when its ring is full (see CQ), so the
+// sink's capacity is the CQ's. WorkCompletion.Solicited tells a sink that
+// implements its own completion notifications which receives satisfy a
+// solicited-only request.
+type CompletionSink interface {
+	DeliverCompletion(wc WorkCompletion) bool
+}
+
+// SetSink makes s take the CQ's completions from now on (nil gives them
+// back to the CQ's ring). Completions already in the ring stay there for
+// Poll; with a sink, Poll and Wait find only those. The CQ's notification
+// requests (ReqNotify) and its completion channel keep working, counted on
+// what the sink accepts.
+func (cq *CQ) SetSink(s CompletionSink) error {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.closed {
+		return closedError("SetSinkCQ", "cq")
+	}
+	cq.sink = s
+	return nil
+}
