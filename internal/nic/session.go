@@ -33,6 +33,7 @@ type session struct {
 	qps   map[uint32]*qpObj
 	ahs   map[uint32]*ahObj
 	mws   map[uint32]*mwObj
+	cm    *cmState // the connection manager's objects (cm.go), nil until used
 
 	// byNum maps QP numbers to the session's QPs for the CQ sinks, which
 	// look them up on the device's goroutines without taking mu: a
@@ -139,6 +140,24 @@ var handlers = [...]handler{
 	nicproto.OpDestroyAH:      (*session).destroyAH,
 	nicproto.OpAllocMW:        (*session).allocMW,
 	nicproto.OpDeallocMW:      (*session).deallocMW,
+
+	nicproto.OpCMCreateChannel:  (*session).cmCreateChannel,
+	nicproto.OpCMDestroyChannel: (*session).cmDestroyChannel,
+	nicproto.OpCMCreateID:       (*session).cmCreateID,
+	nicproto.OpCMDestroyID:      (*session).cmDestroyID,
+	nicproto.OpCMBindAddr:       (*session).cmBindAddr,
+	nicproto.OpCMResolveAddr:    (*session).cmResolveAddr,
+	nicproto.OpCMResolveRoute:   (*session).cmResolveRoute,
+	nicproto.OpCMListen:         (*session).cmListen,
+	nicproto.OpCMConnect:        (*session).cmConnect,
+	nicproto.OpCMAccept:         (*session).cmAccept,
+	nicproto.OpCMReject:         (*session).cmReject,
+	nicproto.OpCMDisconnect:     (*session).cmDisconnect,
+	nicproto.OpCMEstablish:      (*session).cmEstablish,
+	nicproto.OpCMInitQPAttr:     (*session).cmInitQPAttr,
+	nicproto.OpCMSetOption:      (*session).cmSetOption,
+	nicproto.OpCMMigrate:        (*session).cmMigrate,
+	nicproto.OpCMQuery:          (*session).cmQuery,
 }
 
 // handle runs op. Before OPEN only the device-independent operations are
@@ -147,10 +166,19 @@ func (s *session) handle(op nicproto.Op, body []byte, fds []int) (reply, error) 
 	switch op {
 	case nicproto.OpHello, nicproto.OpList, nicproto.OpEnsure:
 	case nicproto.OpOpen:
+		if s.cm != nil {
+			return reply{}, errInval // a CM session stays one
+		}
 		if s.dev != nil {
 			return reply{}, errInval
 		}
 	default:
+		if op >= nicproto.OpCMCreateChannel {
+			if s.dev != nil {
+				return reply{}, errInval // the CM has sessions of its own
+			}
+			break
+		}
 		if s.dev == nil {
 			return reply{}, errNoDev
 		}
@@ -198,6 +226,7 @@ func (s *session) postAsync(ev nicproto.AsyncEvent) {
 // ibv_close_device on a dying process would.
 func (s *session) teardown() {
 	s.conn.c.Close()
+	s.cmTeardown()
 	s.mu.RLock()
 	qps := mapValues(s.qps)
 	s.mu.RUnlock()

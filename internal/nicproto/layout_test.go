@@ -32,7 +32,8 @@ var cStructs = []struct {
 	{ModifySRQReq{}, "gr_modify_srq_req"}, {QuerySRQResp{}, "gr_query_srq_resp"},
 	{WQHdr{}, "gr_wq_hdr"}, {SGE{}, "gr_sge"}, {SWQE{}, "gr_swqe"}, {RWQE{}, "gr_rwqe"},
 	{CQHdr{}, "gr_cq_hdr"}, {CQE{}, "gr_cqe"}, {AllocMWReq{}, "gr_alloc_mw_req"},
-	{AllocMWResp{}, "gr_alloc_mw_resp"},
+	{AllocMWResp{}, "gr_alloc_mw_resp"}, {CMAddr{}, "gr_cm_addr"}, {CMParam{}, "gr_cm_param"},
+	{CMReq{}, "gr_cm_req"}, {CMIDInfo{}, "gr_cm_id_info"}, {CMResp{}, "gr_cm_resp"}, {CMEvent{}, "gr_cm_event"},
 }
 
 // TestGoLayoutHasNoPadding checks that each mirror's memory layout is its
@@ -83,7 +84,7 @@ func TestLayoutMatchesC(t *testing.T) {
 	consts := map[string]int{
 		"GR_PROTO_VERSION": Version, "GR_NAME_MAX": NameMax, "GR_MAX_MSG": MaxMsg,
 		"GR_MAX_FDS": MaxFDs, "GR_MAX_PIECES": MaxPieces, "GR_MAX_GIDS": MaxGIDs,
-		"GR_OP_HELLO": int(OpHello), "GR_OP_RESIZE_CQ": int(OpResizeCQ), "GR_OP_DEALLOC_MW": int(OpDeallocMW), "GR_OP_MAX": int(opMax),
+		"GR_OP_HELLO": int(OpHello), "GR_OP_RESIZE_CQ": int(OpResizeCQ), "GR_OP_DEALLOC_MW": int(OpDeallocMW), "GR_OP_CM_QUERY": int(OpCMQuery), "GR_CM_PRIVATE_MAX": CMPrivateMax, "GR_OP_MAX": int(opMax),
 		"GR_ARM_NEXT": ArmNext, "GR_ARM_SOLICITED": ArmSolicited, "GR_OBJ_SRQ": ObjSRQ,
 	}
 	for name, v := range consts {

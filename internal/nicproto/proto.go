@@ -56,13 +56,34 @@ const (
 	OpResizeCQ
 	OpAllocMW
 	OpDeallocMW
+	// The connection manager (librdmacm), on a session of its own: cm.go.
+	OpCMCreateChannel
+	OpCMDestroyChannel
+	OpCMCreateID
+	OpCMDestroyID
+	OpCMBindAddr
+	OpCMResolveAddr
+	OpCMResolveRoute
+	OpCMListen
+	OpCMConnect
+	OpCMAccept
+	OpCMReject
+	OpCMDisconnect
+	OpCMEstablish
+	OpCMInitQPAttr
+	OpCMSetOption
+	OpCMMigrate
+	OpCMQuery
 	opMax
 )
 
 var opNames = [...]string{"", "HELLO", "LIST", "ENSURE", "OPEN", "ALLOC_PD", "DEALLOC_PD",
 	"REG_MR", "DEREG_MR", "CREATE_CHANNEL", "DESTROY_CHANNEL", "CREATE_CQ", "DESTROY_CQ",
 	"CREATE_SRQ", "MODIFY_SRQ", "QUERY_SRQ", "DESTROY_SRQ", "CREATE_QP", "MODIFY_QP",
-	"QUERY_QP", "DESTROY_QP", "CREATE_AH", "DESTROY_AH", "REREG_MR", "RESIZE_CQ", "ALLOC_MW", "DEALLOC_MW"}
+	"QUERY_QP", "DESTROY_QP", "CREATE_AH", "DESTROY_AH", "REREG_MR", "RESIZE_CQ", "ALLOC_MW", "DEALLOC_MW",
+	"CM_CREATE_CHANNEL", "CM_DESTROY_CHANNEL", "CM_CREATE_ID", "CM_DESTROY_ID", "CM_BIND_ADDR",
+	"CM_RESOLVE_ADDR", "CM_RESOLVE_ROUTE", "CM_LISTEN", "CM_CONNECT", "CM_ACCEPT", "CM_REJECT",
+	"CM_DISCONNECT", "CM_ESTABLISH", "CM_INIT_QP_ATTR", "CM_SET_OPTION", "CM_MIGRATE", "CM_QUERY"}
 
 // String returns the operation's name, e.g. "REG_MR".
 func (o Op) String() string {

@@ -52,6 +52,25 @@ enum gr_op {
 	GR_OP_RESIZE_CQ,
 	GR_OP_ALLOC_MW,
 	GR_OP_DEALLOC_MW,
+	/* The connection manager, on a connection of its own (rdmacm.c):
+	 * each request is a gr_cm_req, each response a gr_cm_resp. */
+	GR_OP_CM_CREATE_CHANNEL, /* -> 1 fd: the event socket; info.id = channel handle */
+	GR_OP_CM_DESTROY_CHANNEL, /* id = channel */
+	GR_OP_CM_CREATE_ID,	  /* arg = channel, arg2 = port space */
+	GR_OP_CM_DESTROY_ID,
+	GR_OP_CM_BIND_ADDR,	  /* src */
+	GR_OP_CM_RESOLVE_ADDR,	  /* src (family 0: none), dst, arg = timeout ms */
+	GR_OP_CM_RESOLVE_ROUTE,	  /* arg = timeout ms */
+	GR_OP_CM_LISTEN,	  /* arg = backlog */
+	GR_OP_CM_CONNECT,	  /* param */
+	GR_OP_CM_ACCEPT,	  /* param; arg = 1: no parameters (NULL) */
+	GR_OP_CM_REJECT,	  /* param.private_data */
+	GR_OP_CM_DISCONNECT,
+	GR_OP_CM_ESTABLISH,
+	GR_OP_CM_INIT_QP_ATTR,	  /* arg = state -> attr, mask */
+	GR_OP_CM_SET_OPTION,	  /* arg = level, arg2 = name, arg3 = value */
+	GR_OP_CM_MIGRATE,	  /* arg = channel */
+	GR_OP_CM_QUERY,		  /* -> info */
 	GR_OP_MAX
 };
 
@@ -487,6 +506,71 @@ struct gr_cqe {
 	uint8_t pad0[2];
 	uint8_t solicited;
 	uint8_t pad[15];
+};
+
+/* The connection manager. Addresses: AF_INET (address in the first 4
+ * bytes) or AF_INET6, port in host byte order. */
+#define GR_CM_PRIVATE_MAX 256
+
+struct gr_cm_addr {
+	uint16_t family;
+	uint16_t port;
+	uint32_t scope_id;
+	uint8_t addr[16];
+};
+
+/* struct rdma_conn_param and struct rdma_ud_param in one. */
+struct gr_cm_param {
+	uint32_t private_data_len;
+	uint8_t responder_resources;
+	uint8_t initiator_depth;
+	uint8_t flow_control;
+	uint8_t retry_count;
+	uint8_t rnr_retry_count;
+	uint8_t srq;
+	uint16_t pad;
+	uint32_t qp_num;
+	uint32_t qkey;
+	struct gr_ah_attr ah_attr;
+	uint8_t private_data[GR_CM_PRIVATE_MAX];
+};
+
+struct gr_cm_req {
+	uint32_t id;
+	uint32_t arg;
+	uint32_t arg2;
+	uint32_t arg3;
+	struct gr_cm_addr src;
+	struct gr_cm_addr dst;
+	struct gr_cm_param param;
+};
+
+/* An ID: handle, device index (-1: none yet), port space, addresses. */
+struct gr_cm_id_info {
+	uint32_t id;
+	int32_t device;
+	uint32_t ps;
+	uint32_t qp_type;
+	struct gr_cm_addr src;
+	struct gr_cm_addr dst;
+};
+
+struct gr_cm_resp {
+	struct gr_cm_id_info info;
+	uint32_t mask;
+	uint32_t pad;
+	struct gr_qp_attr attr;
+};
+
+/* One event, as read from the event channel's socket (no header). info is
+ * the event's ID (a connection request's new one); listen the listener. */
+struct gr_cm_event {
+	uint32_t type;
+	int32_t status;
+	uint32_t listen;
+	uint32_t pad;
+	struct gr_cm_id_info info;
+	struct gr_cm_param param;
 };
 
 #endif
