@@ -168,6 +168,63 @@ if [ "${GOROCE_TEST_QUICK:-0}" != 1 ]; then
 	for t in ib_write_lat ib_read_lat ib_send_lat; do perf $t -a -n 100; done
 fi
 
+# librdmacm: rdma_cm programs on both sides, goroce0 (127.0.0.1) serving and
+# the client on goroce1 (127.0.0.2) where the program can bind its source.
+# cmpair NAME SERVER_CMD... -- CLIENT_CMD...: the client starts once the
+# server listens (libgoroce says so with GOROCE_DEBUG=1).
+cmpair() {
+	local name=$1
+	shift
+	local server=() client=()
+	while [ "$1" != -- ]; do server+=("$1"); shift; done
+	shift
+	client=("$@")
+	GOROCE_DEBUG=1 timeout -k 5 120 "$gx" "${server[@]}" >"$work/$name.srv" 2>&1 </dev/null &
+	local spid=$!
+	for _ in $(seq 400); do
+		grep -q "libgoroce: rdma_listen on port" "$work/$name.srv" && break
+		kill -0 "$spid" 2>/dev/null || break
+		sleep 0.05
+	done
+	timeout -k 5 120 "$gx" "${client[@]}" >"$work/$name.out" 2>&1 </dev/null
+	local c=$?
+	wait "$spid"
+	local s=$?
+	echo "(client exit $c, server exit $s)" >>"$work/$name.out"
+	[ $c = 0 ] && [ $s = 0 ]
+}
+cmp=7470
+cm() {
+	local label=$1 check=$2
+	shift 2
+	cmp=$((cmp + 1))
+	local name="cm$cmp"
+	# shellcheck disable=SC2046
+	if cmpair "$name" $(echo "$@" | sed "s/PORT/$cmp/g") && grep -q -- "$check" "$work/$name.out"; then
+		pass "$label"
+	else fail "$label" "$work/$name.out"; fi
+}
+cm "rping -C 10" "" rping -s -a 127.0.0.1 -p PORT -C 10 -- rping -c -a 127.0.0.1 -I 127.0.0.2 -p PORT -C 10
+for size in 32 4096 65000; do
+	cm "rping -S $size -V" "" rping -s -a 127.0.0.1 -p PORT -C 20 -S $size -V -- \
+		rping -c -a 127.0.0.1 -I 127.0.0.2 -p PORT -C 20 -S $size -V
+done
+cm "rping -v (data)" "ping data: rdma-ping-4" rping -s -a 127.0.0.1 -p PORT -C 5 -- \
+	rping -c -a 127.0.0.1 -I 127.0.0.2 -p PORT -C 5 -v
+cm "ucmatose, 8 connections" "return status 0" ucmatose -b 127.0.0.1 -p PORT -c 8 -C 20 -- \
+	ucmatose -s 127.0.0.1 -b 127.0.0.2 -p PORT -c 8 -C 20
+cm "ucmatose -m (rdma_migrate_id), -t 32 (TOS)" "return status 0" ucmatose -b 127.0.0.1 -p PORT -c 2 -C 10 -m -- \
+	ucmatose -s 127.0.0.1 -b 127.0.0.2 -p PORT -c 2 -C 10 -m -t 32
+# udaddy's -p is the port space; it serves on 7174.
+cm "udaddy (UD, SIDR), 4 ids" "return status 0" udaddy -b 127.0.0.1 -c 4 -C 10 -- \
+	udaddy -s 127.0.0.1 -b 127.0.0.2 -c 4 -C 10
+cm "rdma_server/rdma_client" "rdma_client: end 0" rdma_server -s 127.0.0.1 -p PORT -- \
+	rdma_client -s 127.0.0.1 -p PORT
+for t in ib_write_bw ib_read_bw ib_send_bw ib_write_lat; do
+	cm "$t -R" "^ *[0-9]" $t -d goroce0 -x 1 -R -p PORT -n 1000 -- \
+		$t -d goroce1 -x 1 -R -p PORT -n 1000 127.0.0.1
+done
+
 # The C harness: traffic from threads, fork, two processes on one device, errno.
 for m in "loop goroce0 goroce1 4" "fork goroce0 goroce1" "twoproc goroce0" "errors goroce1" \
 	"freed goroce0 goroce1"; do
