@@ -53,6 +53,20 @@ static struct gr_device *device_for(const struct gr_dev_info *in)
 	return d;
 }
 
+/* gr_device_info returns what the daemon said of a goroce device, NULL
+ * for another. */
+const struct gr_dev_info *gr_device_info(struct ibv_device *dev)
+{
+	struct gr_device *d;
+
+	pthread_mutex_lock(&dev_mu);
+	for (d = devices; d; d = d->next)
+		if (&d->dev == dev)
+			break;
+	pthread_mutex_unlock(&dev_mu);
+	return d ? &d->info : NULL;
+}
+
 GR_EXPORT struct ibv_device **ibv_get_device_list(int *num)
 {
 	size_t max = sizeof(struct gr_list_resp) + 256 * sizeof(struct gr_dev_info), got = 0;
