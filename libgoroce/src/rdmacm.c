@@ -68,6 +68,8 @@ int gr_cm_id_call(struct gr_cm_id *p, uint32_t op, struct gr_cm_req *req)
 	err = gr_cm_call(op, req, &resp, NULL);
 	if (!err)
 		gr_cm_set_info(p, &resp.info);
+	else
+		gr_debug("CM operation %u on id %u: %s", op, p->handle, strerror(err));
 	return err;
 }
 
@@ -122,6 +124,10 @@ void gr_cm_set_info(struct gr_cm_id *p, const struct gr_cm_id_info *in)
 			p->device = in->device;
 			id->verbs = c;
 			id->port_num = 1;
+			/* librdmacm gives every ID on a device the device's
+			 * protection domain (pyverbs' CMID.pd is it). */
+			if (!id->pd)
+				id->pd = gr_cm_default_pd(c);
 		}
 	}
 	if (!id->verbs || !in->dst.family)
@@ -832,6 +838,8 @@ GR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_
 		default:
 			break;
 		}
+		gr_debug("rdma_get_cm_event: %s, status %d, id %u", rdma_event_str(e->ev.event),
+			 e->ev.status, p->handle);
 		*event = &e->ev;
 		return 0;
 	}
