@@ -153,7 +153,7 @@ void gr_cm_set_info(struct gr_cm_id *p, const struct gr_cm_id_info *in)
 
 /* ---- event channels ---- */
 
-static struct gr_cm_channel *channel_create(void)
+struct gr_cm_channel *gr_cm_channel_create(void)
 {
 	struct gr_cm_channel *ch = calloc(1, sizeof(*ch));
 	struct gr_cm_req req;
@@ -180,7 +180,7 @@ static struct gr_cm_channel *channel_create(void)
 
 GR_EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
 {
-	struct gr_cm_channel *ch = channel_create();
+	struct gr_cm_channel *ch = gr_cm_channel_create();
 
 	return ch ? &ch->ch : NULL;
 }
@@ -201,7 +201,7 @@ GR_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 
 /* ---- IDs ---- */
 
-static struct gr_cm_id *id_find(uint32_t handle)
+struct gr_cm_id *gr_cm_id_find(uint32_t handle)
 {
 	struct gr_cm_id *p;
 
@@ -222,7 +222,7 @@ static void id_unlink(struct gr_cm_id *p)
 		}
 }
 
-static struct gr_cm_id *id_alloc(struct rdma_event_channel *channel, void *context,
+struct gr_cm_id *gr_cm_id_alloc(struct rdma_event_channel *channel, void *context,
 				 enum rdma_port_space ps, enum ibv_qp_type qp_type)
 {
 	struct gr_cm_id *p = calloc(1, sizeof(*p));
@@ -239,7 +239,7 @@ static struct gr_cm_id *id_alloc(struct rdma_event_channel *channel, void *conte
 }
 
 /* id_register makes p known by handle; the caller holds gr_cm_mu. */
-static void id_register(struct gr_cm_id *p, const struct gr_cm_id_info *in)
+void gr_cm_id_register(struct gr_cm_id *p, const struct gr_cm_id_info *in)
 {
 	p->handle = in->id;
 	gr_cm_set_info(p, in);
@@ -259,12 +259,12 @@ static int create_id(struct rdma_event_channel *channel, struct rdma_cm_id **out
 	if (!out || (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP && ps != RDMA_PS_IPOIB))
 		return gr_cm_err(ps == RDMA_PS_IB ? EOPNOTSUPP : EINVAL);
 	if (!channel) {
-		own = channel_create();
+		own = gr_cm_channel_create();
 		if (!own)
 			return -1;
 		channel = &own->ch;
 	}
-	p = id_alloc(channel, context, ps, qp_type);
+	p = gr_cm_id_alloc(channel, context, ps, qp_type);
 	if (!p) {
 		if (own)
 			rdma_destroy_event_channel(&own->ch);
@@ -277,7 +277,7 @@ static int create_id(struct rdma_event_channel *channel, struct rdma_cm_id **out
 	pthread_mutex_lock(&gr_cm_mu);
 	err = gr_cm_call(GR_OP_CM_CREATE_ID, &req, &resp, NULL);
 	if (!err)
-		id_register(p, &resp.info);
+		gr_cm_id_register(p, &resp.info);
 	pthread_mutex_unlock(&gr_cm_mu);
 	if (err) {
 		free(p);
@@ -435,7 +435,7 @@ static void to_cm_param(const struct rdma_conn_param *c, struct gr_cm_param *o)
 	o->qp_num = c->qp_num;
 }
 
-static int is_ud(struct rdma_cm_id *id)
+int gr_cm_is_ud(struct rdma_cm_id *id)
 {
 	return id->ps == RDMA_PS_UDP || id->ps == RDMA_PS_IPOIB;
 }
@@ -457,7 +457,7 @@ GR_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_p
 	if (id->qp) {
 		req.param.qp_num = id->qp->qp_num;
 		req.param.srq = id->qp->srq != NULL;
-	} else if (!conn_param && !is_ud(id)) {
+	} else if (!conn_param && !gr_cm_is_ud(id)) {
 		return gr_cm_err(EINVAL);
 	}
 	pthread_mutex_lock(&gr_cm_mu);
@@ -499,7 +499,7 @@ GR_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_pa
 	if (id->qp) {
 		req.param.qp_num = id->qp->qp_num;
 		req.param.srq = id->qp->srq != NULL;
-		if (!is_ud(id)) {
+		if (!gr_cm_is_ud(id)) {
 			/* The QP must be in RTS before the REP goes out. */
 			if (gr_cm_modify_qp(p, IBV_QPS_RTR, resp_res, init_depth) ||
 			    gr_cm_modify_qp(p, IBV_QPS_RTS, resp_res, init_depth)) {
@@ -518,7 +518,7 @@ GR_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_pa
 		gr_cm_qp_err(p);
 		return gr_cm_err(err);
 	}
-	if (is_ud(id))
+	if (gr_cm_is_ud(id))
 		return 0;
 	return sync_complete(id);
 }
@@ -564,370 +564,6 @@ GR_EXPORT int rdma_disconnect(struct rdma_cm_id *id)
 	err = gr_cm_id_call(to_cm_id(id), GR_OP_CM_DISCONNECT, &req);
 	pthread_mutex_unlock(&gr_cm_mu);
 	return gr_cm_err(err);
-}
-
-/* gr_cm_migrate moves the ID to channel (NULL: a private one, making it
- * synchronous). wait: first let the events reported for it be
- * acknowledged, as rdma_migrate_id does (rdma_get_request migrates a
- * request's ID whose event the caller still holds). */
-int gr_cm_migrate(struct rdma_cm_id *id, struct rdma_event_channel *channel, int wait)
-{
-	struct gr_cm_id *p = to_cm_id(id);
-	struct rdma_event_channel *old = id->channel;
-	struct gr_cm_channel *own = NULL;
-	struct gr_cm_req req;
-	int err, was_sync = p->sync;
-
-	if (!channel) {
-		own = channel_create();
-		if (!own)
-			return -1;
-		channel = &own->ch;
-	}
-	memset(&req, 0, sizeof(req));
-	req.arg = container_of(channel, struct gr_cm_channel, ch)->handle;
-	pthread_mutex_lock(&gr_cm_mu);
-	err = gr_cm_id_call(p, GR_OP_CM_MIGRATE, &req);
-	if (!err) {
-		while (wait && p->events_completed != p->events_reported)
-			pthread_cond_wait(&p->cond, &gr_cm_mu);
-		id->channel = channel;
-		p->sync = own != NULL;
-	}
-	pthread_mutex_unlock(&gr_cm_mu);
-	if (err) {
-		if (own)
-			rdma_destroy_event_channel(&own->ch);
-		return gr_cm_err(err);
-	}
-	/* Events already in the old channel's socket are dropped when read:
-	 * the ID is no longer there. */
-	if (was_sync && old != channel)
-		rdma_destroy_event_channel(old);
-	return 0;
-}
-
-GR_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
-{
-	return gr_cm_migrate(id, channel, 1);
-}
-
-GR_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval,
-			      size_t optlen)
-{
-	struct gr_cm_req req;
-	int err;
-
-	if (!optval)
-		return gr_cm_err(EINVAL);
-	memset(&req, 0, sizeof(req));
-	req.arg = (uint32_t)level;
-	req.arg2 = (uint32_t)optname;
-	if (level == RDMA_OPTION_ID && (optname == RDMA_OPTION_ID_TOS ||
-					optname == RDMA_OPTION_ID_ACK_TIMEOUT)) {
-		if (optlen != sizeof(uint8_t))
-			return gr_cm_err(EINVAL);
-		req.arg3 = *(uint8_t *)optval;
-	} else if (level == RDMA_OPTION_ID) {
-		if (optlen != sizeof(int))
-			return gr_cm_err(EINVAL);
-		req.arg3 = (uint32_t) * (int *)optval;
-	}
-	pthread_mutex_lock(&gr_cm_mu);
-	err = gr_cm_id_call(to_cm_id(id), GR_OP_CM_SET_OPTION, &req);
-	pthread_mutex_unlock(&gr_cm_mu);
-	return gr_cm_err(err);
-}
-
-GR_EXPORT int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
-{
-	/* goroce tells its CM of a QP's first packet itself (COMM_EST). */
-	return gr_cm_err(event == IBV_EVENT_COMM_EST ? 0 : EINVAL);
-}
-
-GR_EXPORT int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr,
-				int *qp_attr_mask)
-{
-	struct gr_cm_req req;
-	struct gr_cm_resp resp;
-	const struct gr_qp_attr *s = &resp.attr;
-	struct gr_cm_id *p = to_cm_id(id);
-	int err;
-
-	memset(&req, 0, sizeof(req));
-	req.id = p->handle;
-	req.arg = qp_attr->qp_state;
-	pthread_mutex_lock(&gr_cm_mu);
-	err = p->stale ? EIO : gr_cm_call(GR_OP_CM_INIT_QP_ATTR, &req, &resp, NULL);
-	pthread_mutex_unlock(&gr_cm_mu);
-	if (err)
-		return gr_cm_err(err);
-	qp_attr->qp_state = (enum ibv_qp_state)s->qp_state;
-	qp_attr->path_mtu = (enum ibv_mtu)s->path_mtu;
-	qp_attr->qkey = s->qkey;
-	qp_attr->rq_psn = s->rq_psn;
-	qp_attr->sq_psn = s->sq_psn;
-	qp_attr->dest_qp_num = s->dest_qp_num;
-	qp_attr->qp_access_flags = s->qp_access_flags;
-	qp_attr->pkey_index = (uint16_t)s->pkey_index;
-	qp_attr->max_rd_atomic = (uint8_t)s->max_rd_atomic;
-	qp_attr->max_dest_rd_atomic = (uint8_t)s->max_dest_rd_atomic;
-	qp_attr->min_rnr_timer = (uint8_t)s->min_rnr_timer;
-	qp_attr->port_num = (uint8_t)s->port_num;
-	qp_attr->timeout = (uint8_t)s->timeout;
-	qp_attr->retry_cnt = (uint8_t)s->retry_cnt;
-	qp_attr->rnr_retry = (uint8_t)s->rnr_retry;
-	gr_from_ah_attr(&s->ah_attr, &qp_attr->ah_attr);
-	*qp_attr_mask = (int)resp.mask;
-	return 0;
-}
-
-GR_EXPORT __be16 rdma_get_src_port(struct rdma_cm_id *id)
-{
-	const struct sockaddr *sa = &id->route.addr.src_addr;
-
-	return sa->sa_family == AF_INET6 ? id->route.addr.src_sin6.sin6_port
-	       : sa->sa_family == AF_INET ? id->route.addr.src_sin.sin_port : 0;
-}
-
-GR_EXPORT __be16 rdma_get_dst_port(struct rdma_cm_id *id)
-{
-	const struct sockaddr *sa = &id->route.addr.dst_addr;
-
-	return sa->sa_family == AF_INET6 ? id->route.addr.dst_sin6.sin6_port
-	       : sa->sa_family == AF_INET ? id->route.addr.dst_sin.sin_port : 0;
-}
-
-/* ---- events ---- */
-
-static void ud_param(struct gr_cm_evt *e, const struct gr_cm_param *s)
-{
-	struct rdma_ud_param *u = &e->ev.param.ud;
-
-	u->private_data_len = (uint8_t)(s->private_data_len > 255 ? 255 : s->private_data_len);
-	memcpy(e->private_data, s->private_data, sizeof(e->private_data));
-	u->private_data = u->private_data_len ? e->private_data : NULL;
-	gr_from_ah_attr(&s->ah_attr, &u->ah_attr);
-	u->qp_num = s->qp_num;
-	u->qkey = s->qkey;
-}
-
-static void conn_param(struct gr_cm_evt *e, const struct gr_cm_param *s)
-{
-	struct rdma_conn_param *c = &e->ev.param.conn;
-
-	c->private_data_len = (uint8_t)(s->private_data_len > 255 ? 255 : s->private_data_len);
-	memcpy(e->private_data, s->private_data, sizeof(e->private_data));
-	c->private_data = c->private_data_len ? e->private_data : NULL;
-	c->responder_resources = s->responder_resources;
-	c->initiator_depth = s->initiator_depth;
-	c->flow_control = s->flow_control;
-	c->retry_count = s->retry_count;
-	c->rnr_retry_count = s->rnr_retry_count;
-	c->srq = s->srq;
-	c->qp_num = s->qp_num;
-}
-
-/* conn_request makes the ID of a connection request; the caller holds
- * gr_cm_mu. A request whose listener is gone here is destroyed. */
-static struct gr_cm_id *conn_request(struct gr_cm_evt *e, const struct gr_cm_event *w)
-{
-	struct gr_cm_id *l = id_find(w->listen), *p;
-	struct gr_cm_req req;
-
-	p = l ? id_alloc(l->id.channel, l->id.context, l->id.ps, l->id.qp_type) : NULL;
-	if (!p) {
-		memset(&req, 0, sizeof(req));
-		req.id = w->info.id;
-		gr_cm_call(GR_OP_CM_DESTROY_ID, &req, NULL, NULL);
-		return NULL;
-	}
-	id_register(p, &w->info);
-	/* From this side's point of view: what the peer asks it to serve,
-	 * and what it may issue to the peer. */
-	p->responder_resources = w->param.responder_resources;
-	p->initiator_depth = w->param.initiator_depth;
-	e->ev.listen_id = &l->id;
-	return p;
-}
-
-/* conn_response completes an active connection whose QP this library
- * moves (librdmacm's ucma_process_conn_resp): RTR, RTS, then the RTU;
- * the application sees ESTABLISHED, or CONNECT_ERROR after a REJ. */
-static void conn_response(struct gr_cm_evt *e, struct gr_cm_id *p)
-{
-	const struct rdma_conn_param *c = &e->ev.param.conn;
-
-	if (gr_cm_modify_qp(p, IBV_QPS_RTR, c->responder_resources, c->initiator_depth) ||
-	    gr_cm_modify_qp(p, IBV_QPS_RTS, c->responder_resources, c->initiator_depth) ||
-	    rdma_establish(&p->id)) {
-		e->ev.status = errno ? -errno : -EINVAL;
-		gr_cm_qp_err(p);
-		rdma_reject(&p->id, NULL, 0);
-		e->ev.event = RDMA_CM_EVENT_CONNECT_ERROR;
-		return;
-	}
-	e->ev.event = RDMA_CM_EVENT_ESTABLISHED;
-}
-
-/* read_event reads one event from the channel's socket; -1 with errno on
- * failure (EAGAIN on a non-blocking channel with none). */
-static int read_event(struct rdma_event_channel *channel, struct gr_cm_event *w)
-{
-	ssize_t n;
-
-	do
-		n = recv(channel->fd, w, sizeof(*w), 0);
-	while (n < 0 && errno == EINTR);
-	if (n == 0)
-		return gr_cm_err(ENODEV); /* the daemon is gone */
-	if (n < 0)
-		return -1;
-	if ((size_t)n != sizeof(*w))
-		return gr_cm_err(EPROTO);
-	return 0;
-}
-
-GR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
-{
-	struct gr_cm_event w;
-	struct gr_cm_evt *e;
-	struct gr_cm_id *p;
-
-	if (!channel || !event)
-		return gr_cm_err(EINVAL);
-	for (;;) {
-		if (read_event(channel, &w))
-			return -1;
-		e = calloc(1, sizeof(*e));
-		if (!e)
-			return gr_cm_err(ENOMEM);
-		pthread_mutex_lock(&gr_cm_mu);
-		if (w.type == RDMA_CM_EVENT_CONNECT_REQUEST) {
-			p = conn_request(e, &w);
-		} else {
-			p = id_find(w.info.id);
-			if (p)
-				gr_cm_set_info(p, &w.info);
-		}
-		if (!p) { /* an ID destroyed meanwhile */
-			pthread_mutex_unlock(&gr_cm_mu);
-			free(e);
-			continue;
-		}
-		p->events_reported++;
-		pthread_mutex_unlock(&gr_cm_mu);
-		e->owner = p;
-		e->ev.id = &p->id;
-		e->ev.event = (enum rdma_cm_event_type)w.type;
-		e->ev.status = w.status;
-		if (is_ud(&p->id))
-			ud_param(e, &w.param);
-		else
-			conn_param(e, &w.param);
-		switch (e->ev.event) {
-		case RDMA_CM_EVENT_CONNECT_RESPONSE:
-			if (p->id.qp)
-				conn_response(e, p);
-			break;
-		case RDMA_CM_EVENT_REJECTED:
-		case RDMA_CM_EVENT_UNREACHABLE:
-		case RDMA_CM_EVENT_CONNECT_ERROR:
-			gr_cm_qp_err(p);
-			break;
-		default:
-			break;
-		}
-		gr_debug("rdma_get_cm_event: %s, status %d, id %u", rdma_event_str(e->ev.event),
-			 e->ev.status, p->handle);
-		*event = &e->ev;
-		return 0;
-	}
-}
-
-GR_EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
-{
-	struct gr_cm_evt *e = container_of(event, struct gr_cm_evt, ev);
-
-	if (!event)
-		return gr_cm_err(EINVAL);
-	pthread_mutex_lock(&gr_cm_mu);
-	e->owner->events_completed++;
-	pthread_cond_broadcast(&e->owner->cond);
-	pthread_mutex_unlock(&gr_cm_mu);
-	free(e);
-	return 0;
-}
-
-GR_EXPORT const char *rdma_event_str(enum rdma_cm_event_type event)
-{
-	static const char *const names[] = {
-		"RDMA_CM_EVENT_ADDR_RESOLVED",	  "RDMA_CM_EVENT_ADDR_ERROR",
-		"RDMA_CM_EVENT_ROUTE_RESOLVED",	  "RDMA_CM_EVENT_ROUTE_ERROR",
-		"RDMA_CM_EVENT_CONNECT_REQUEST",  "RDMA_CM_EVENT_CONNECT_RESPONSE",
-		"RDMA_CM_EVENT_CONNECT_ERROR",	  "RDMA_CM_EVENT_UNREACHABLE",
-		"RDMA_CM_EVENT_REJECTED",	  "RDMA_CM_EVENT_ESTABLISHED",
-		"RDMA_CM_EVENT_DISCONNECTED",	  "RDMA_CM_EVENT_DEVICE_REMOVAL",
-		"RDMA_CM_EVENT_MULTICAST_JOIN",	  "RDMA_CM_EVENT_MULTICAST_ERROR",
-		"RDMA_CM_EVENT_ADDR_CHANGE",	  "RDMA_CM_EVENT_TIMEWAIT_EXIT",
-	};
-
-	if ((unsigned int)event < sizeof(names) / sizeof(names[0]))
-		return names[event];
-	return "UNKNOWN EVENT";
-}
-
-GR_EXPORT struct ibv_context **rdma_get_devices(int *num_devices)
-{
-	struct ibv_context **out;
-	struct ibv_device **list;
-	int i, n, got = 0, idx;
-
-	list = ibv_get_device_list(&n);
-	if (!list)
-		return NULL;
-	out = calloc((size_t)n + 1, sizeof(*out));
-	for (i = 0; out && i < n; i++)
-		if (sscanf(list[i]->name, "goroce%d", &idx) == 1 && gr_cm_context(idx))
-			out[got++] = gr_cm_context(idx);
-	ibv_free_device_list(list);
-	if (num_devices)
-		*num_devices = got;
-	if (!out)
-		errno = ENOMEM;
-	return out;
-}
-
-GR_EXPORT void rdma_free_devices(struct ibv_context **list)
-{
-	free(list); /* the contexts stay open, as librdmacm's */
-}
-
-/* goroce has no multicast; ECE is not negotiated. */
-GR_EXPORT int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
-{
-	return gr_cm_err(EOPNOTSUPP);
-}
-
-GR_EXPORT int rdma_join_multicast_ex(struct rdma_cm_id *id,
-				     struct rdma_cm_join_mc_attr_ex *mc_join_attr, void *context)
-{
-	return gr_cm_err(EOPNOTSUPP);
-}
-
-GR_EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
-{
-	return gr_cm_err(EOPNOTSUPP);
-}
-
-GR_EXPORT int rdma_set_local_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
-{
-	return gr_cm_err(EOPNOTSUPP);
-}
-
-GR_EXPORT int rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
-{
-	return gr_cm_err(EOPNOTSUPP);
 }
 
 /* fork: the child's copies of the CM connection and of the IDs are the

@@ -1,5 +1,5 @@
 /*
- * rdmacm.h: librdmacm on goroce (rdmacm.c, rdmacm_qp.c, rdmacm_addr.c).
+ * rdmacm.h: librdmacm on goroce (rdmacm*.c).
  *
  * libgoroce.so defines librdmacm's rdma_* ABI (RDMACM_1.0 ... 1.3), which
  * programs bind through the PLT, so the real librdmacm.so is loaded but
@@ -53,12 +53,18 @@ static inline struct gr_cm_id *to_cm_id(struct rdma_cm_id *id)
 	return container_of(id, struct gr_cm_id, id);
 }
 
-/* rdmacm.c */
+/* rdmacm.c, rdmacm_opt.c */
 extern pthread_mutex_t gr_cm_mu;
 int gr_cm_call(uint32_t op, struct gr_cm_req *req, struct gr_cm_resp *resp, int *rfd);
 int gr_cm_id_call(struct gr_cm_id *p, uint32_t op, struct gr_cm_req *req);
 void gr_cm_set_info(struct gr_cm_id *p, const struct gr_cm_id_info *in);
 int gr_cm_err(int err); /* errno = err; return -1 (0 for 0) */
+struct gr_cm_channel *gr_cm_channel_create(void);
+struct gr_cm_id *gr_cm_id_find(uint32_t handle);
+struct gr_cm_id *gr_cm_id_alloc(struct rdma_event_channel *channel, void *context,
+				enum rdma_port_space ps, enum ibv_qp_type qp_type);
+void gr_cm_id_register(struct gr_cm_id *p, const struct gr_cm_id_info *in);
+int gr_cm_is_ud(struct rdma_cm_id *id);
 int gr_cm_migrate(struct rdma_cm_id *id, struct rdma_event_channel *channel, int wait);
 int gr_cm_create_sync_id(struct rdma_cm_id **id, enum rdma_port_space ps, enum ibv_qp_type t);
 

@@ -179,6 +179,7 @@ cmpair() {
 	while [ "$1" != -- ]; do server+=("$1"); shift; done
 	shift
 	client=("$@")
+	: >"$work/$name.srv"
 	GOROCE_DEBUG=1 timeout -k 5 120 "$gx" "${server[@]}" >"$work/$name.srv" 2>&1 </dev/null &
 	local spid=$!
 	for _ in $(seq 400); do
