@@ -38,6 +38,9 @@ func buildC(t *testing.T) (lib, harness string) {
 	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
 		t.Skip("libibverbs-dev not installed")
 	}
+	if _, err := os.Stat("/usr/include/rdma/rdma_cma.h"); err != nil {
+		t.Skip("librdmacm-dev not installed")
+	}
 	buildOnce.Do(func() {
 		buildDir, buildErr = os.MkdirTemp("", "goroce-nic-test-")
 		if buildErr != nil {
@@ -51,6 +54,12 @@ func buildC(t *testing.T) (lib, harness string) {
 			"../../test/libgoroce/harness.c", "-libverbs", "-lpthread").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("harness: %v\n%s", err, out)
+			return
+		}
+		out, err = exec.Command("gcc", "-O1", "-g", "-Wall", "-Werror", "-o", filepath.Join(buildDir, "cmharness"),
+			"../../test/libgoroce/cmharness.c", "-lrdmacm", "-libverbs").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("cmharness: %v\n%s", err, out)
 		}
 	})
 	if buildErr != nil {

@@ -52,6 +52,8 @@ fail() {
 go build -o "$work/goroce-exec" ./cmd/goroce-exec || { echo "FAIL go build"; exit 1; }
 gcc -O1 -g -Wall -Werror -o "$work/harness" test/libgoroce/harness.c -libverbs -lpthread ||
 	{ echo "FAIL harness build"; exit 1; }
+gcc -O1 -g -Wall -Werror -o "$work/cmharness" test/libgoroce/cmharness.c -lrdmacm -libverbs ||
+	{ echo "FAIL cmharness build"; exit 1; }
 gx="$work/goroce-exec"
 
 # A daemon of our own, on a socket of our own.
@@ -221,9 +223,18 @@ cm "udaddy (UD, SIDR), 4 ids" "return status 0" udaddy -b 127.0.0.1 -c 4 -C 10 -
 	udaddy -s 127.0.0.1 -b 127.0.0.2 -c 4 -C 10
 cm "rdma_server/rdma_client" "rdma_client: end 0" rdma_server -s 127.0.0.1 -p PORT -- \
 	rdma_client -s 127.0.0.1 -p PORT
+# perftest -R: the client's device is the one rdma_cm resolves 127.0.0.1 from
+# (goroce0; perftest ignores -d there).
 for t in ib_write_bw ib_read_bw ib_send_bw ib_write_lat; do
 	cm "$t -R" "^ *[0-9]" $t -d goroce0 -x 1 -R -p PORT -n 1000 -- \
 		$t -d goroce1 -x 1 -R -p PORT -n 1000 127.0.0.1
+done
+# librdmacm's errors, private data, rejection, a non-blocking channel, fork.
+for m in errors connect fork; do
+	cmp=$((cmp + 2))
+	if one "cmharness-$m" 60 "$work/cmharness" $m $cmp && grep -q "$m: ok" "$work/cmharness-$m.out"; then
+		pass "cmharness $m"
+	else fail "cmharness $m" "$work/cmharness-$m.out"; fi
 done
 
 # The C harness: traffic from threads, fork, two processes on one device, errno.
