@@ -1,7 +1,8 @@
 // Package libgoroce holds the C sources of libgoroce.so, the LD_PRELOAD
-// library that exposes goroce devices through libibverbs' ABI, and builds
+// library that exposes goroce devices through libibverbs' and librdmacm's ABI, and builds
 // them with the system's C compiler, so that a `go install`ed goroce-exec
-// needs nothing else than gcc and Debian's libibverbs-dev headers.
+// needs nothing else than gcc and Debian's libibverbs-dev and librdmacm-dev
+// headers.
 package libgoroce
 
 import (
@@ -85,7 +86,7 @@ func Build(cacheDir, cc string) (string, error) {
 	cmd := exec.Command(cc, args...)
 	cmd.Dir = tmp
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building libgoroce.so (needs gcc and libibverbs-dev: apt-get install gcc libibverbs-dev): %v\n%s", err, msg)
+		return "", fmt.Errorf("building libgoroce.so (needs gcc, libibverbs-dev and librdmacm-dev: apt-get install gcc libibverbs-dev librdmacm-dev): %v\n%s", err, msg)
 	}
 	// Rename into place: a concurrent build of the same sources wins or
 	// loses the race harmlessly.

@@ -1,4 +1,4 @@
-// Command goroce-exec runs an unmodified libibverbs program on goroce
+// Command goroce-exec runs an unmodified libibverbs or librdmacm program on goroce
 // devices, like torsocks runs a program over Tor:
 //
 //	goroce-exec [--bind ADDR[,ADDR...]] CMD [ARGS...]
@@ -6,7 +6,7 @@
 // It makes sure the software NIC daemon runs (starting it detached if no
 // daemon answers on the socket, with the bind list; a running daemon opens
 // devices for addresses it lacks), builds libgoroce.so from its embedded
-// sources on first use (gcc and libibverbs-dev needed; kept in
+// sources on first use (gcc, libibverbs-dev and librdmacm-dev needed; kept in
 // ~/.cache/goroce), and execs CMD with LD_PRELOAD set. The devices are
 // goroce0, goroce1, ... in the order their addresses were first bound; the
 // default bind list is $GOROCE_BIND, else 127.0.0.1,127.0.0.2.
