@@ -457,8 +457,10 @@ func (s *session) cmMigrate(body []byte, _ []int) (reply, error) {
 	})
 }
 
-// cmTeardown destroys what the client left: its IDs (connections get
-// their DREQ, listeners stop), then its channels.
+// cmTeardown destroys what the client left: the pumps stop first (so that
+// no request's ID is made meanwhile), then its IDs go (connections get
+// their DREQ, listeners stop, the requests they held are refused), then
+// its channels.
 func (s *session) cmTeardown() {
 	s.mu.Lock()
 	st := s.cm
@@ -467,21 +469,23 @@ func (s *session) cmTeardown() {
 		return
 	}
 	st.mu.Lock()
-	ids := mapValues(st.ids)
 	chans := mapValues(st.chans)
+	st.mu.Unlock()
+	for _, c := range chans {
+		c.stop(true)
+	}
+	st.mu.Lock()
+	ids := mapValues(st.ids)
 	st.ids, st.chans = map[uint32]*cmID{}, map[uint32]*cmChan{}
+	for _, w := range st.closed {
+		w.Close()
+	}
+	st.closed = nil
 	st.mu.Unlock()
 	for _, r := range ids {
 		r.id.Destroy()
 	}
 	for _, c := range chans {
 		c.ch.Close()
-		c.stop(true)
 	}
-	st.mu.Lock()
-	for _, w := range st.closed {
-		w.Close()
-	}
-	st.closed = nil
-	st.mu.Unlock()
 }

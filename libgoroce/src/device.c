@@ -280,6 +280,7 @@ GR_EXPORT int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, 
 
 static void prefork(void)
 {
+	gr_cm_prefork();
 	pthread_mutex_lock(&dev_mu);
 	gr_mem_prefork();
 }
@@ -288,12 +289,14 @@ static void postfork_parent(void)
 {
 	gr_mem_postfork_parent();
 	pthread_mutex_unlock(&dev_mu);
+	gr_cm_postfork_parent();
 }
 
 static void postfork_child(void)
 {
 	gr_mem_forked();
 	gr_contexts_forked();
+	gr_cm_forked();
 }
 
 __attribute__((constructor)) static void gr_init(void)

@@ -569,18 +569,20 @@ GR_EXPORT int rdma_disconnect(struct rdma_cm_id *id)
 /* fork: the child's copies of the CM connection and of the IDs are the
  * parent's (the daemon's objects stay the parent's): the child's calls on
  * them fail with EIO, and its own IDs and channels get a connection of its
- * own. Its contexts are the parent's too (device.c), so new ones open. */
-static void cm_prefork(void)
+ * own. Its contexts are the parent's too (device.c), so new ones open.
+ * device.c's fork handlers call these first (prepare) and last, so that
+ * gr_cm_mu is taken before the device list's lock, as cm_context does. */
+void gr_cm_prefork(void)
 {
 	pthread_mutex_lock(&gr_cm_mu);
 }
 
-static void cm_postfork_parent(void)
+void gr_cm_postfork_parent(void)
 {
 	pthread_mutex_unlock(&gr_cm_mu);
 }
 
-static void cm_postfork_child(void)
+void gr_cm_forked(void)
 {
 	struct gr_cm_id *p;
 
@@ -591,9 +593,4 @@ static void cm_postfork_child(void)
 	for (p = cm_ids; p; p = p->next)
 		p->stale = 1;
 	memset(cm_contexts, 0, sizeof(cm_contexts));
-}
-
-__attribute__((constructor)) static void gr_cm_init(void)
-{
-	pthread_atfork(cm_prefork, cm_postfork_parent, cm_postfork_child);
 }

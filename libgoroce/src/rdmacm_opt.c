@@ -41,8 +41,9 @@ int gr_cm_migrate(struct rdma_cm_id *id, struct rdma_event_channel *channel, int
 			rdma_destroy_event_channel(&own->ch);
 		return gr_cm_err(err);
 	}
-	/* Events already in the old channel's socket are dropped when read:
-	 * the ID is no longer there. */
+	/* The daemon moved the ID's queued events; those it had already
+	 * written into the old channel's socket are still read from there
+	 * (a private channel's go with it). */
 	if (was_sync && old != channel)
 		rdma_destroy_event_channel(old);
 	return 0;

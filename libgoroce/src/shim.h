@@ -87,6 +87,10 @@ void *gr_obj_find(struct gr_context *ctx, uint32_t handle, uint32_t kind);
 
 /* device.c: contexts for the fork handler. query.c: queries. */
 void gr_contexts_forked(void);
+/* rdmacm.c: its fork handlers, called by device.c's. */
+void gr_cm_prefork(void);
+void gr_cm_postfork_parent(void);
+void gr_cm_forked(void);
 const struct gr_dev_info *gr_device_info(struct ibv_device *dev);
 uint32_t gr_netdev_of(const uint8_t *gid);
 int gr_query_port_ex(struct ibv_context *c, uint8_t port, struct ibv_port_attr *attr, size_t len);

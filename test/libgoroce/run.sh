@@ -224,10 +224,27 @@ cm "udaddy (UD, SIDR), 4 ids" "return status 0" udaddy -b 127.0.0.1 -c 4 -C 10 -
 cm "rdma_server/rdma_client" "rdma_client: end 0" rdma_server -s 127.0.0.1 -p PORT -- \
 	rdma_client -s 127.0.0.1 -p PORT
 # perftest -R: the client's device is the one rdma_cm resolves 127.0.0.1 from
-# (goroce0; perftest ignores -d there).
+# (goroce0; perftest ignores -d there). Debian's perftest (4.5-0.17) connects
+# twice, and its client may send the second REQ before the server listens
+# again: the REQ is refused (REJ "invalid service ID", reason 8, as the
+# kernel's CM refuses it). Newer perftest retries that connection itself;
+# here that run, and only that kind of failure, is repeated once, and said so.
 for t in ib_write_bw ib_read_bw ib_send_bw ib_write_lat; do
-	cm "$t -R" "^ *[0-9]" $t -d goroce0 -x 1 -R -p PORT -n 1000 -- \
-		$t -d goroce1 -x 1 -R -p PORT -n 1000 127.0.0.1
+	for try in 1 2; do
+		cmp=$((cmp + 1))
+		if cmpair "cm$cmp" $t -d goroce0 -x 1 -R -p $cmp -n 1000 -- \
+			$t -d goroce1 -x 1 -R -p $cmp -n 1000 127.0.0.1 && grep -q "^ *[0-9]" "$work/cm$cmp.out"; then
+			pass "$t -R"
+			grep -A1 "#bytes" "$work/cm$cmp.out" | tail -1 | sed 's/^/    /'
+			break
+		fi
+		if [ $try = 1 ] && grep -q "RDMA_CM_EVENT_REJECTED; error: 8" "$work/cm$cmp.out"; then
+			echo "     (perftest's client connected before its server listened again: once more)"
+			continue
+		fi
+		fail "$t -R" "$work/cm$cmp.out"
+		break
+	done
 done
 # librdmacm's errors, private data, rejection, a non-blocking channel, fork.
 for m in errors connect fork; do
