@@ -149,6 +149,8 @@ static const char *redirect(const char *path, char *buf, size_t len)
 		char buf[PATH_MAX];                                        \
 		if (!real)                                                 \
 			real = (fn_t)dlvsym(RTLD_NEXT, #sym, ver);         \
+		if (!real) /* an older glibc: its default version */       \
+			real = (fn_t)dlsym(RTLD_NEXT, #sym);               \
 		if (!real) {                                               \
 			errno = ENOSYS;                                    \
 			return -1;                                         \
@@ -176,6 +178,8 @@ GR_EXPORT DIR *gr_opendir(const char *path)
 
 	if (!real)
 		real = (DIR * (*)(const char *)) dlvsym(RTLD_NEXT, "opendir", "GLIBC_2.2.5");
+	if (!real)
+		real = (DIR * (*)(const char *)) dlsym(RTLD_NEXT, "opendir");
 	if (!real) {
 		errno = ENOSYS;
 		return NULL;
