@@ -109,10 +109,14 @@
 //     lost still ends in RETRY_EXC_ERR after retry_cnt+1 timeouts.
 //     Responses are taken in PSN order only. A sequence NAK for a PSN
 //     already acknowledged is stale and ignored.
-//   - During a PSN gap the responder repeats its sequence NAK for each
-//     packet that asks for an ACK (rxe NAKs once, then relies on the
-//     requester's timer); the requester goes back once per gap, so a lost
-//     NAK costs one AckReq interval instead of a whole timeout.
+//   - The responder sends one sequence NAK per PSN gap and drops the
+//     out-of-sequence requests after it silently until the expected PSN
+//     arrives, whatever they ask (IBTA 9.7.5.2.2, as rxe): a NAK per packet
+//     asking for an ACK recovered a lost NAK sooner, but let forged packets
+//     draw one NAK (and a go-back-N of the real peer) each. A lost NAK costs
+//     the requester its retransmit timer. The requester goes back once per
+//     gap: repeated NAKs before progress, and NAKs for acknowledged PSNs,
+//     change nothing.
 //   - A replayed READ starting inside the original range is answered with
 //     FIRST (or ONLY) at the requested PSN, as a new request for that
 //     range; the completer accepts both that and rxe's MIDDLE/LAST
