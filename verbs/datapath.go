@@ -46,7 +46,7 @@ func (m *qpMemory) CheckRemote(_ uint32, rkey uint32, va uint64, length uint32, 
 // acquireRemote resolves and pins rkey for a remote access: a memory
 // window's binding (mw.go) or a memory region.
 func (m *qpMemory) acquireRemote(rkey uint32, va uint64, length uint32, need AccessFlags) (*mrRegion, error) {
-	if KeyIsMW(rkey) {
+	if m.dev.keys.isMW(rkey) {
 		return m.dev.acquireMW(rkey, (*QP)(m), va, int(length), need)
 	}
 	return m.dev.acquireMR(rkey, m.pd, va, int(length), need)

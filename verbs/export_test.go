@@ -132,7 +132,7 @@ func (d *Device) LookupQP(qpn uint32) *QP { return d.lookupQP(qpn) }
 func (d *Device) SetNextQPN(n uint32) {
 	d.qpnMu.Lock()
 	defer d.qpnMu.Unlock()
-	d.nextQPN = n
+	d.qpnCounter = d.qpnPerm.decrypt(n)
 }
 
 // The QP number range, the largest MaxMR and MaxQP, and the defaults of

@@ -43,6 +43,8 @@ func newRawPeer(t testing.TB, addr netip.Addr, port uint16) *rawPeer {
 		t.Fatalf("peer socket on %v: %v", ap, err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
+	// The port the socket got (port 0 asks for any): the ICRC covers it.
+	ap = netip.AddrPortFrom(addr, uint16(c.LocalAddr().(*net.UDPAddr).Port))
 	return &rawPeer{conn: c, addr: ap, buf: make([]byte, 1<<16)}
 }
 
@@ -168,8 +170,18 @@ type hostileTarget struct {
 // UDP port port.
 func newHostileTarget(t testing.TB, port uint16) *hostileTarget {
 	t.Helper()
+	return newHostileTargetConfig(t, verbs.DeviceConfig{Addr: testkit.Addr(1), Port: port})
+}
+
+// newHostileTargetConfig is newHostileTarget for a device opened with cfg.
+func newHostileTargetConfig(t testing.TB, cfg verbs.DeviceConfig) *hostileTarget {
+	t.Helper()
+	port := cfg.Port
+	if port == 0 {
+		port = verbs.DefaultUDPPort
+	}
 	h := &hostileTarget{
-		dev:   rdmatest.OpenDevice(t, verbs.DeviceConfig{Addr: testkit.Addr(1), Port: port}),
+		dev:   rdmatest.OpenDevice(t, cfg),
 		peer:  newRawPeer(t, testkit.Addr(2), port),
 		other: newRawPeer(t, testkit.Addr(3), port),
 		arena: make([]byte, arenaLen),

@@ -1,6 +1,9 @@
 package verbs
 
-import "crypto/rand"
+import (
+	"crypto/rand"
+	"io"
+)
 
 // perm24 is a secret permutation of the 24-bit numbers, drawn when a device
 // opens: it makes the identifiers the device hands out (QP numbers, the
@@ -22,11 +25,17 @@ type perm24 struct {
 const permRounds = 8
 
 // newPerm24 draws a permutation from crypto/rand.
-func newPerm24() *perm24 {
+func newPerm24() *perm24 { return newPerm24From(rand.Reader) }
+
+// newPerm24From draws a permutation from r: crypto/rand's Reader, or a
+// seeded generator in tests that need the same identifiers every run.
+func newPerm24From(r io.Reader) *perm24 {
 	p := new(perm24)
 	var b [2 << 12]byte
 	for i := range p.f {
-		rand.Read(b[:]) // never fails (crypto/rand, Go 1.24)
+		if _, err := io.ReadFull(r, b[:]); err != nil {
+			panic("perm24: " + err.Error()) // crypto/rand never fails (Go 1.24)
+		}
 		for j := range p.f[i] {
 			p.f[i][j] = (uint16(b[2*j]) | uint16(b[2*j+1])<<8) & 0xfff
 		}

@@ -76,6 +76,10 @@ type QP struct {
 	// commEst is set once EventCommEst was raised for the connection
 	// (gsi.go); connectLocked clears it.
 	commEst bool
+	// peerSrcPort is the UDP source port the connection is pinned to:
+	// that of the first packet from the peer after RTR, 0 until then
+	// (acceptSourcePort); connectLocked clears it.
+	peerSrcPort uint16
 
 	timerIndex int       // position in the engine's timer heap; -1 if absent; guarded by engine.tmu
 	deadline   time.Time // when the transport wants OnTimer; guarded by engine.tmu
