@@ -22,6 +22,7 @@ func seedDevice(t *testing.T, d *Device, seed byte) {
 	d.mrs = newKeyTable[mrRegion](d.keys, 0, mrEpochs, keySlots)
 	d.mws = newKeyTable[MW](d.keys, mwClassBase, mwEpochs, keySlots)
 	d.qpnPerm = newPerm24From(r)
+	d.qpnCounter = 0
 }
 
 // TestAttackGuessRKeys: an attacker holding one rkey of a device with 64

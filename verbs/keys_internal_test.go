@@ -216,3 +216,26 @@ func TestKeysSpread(t *testing.T) {
 		t.Errorf("only %d distinct key bytes over %d keys", len(bytesSeen), n)
 	}
 }
+
+// BenchmarkKeyLookup is the receive path's resolution of an rkey: the
+// inverse permutation, two atomic loads and the key compare.
+func BenchmarkKeyLookup(b *testing.B) {
+	tbl := newKeyTable[keyed](newKeySecret(), 0, mrEpochs, keySlots)
+	keys := make([]uint32, 64)
+	for i := range keys {
+		slot, key, _ := tbl.alloc()
+		tbl.publish(slot, &keyed{key})
+		keys[i] = key
+	}
+	b.ResetTimer()
+	var hits int
+	for i := range b.N {
+		k := keys[i&63]
+		if o := tbl.lookup(k); o != nil && o.key == k {
+			hits++
+		}
+	}
+	if hits != b.N {
+		b.Fatal("lookups missed")
+	}
+}
