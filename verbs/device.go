@@ -48,7 +48,7 @@ type DeviceConfig struct {
 	// MaxQPInitRdAtom, MaxResRdAtom, MaxAH, MaxSRQ, MaxSRQWR, MaxSRQSGE
 	// and MaxInlineData replaces the default; the other fields are
 	// ignored. A value the implementation cannot honour is an error:
-	// MaxMR is at most 0xEFFFFF (the memory key index range), MaxQP at
+	// MaxMR is at most 2^20 (the memory key slots), MaxQP at
 	// most 2^24-2 (the QP numbers other than 0 and 1), MaxMRSize at most
 	// 2^63-1, the others at most 2^31-1.
 	Limits *DeviceAttr

@@ -94,14 +94,14 @@ func TestQueryDevice(t *testing.T) {
 		{"MaxQPWR", a.MaxQPWR, 0x4000},
 		{"MaxSGE", a.MaxSGE, 32},
 		{"MaxCQE", a.MaxCQE, 0x7fff},
-		{"MaxMR", a.MaxMR, 1 << 19},
+		{"MaxMR", a.MaxMR, 1 << 20},
 		{"MaxPD", a.MaxPD, 0x7ffc},
 		{"MaxQPRdAtom", a.MaxQPRdAtom, 128},
 		{"MaxSRQWR", a.MaxSRQWR, 0x4000},
 		{"MaxPKeys", a.MaxPKeys, 1},
 		{"PhysPortCnt", a.PhysPortCnt, 1},
 		{"MaxInlineData", a.MaxInlineData, 400},
-		{"MaxMW", a.MaxMW, 1 << 19},
+		{"MaxMW", a.MaxMW, 1 << 20},
 	}
 	for _, c := range checks {
 		if c.got != c.want {

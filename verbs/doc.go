@@ -223,12 +223,12 @@
 //     Lookup stays O(1) and lock-free: the receive path inverts the
 //     permutation (eight table loads) and compares the whole key. A
 //     region's key changes all its bits when Rereg or a new registration
-//     takes its slot, and the same key comes back only after 6,144
+//     takes its slot, and the same key comes back only after 3,072
 //     handouts of that slot, each after 1,024 other deregistrations; a
 //     window's code stays for its life (its low byte is the consumer key
 //     of ibv_inc_rkey, so whoever held one of its rkeys finds the next in
-//     256 tries) and comes back after 8 handouts of its slot. At most 2^19
-//     regions and 2^19 windows (rxe: 2^18, 2^17).
+//     256 tries) and comes back after 4 handouts of its slot. At most 2^20
+//     regions and 2^20 windows (rxe: 2^18, 2^17).
 //   - QP numbers are the images of a counter under another secret
 //     permutation: 24 unpredictable bits (2^-24 per guess and live QP),
 //     not reused before 2^24 more QPs. Starting PSNs are the application's

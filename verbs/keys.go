@@ -14,13 +14,13 @@ import (
 // and an epoch under the device's secret permutation of 24-bit numbers
 // (perm24):
 //
-//	code = perm(class<<19 | slot)   class = epoch (regions) or 24+epoch (windows)
+//	code = perm(class<<20 | slot)   class = epoch (regions) or 12+epoch (windows)
 //
 // The receive path inverts the permutation (eight table loads) to find
 // the slot, loads it without a lock and compares the whole key, so lookup
-// stays O(1) and lock-free. Regions use classes 0..23, windows 24..31, so
+// stays O(1) and lock-free. Regions use classes 0..11, windows 12..15, so
 // a key names at most one object and KeyIsMW is a range test on the class.
-// Each table hands out its 2^19 slots (a region's or window's slot is held
+// Each table hands out its 2^20 slots (a region's or window's slot is held
 // for its life) and keeps per slot a generation counter that advances at
 // every handout and at Rereg; the generation selects the epoch (generation
 // mod the table's epochs) and, through a secret permutation of bytes, the
@@ -35,14 +35,16 @@ import (
 // (or many) says nothing about another's code, and a guess of 32 bits
 // names a live key with probability (live keys)/2^32. A region's key
 // changes all 32 bits at each handout of its slot; the same key comes back
-// only after 24 × 256 = 6144 handouts of that slot, each after at least
-// keyReuseDelay other releases. A window's code comes back after 8
-// handouts of its slot. Key 0 is never handed out.
+// only after 12 × 256 = 3072 handouts of that slot, each after at least
+// keyReuseDelay other releases. A window's code comes back after 4
+// handouts of its slot. Key 0 is never handed out. The split of the code
+// between slot and epoch is a trade: 2^20 slots hold the million regions
+// goroce-scale registers (rxe: 2^18 regions, 2^17 windows).
 const (
-	keySlotBits = 19
+	keySlotBits = 20
 	keySlots    = 1 << keySlotBits
-	mrEpochs    = 24 // classes 0..23
-	mwEpochs    = 8  // classes 24..31
+	mrEpochs    = 12 // classes 0..11
+	mwEpochs    = 4  // classes 12..15
 	mwClassBase = mrEpochs
 )
 
@@ -72,7 +74,7 @@ func newKeySecretFrom(r io.Reader) *keySecret {
 	return s
 }
 
-// class returns the class of key (0..31): which table, which epoch.
+// class returns the class of key (0..15): which table, which epoch.
 func (s *keySecret) class(key uint32) uint32 { return s.perm.decrypt(key>>8) >> keySlotBits }
 
 // isMW reports whether key lies in the memory windows' classes.

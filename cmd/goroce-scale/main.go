@@ -20,7 +20,7 @@
 // one -mr-buffer buffer (64 MiB by default) and wrapping around it, so MRs
 // overlap as verbs allows: the buffer's memory is counted once and the
 // figures per MR are the registration's own cost. A device holds at most
-// max_mr MRs (15,728,639 by default, the memory key index range; -max-mr
+// max_mr MRs (1,048,576 by default, the memory key slots; -max-mr
 // lowers it), so -mrs above that registers max_mr and says so.
 //
 // The throughput runs keep -window WRITEs of -size bytes outstanding in
