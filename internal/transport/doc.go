@@ -98,9 +98,12 @@
 //     at 1 % and 5 % loss. While the window is narrowed, the requester
 //     asks for an ACK proportionally more often (every 32 packets at half
 //     the window, with the default 64 of SetAckEvery), so that a window
-//     holds as many packets that draw a repeated sequence NAK as before:
+//     held as many packets that drew a repeated sequence NAK as before:
 //     without that, WRITEs at 20 % loss waited for the retransmit timer
-//     twice as often and lost half their throughput. A maximum at or below
+//     twice as often and lost half their throughput. (Measured when the
+//     responder repeated its NAK for every packet asking for an ACK; it
+//     now NAKs once per gap, so the extra requests only bring ACKs
+//     sooner, and a lost NAK costs a timeout.) A maximum at or below
 //     the floor is a fixed window. A new QP, RESET and SetMaxUnackedPSNs
 //     start at the maximum.
 //   - A READ response or atomic ACK beyond the expected PSN shows that an
