@@ -44,12 +44,14 @@ func (m *qpMemory) CheckRemote(_ uint32, rkey uint32, va uint64, length uint32, 
 }
 
 // acquireRemote resolves and pins rkey for a remote access: a memory
-// window's binding (mw.go) or a memory region.
+// window's binding (mw.go) or a memory region. The key's code is computed
+// once (the inverse permutation, keys.go) for both the table and the slot.
 func (m *qpMemory) acquireRemote(rkey uint32, va uint64, length uint32, need AccessFlags) (*mrRegion, error) {
-	if m.dev.keys.isMW(rkey) {
-		return m.dev.acquireMW(rkey, (*QP)(m), va, int(length), need)
+	code := m.dev.keys.code(rkey)
+	if codeIsMW(code) {
+		return m.dev.acquireWindow(m.dev.mws.lookupCode(code), rkey, (*QP)(m), va, int(length), need)
 	}
-	return m.dev.acquireMR(rkey, m.pd, va, int(length), need)
+	return m.dev.acquireRegion(m.dev.mrs.lookupCode(code), rkey, m.pd, va, int(length), need)
 }
 
 // ref is the transport.Ref of an access to r with rights need: r itself, or

@@ -74,11 +74,15 @@ func newKeySecretFrom(r io.Reader) *keySecret {
 	return s
 }
 
-// class returns the class of key (0..15): which table, which epoch.
-func (s *keySecret) class(key uint32) uint32 { return s.perm.decrypt(key>>8) >> keySlotBits }
+// code returns the code of key: its class and slot.
+func (s *keySecret) code(key uint32) uint32 { return s.perm.decrypt(key >> 8) }
+
+// codeIsMW reports whether a key's code lies in the memory windows'
+// classes (0..15: which table, which epoch).
+func codeIsMW(code uint32) bool { return code>>keySlotBits >= mwClassBase }
 
 // isMW reports whether key lies in the memory windows' classes.
-func (s *keySecret) isMW(key uint32) bool { return s.class(key) >= mwClassBase }
+func (s *keySecret) isMW(key uint32) bool { return codeIsMW(s.code(key)) }
 
 // slotHash is a per-slot pseudo-random value.
 func (s *keySecret) slotHash(class0, slot uint32) uint64 {
@@ -154,8 +158,9 @@ func (t *keyTable[T]) chunkFor(slot uint32) (*keyChunk[T], uint32) {
 
 // slotOf returns the slot key names in this table, or false if its class
 // is another table's.
-func (t *keyTable[T]) slotOf(key uint32) (uint32, bool) {
-	code := t.secret.perm.decrypt(key >> 8)
+func (t *keyTable[T]) slotOf(key uint32) (uint32, bool) { return t.slotOfCode(t.secret.code(key)) }
+
+func (t *keyTable[T]) slotOfCode(code uint32) (uint32, bool) {
 	if code>>keySlotBits-t.classBase >= t.epochs {
 		return 0, false
 	}
@@ -165,8 +170,11 @@ func (t *keyTable[T]) slotOf(key uint32) (uint32, bool) {
 // lookup returns the object in key's slot, or nil. The caller must compare
 // the object's current key with key: the slot may hold another generation.
 // It takes no lock.
-func (t *keyTable[T]) lookup(key uint32) *T {
-	slot, ok := t.slotOf(key)
+func (t *keyTable[T]) lookup(key uint32) *T { return t.lookupCode(t.secret.code(key)) }
+
+// lookupCode is lookup for a key whose code the caller already has.
+func (t *keyTable[T]) lookupCode(code uint32) *T {
+	slot, ok := t.slotOfCode(code)
 	if !ok {
 		return nil
 	}

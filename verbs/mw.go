@@ -438,13 +438,13 @@ func (d *Device) invalidateMW(qp *QP, rkey uint32, remote bool) bool {
 	return true
 }
 
-// acquireMW resolves a window's rkey for a remote access by qp, as
+// acquireWindow resolves a window's rkey for a remote access by qp, as
 // acquireMR does for a region: the binding must be current and, for a type
 // 2 window, belong to qp; then PD, rights and the window's bounds are
 // checked (rxe checks only the region's bounds; IBA bounds the access by
-// the window). Lock-free; it pins the binding until release.
-func (d *Device) acquireMW(key uint32, qp *QP, va uint64, length int, need AccessFlags) (*mrRegion, error) {
-	mw := d.lookupMW(key)
+// the window). mw is what key's slot holds (or nil). Lock-free; it pins
+// the binding until release.
+func (d *Device) acquireWindow(mw *MW, key uint32, qp *QP, va uint64, length int, need AccessFlags) (*mrRegion, error) {
 	if mw == nil {
 		return nil, faultKey
 	}
