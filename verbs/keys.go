@@ -93,6 +93,22 @@ func (s *keySecret) slotHash(class0, slot uint32) uint64 {
 	return x
 }
 
+// keyMemo remembers the code of the last key it was asked for: the inverse
+// permutation costs tens of nanoseconds (dependent table loads), and the
+// packets of a message resolve the same key one after the other.
+type keyMemo struct {
+	key, last uint32 // last is key's code
+	set       bool
+}
+
+// code returns key's code under s.
+func (m *keyMemo) code(s *keySecret, key uint32) uint32 {
+	if !m.set || m.key != key {
+		*m = keyMemo{key: key, last: s.code(key), set: true}
+	}
+	return m.last
+}
+
 // KeyIsMW reports whether key (an rkey of this device) falls in the
 // memory-window classes rather than the memory-region ones. Only the
 // device that issued a key can tell.
