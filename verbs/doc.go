@@ -221,7 +221,9 @@
 //     keys with probability L/2^32 (2^-26 per guess with 64 regions), and
 //     seeing keys (one's own, say) tells nothing of the others' codes.
 //     Lookup stays O(1) and lock-free: the receive path inverts the
-//     permutation (eight table loads) and compares the whole key. A
+//     permutation (eight dependent table loads, tens of nanoseconds, once
+//     per message: a QP remembers its last key's code) and compares the
+//     whole key. A
 //     region's key changes all its bits when Rereg or a new registration
 //     takes its slot, and the same key comes back only after 3,072
 //     handouts of that slot, each after 1,024 other deregistrations; a
