@@ -5,12 +5,15 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/internal/rdmatest/testkit"
+	"github.com/goroce/goroce/verbs"
 )
 
 // The tests run goroce-rping's server and client against each other in
@@ -188,5 +191,78 @@ func TestBadCommandLines(t *testing.T) {
 		if code := run(context.Background(), c.args, io.Discard, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {
 			t.Errorf("%q: exit %d, %q; want 2 and %q", c.args, code, errb.String(), c.want)
 		}
+	}
+}
+
+// -V compares what came back with what was sent: a server that echoes one
+// flipped bit fails the client with rping's "data mismatch".
+func TestValidateCatchesCorruption(t *testing.T) {
+	ctx := testkit.Context(t)
+	a, b := 50, 51
+	dev, err := verbs.Open(verbs.DeviceConfig{Addr: testkit.Addr(a)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	pd, err := dev.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := cm.Listen(net.JoinHostPort(testkit.Addr(a).String(), strconv.Itoa(int(testkit.Port()))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	srvErr := make(chan error, 1)
+	go func() {
+		srvErr <- func() error {
+			req, err := l.Accept(ctx)
+			if err != nil {
+				return err
+			}
+			e, err := newEndpoint(pd, defaultSize, false, &logger{out: io.Discard, err: io.Discard})
+			if err != nil {
+				return err
+			}
+			defer e.destroy()
+			if e.conn, err = req.Accept(ctx, e.qp, nil); err != nil {
+				return err
+			}
+			src, err := e.expect(ctx, verbs.WCRecv, "RDMA_READ_ADV")
+			if err == nil {
+				err = e.rdma(verbs.WRRDMARead, src, int(src.size))
+			}
+			if err == nil {
+				_, err = e.expect(ctx, verbs.WCRDMARead, "RDMA_READ_COMPLETE")
+			}
+			if err != nil {
+				return err
+			}
+			e.rdmaMR.Buf()[20] ^= 1 // a letter of the ping, not its NUL
+			if err := e.send(); err != nil {
+				return err
+			}
+			dst, err := e.expect(ctx, verbs.WCRecv, "RDMA_WRITE_ADV")
+			if err == nil {
+				err = e.rdma(verbs.WRRDMAWrite, dst, int(dst.size))
+			}
+			if err == nil {
+				_, err = e.expect(ctx, verbs.WCRDMAWrite, "RDMA_WRITE_COMPLETE")
+			}
+			if err == nil {
+				err = e.send()
+			}
+			if err == nil {
+				<-e.conn.Done() // until the client leaves
+			}
+			return err
+		}()
+	}()
+	code, _, errs := client(ctx, a, b, "-V", "-C", "3")
+	if code != 1 || !strings.Contains(errs, "data mismatch") {
+		t.Errorf("exit %d: %s", code, errs)
+	}
+	if err := <-srvErr; err != nil {
+		t.Fatal(err)
 	}
 }
