@@ -146,8 +146,10 @@ func (c *ctrlConn) connected(conn *cm.Conn) {
 	c.remoteAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(conn.Remote().GID.Addr(), conn.LocalAddr().Port()))
 }
 
-// Read returns bytes of the messages received, waiting for one if none
-// is left. A disconnected peer is io.EOF.
+// Read returns the next message, which must fill b exactly: each of
+// perftest's blocks is one SEND, and a message of another size means the
+// two sides disagree on the exchange (perftest would read garbage). A
+// disconnected peer is io.EOF.
 func (c *ctrlConn) Read(b []byte) (int, error) {
 	if len(c.pending) == 0 {
 		wc, err := c.wait(c.rcq)
@@ -157,6 +159,9 @@ func (c *ctrlConn) Read(b []byte) (int, error) {
 		n := copy(c.in, c.rmr.Buf()[:wc.ByteLen])
 		if err := c.postRecv(); err != nil {
 			return 0, err
+		}
+		if n != len(b) {
+			return 0, fmt.Errorf("%w: a message of %d bytes where perftest's block has %d", oob.ErrMalformed, n, len(b))
 		}
 		c.pending = c.in[:n]
 	}

@@ -1,9 +1,16 @@
 package main
 
 import (
+	"errors"
+	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/internal/oob"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 )
 
 // -R runs perftest's rdma_cm mode: the exchanges over an rdma_cm control
@@ -92,5 +99,62 @@ func TestRDMACMRefusals(t *testing.T) {
 		if code != c.code || !strings.Contains(errs, c.want) {
 			t.Errorf("%q: exit %d, %q; want %d and %q", c.args, code, errs, c.code, c.want)
 		}
+	}
+}
+
+// The control connection carries one block per message: a message of
+// another size than the block read is refused, not split or joined.
+func TestCtrlConnMessageSizes(t *testing.T) {
+	ctx := testkit.Context(t)
+	open := func(n int) *side {
+		s := &side{cfg: &config{udpPort: 4791, ibDev: "goroce0", qpTimeout: 18, test: testKind{verb: verbWrite}},
+			addr: testkit.Addr(n)}
+		if err := s.openDevice(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.teardown() })
+		return s
+	}
+	srv, cli := open(146), open(147)
+	l, err := cm.Listen(net.JoinHostPort(srv.addr.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := srv.acceptCtrl(ctx, l)
+		if err != nil {
+			t.Error(err)
+		}
+		accepted <- c
+	}()
+	cli.cfg.port = int(l.Addr().Port())
+	cc, err := cli.dialCtrl(ctx, srv.addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	sc := <-accepted
+	if sc == nil {
+		return
+	}
+	defer sc.Close()
+	if _, err := cc.Write([]byte("12345678")); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 8)
+	if _, err := io.ReadFull(sc, b); err != nil || string(b) != "12345678" {
+		t.Fatalf("read %q, %v", b, err)
+	}
+	if _, err := cc.Write([]byte("1234")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(sc, b); !errors.Is(err, oob.ErrMalformed) {
+		t.Errorf("4 bytes read as a block of 8: %v", err)
+	}
+	// The peer's disconnection is the end of the stream.
+	_ = cc.Close()
+	if _, err := io.ReadFull(sc, b); !errors.Is(err, io.EOF) {
+		t.Errorf("after the peer closed: %v", err)
 	}
 }
