@@ -46,6 +46,10 @@ func (e *engine) HandlePacket(p *wire.Packet, from netip.AddrPort, info netio.Re
 		return
 	}
 	if qp.feeder != nil {
+		// The feeder runs the application's code on this goroutine,
+		// ordered after the sender's by the socket: tell the race
+		// detector, as for the transport's calls below.
+		raceSync()
 		qp.feeder.FeedRecv()
 	}
 	if qp.qpType == QPTypeUD {

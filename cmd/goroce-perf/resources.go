@@ -269,6 +269,7 @@ func (s *side) teardown() error {
 		_ = s.pc.Close(context.Background())
 		s.pc = nil
 	}
+	s.closeCM()
 	if s.dev == nil {
 		return nil
 	}
