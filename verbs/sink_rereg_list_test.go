@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -292,12 +293,21 @@ func openUDFeederEnd(t *testing.T, addr string, feed func(*sinkEnd)) *sinkEnd {
 	}
 	init := verbs.QPInitAttr{QPType: verbs.QPTypeUD, SendCQ: e.cq, RecvCQ: e.cq,
 		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	// The receive goroutine may call the feeder as soon as the QP exists
+	// (a stray datagram for its number); until e.qp is set, and visibly
+	// so to that goroutine, it does nothing.
+	var ready atomic.Bool
 	if feed != nil {
-		init.RecvFeeder = feederFunc(func() { feed(e) })
+		init.RecvFeeder = feederFunc(func() {
+			if ready.Load() {
+				feed(e)
+			}
+		})
 	}
 	if e.qp, err = e.pd.CreateQP(init); err != nil {
 		t.Fatal(err)
 	}
+	ready.Store(true)
 	for _, s := range []struct {
 		attr verbs.QPAttr
 		mask verbs.QPAttrMask
