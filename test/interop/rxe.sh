@@ -308,13 +308,16 @@ log "building goroce-perf, the goroce-*pingpong commands, goroce-dump into $BIN"
     ./cmd/goroce-ud-pingpong ./cmd/goroce-srq-pingpong ./cmd/goroce-dump) \
     || die "go build failed"
 
-# libgoroce's scenarios run Debian's perftest and ibv_rc_pingpong on the
-# host (CI installs them with test/libgoroce/run.sh; here if missing).
+# libgoroce's scenarios run Debian's perftest, ibv_rc_pingpong and
+# rdmacm-utils on the host (CI installs them with test/libgoroce/run.sh;
+# here if missing); libgoroce.so builds against libibverbs' and
+# librdmacm's headers.
 if ! command -v ib_write_bw >/dev/null || ! command -v ibv_rc_pingpong >/dev/null ||
-    ! [ -f /usr/include/infiniband/verbs.h ]; then
-    log "installing perftest, ibverbs-utils, gcc and libibverbs-dev for the libgoroce scenarios"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq perftest ibverbs-utils gcc libibverbs-dev \
-        >"$LOGS/apt.log" 2>&1 || die "apt-get install perftest ibverbs-utils gcc libibverbs-dev failed"
+    ! command -v ucmatose >/dev/null || ! [ -f /usr/include/infiniband/verbs.h ] ||
+    ! [ -f /usr/include/rdma/rdma_cma.h ]; then
+    log "installing perftest, ibverbs-utils, rdmacm-utils, gcc, libibverbs-dev and librdmacm-dev for the libgoroce scenarios"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq perftest ibverbs-utils rdmacm-utils gcc \
+        libibverbs-dev librdmacm-dev >"$LOGS/apt.log" 2>&1 || die "apt-get install for the libgoroce scenarios failed"
 fi
 log "building goroce-exec and libgoroce.so into $BIN"
 (cd "$ROOT" && go build -o "$BIN/" ./cmd/goroce-exec && make -s -C libgoroce OUT="$BIN/libgoroce.so") \
@@ -733,6 +736,29 @@ vm_server "libgoroce/ibv_rc_pingpong/s=4096/goroce-client" "has_pingpong $PP_ITE
     "ibv_rc_pingpong -d rxe0 $args" "$GX ibv_rc_pingpong -d goroce0 $args $VM_IP"
 host_server "libgoroce/ibv_rc_pingpong/s=4096/goroce-server" "has_pingpong $PP_ITERS" \
     "$GX ibv_rc_pingpong -d goroce0 $args" "ibv_rc_pingpong -d rxe0 $args $HOST_IP"
+
+# librdmacm: rdmacm-utils' own tools on both ends, goroce's through
+# goroce-exec (librdmacm's calls served by the daemon's cm); both roles.
+# goroce's servers log "rdma_listen on port N" with GOROCE_DEBUG=1.
+has_return0() { grep -q "return status 0" "$1"; }
+has_end0() { grep -q ": end 0" "$1"; }
+GXD="env GOROCE_DEBUG=1 $GX"
+CM_PORT=7471 CM_READY="rdma_listen on"
+vm_server "librdmacm/ucmatose/c=4/goroce-client" has_return0 \
+    "ucmatose -b $VM_IP -c 4 -C 10" "$GX ucmatose -s $VM_IP -b $HOST_IP -c 4 -C 10"
+host_server "librdmacm/ucmatose/c=4/goroce-server" has_return0 \
+    "$GXD ucmatose -b $HOST_IP -c 4 -C 10" "ucmatose -s $HOST_IP -b $VM_IP -c 4 -C 10"
+vm_server "librdmacm/rdma_server/goroce-client" has_end0 \
+    "rdma_server -s $VM_IP" "$GX rdma_client -s $VM_IP"
+host_server "librdmacm/rdma_server/goroce-server" has_end0 \
+    "$GXD rdma_server -s $HOST_IP" "rdma_client -s $HOST_IP"
+# udaddy: UD through SIDR; it serves on 7174 (its -p is the port space).
+CM_PORT=7174
+vm_server "librdmacm/udaddy/c=4/goroce-client" has_return0 \
+    "udaddy -b $VM_IP -c 4 -C 10" "$GX udaddy -s $VM_IP -b $HOST_IP -c 4 -C 10"
+host_server "librdmacm/udaddy/c=4/goroce-server" has_return0 \
+    "$GXD udaddy -b $HOST_IP -c 4 -C 10" "udaddy -s $HOST_IP -b $VM_IP -c 4 -C 10"
+CM_PORT= CM_READY=
 
 # ----------------------------------------------------------------------------- checks
 sleep 0.5 # the last ACKs
