@@ -3,10 +3,12 @@ package cm
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -15,9 +17,10 @@ import (
 // leaving nothing behind; a context that ends first wins.
 func TestTimeoutSilentPeer(t *testing.T) {
 	checkLeaks(t)
-	a := newHost(t, "127.0.2.1")
+	a := newHost(t, 1)
+	silent := netip.AddrPortFrom(testkit.Addr(99), 7174) // no device, no socket
 	start := time.Now()
-	_, err := Dial(ctx(t), "127.0.2.99:7174", a.qp(t, verbs.QPTypeRC), &Params{CMResponseTimeout: 8, MaxCMRetries: 1})
+	_, err := Dial(ctx(t), silent.String(), a.qp(t, verbs.QPTypeRC), &Params{CMResponseTimeout: 8, MaxCMRetries: 1})
 	if !errors.Is(err, ErrTimeout) || !errors.Is(err, syscall.ETIMEDOUT) {
 		t.Fatalf("Dial to a silent address: %v", err)
 	}
@@ -29,7 +32,7 @@ func TestTimeoutSilentPeer(t *testing.T) {
 
 	short, cancel := context.WithTimeout(ctx(t), 100*time.Millisecond)
 	defer cancel()
-	_, err = Dial(short, "127.0.2.99:7174", a.qp(t, verbs.QPTypeRC), nil)
+	_, err = Dial(short, silent.String(), a.qp(t, verbs.QPTypeRC), nil)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Dial with a 100 ms context: %v", err)
 	}
@@ -42,7 +45,7 @@ func TestTimeoutSilentPeer(t *testing.T) {
 // ErrNoRoute (ENETUNREACH) before anything is sent.
 func TestNoRoute(t *testing.T) {
 	checkLeaks(t)
-	a := newHost(t, "127.0.2.1")
+	a := newHost(t, 1)
 	_, err := Dial(ctx(t), "192.0.2.77:7174", a.qp(t, verbs.QPTypeRC), nil)
 	if !errors.Is(err, ErrNoRoute) || !errors.Is(err, syscall.ENETUNREACH) {
 		t.Fatalf("Dial from loopback to 192.0.2.77: %v", err)
@@ -55,7 +58,7 @@ func TestNoRoute(t *testing.T) {
 // TestNoDevice: binding an address no goroce device has is ErrNoDevice.
 func TestNoDevice(t *testing.T) {
 	checkLeaks(t)
-	_, err := Listen("127.0.2.50:7000")
+	_, err := Listen(netip.AddrPortFrom(testkit.Addr(50), 7000).String())
 	if !errors.Is(err, ErrNoDevice) || !errors.Is(err, syscall.ENODEV) {
 		t.Fatalf("Listen on an address without a device: %v", err)
 	}

@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/gsi"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
 
-// The tests run devices on 127.0.2.0/24, the range of this package's
-// tests (verbs uses 127.0.1.0/24), one test at a time.
+// The tests run devices on loopback addresses of the test process's own
+// (testkit.Addr), one test at a time.
 
 // testTimeout bounds every exchange that is expected to succeed; it only
 // turns a bug into a failure instead of a hung test.
@@ -57,10 +58,10 @@ type host struct {
 	mr  *verbs.MR
 }
 
-// newHost opens a device on addr for the test.
-func newHost(t *testing.T, addr string) *host {
+// newHost opens a device on testkit.Addr(i) for the test.
+func newHost(t *testing.T, i int) *host {
 	t.Helper()
-	return newHostConfig(t, verbs.DeviceConfig{Addr: netip.MustParseAddr(addr)})
+	return newHostConfig(t, verbs.DeviceConfig{Addr: testkit.Addr(i)})
 }
 
 func newHostConfig(t *testing.T, cfg verbs.DeviceConfig) *host {
@@ -103,8 +104,6 @@ func (h *host) at(port uint16) string { return netipString(h.dev, port) }
 func netipString(dev *verbs.Device, port uint16) string {
 	return netip.AddrPortFrom(dev.Addr(), port).String()
 }
-
-func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
 
 // ctx returns a context bounded by testTimeout.
 func ctx(t *testing.T) context.Context {

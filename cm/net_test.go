@@ -37,7 +37,7 @@ func acceptOne(t *testing.T, l *Listener, qp *verbs.QP, p *Params) <-chan accept
 // active side that the passive side sees, and nothing left behind.
 func TestDialAccept(t *testing.T) {
 	checkLeaks(t)
-	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	a, b := newHost(t, 1), newHost(t, 2)
 	l, err := Listen(b.at(0))
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +138,7 @@ func dialPair(t *testing.T, a, b *host, pa, pb *Params) (ca, cb *Conn, qa, qb *v
 // Done closes with ErrDisconnected and its QP is in ERR.
 func TestDisconnectPassive(t *testing.T) {
 	checkLeaks(t)
-	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	a, b := newHost(t, 1), newHost(t, 2)
 	ca, cb, qa, _ := dialPair(t, a, b, nil, nil)
 	if err := cb.Close(); err != nil {
 		t.Fatal(err)
@@ -162,7 +162,7 @@ func TestDisconnectPassive(t *testing.T) {
 // reason and the private data; the QP is usable for another attempt.
 func TestReject(t *testing.T) {
 	checkLeaks(t)
-	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	a, b := newHost(t, 1), newHost(t, 2)
 	l, err := Listen(b.at(0))
 	if err != nil {
 		t.Fatal(err)
@@ -191,7 +191,7 @@ func TestReject(t *testing.T) {
 // "invalid service ID" by the peer's CM, which keeps nothing.
 func TestNoListener(t *testing.T) {
 	checkLeaks(t)
-	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	a, b := newHost(t, 1), newHost(t, 2)
 	_, err := Dial(ctx(t), b.at(7174), a.qp(t, verbs.QPTypeRC), nil)
 	var rej *RejectError
 	if !errors.As(err, &rej) || !errors.Is(err, ErrNoListener) || rej.Reason != RejectInvalidServiceID {

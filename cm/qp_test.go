@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/internal/mad"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -30,7 +31,7 @@ func initWithRecv(t *testing.T, h *host, qp *verbs.QP, wrid uint64) {
 // needs REMOTE_WRITE) lands.
 func TestPrepostedReceives(t *testing.T) {
 	checkLeaks(t)
-	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	a, b := newHost(t, 1), newHost(t, 2)
 	l, err := Listen(b.at(0))
 	if err != nil {
 		t.Fatal(err)
@@ -103,10 +104,11 @@ func TestPrepostedReceives(t *testing.T) {
 // TestSameDevice: both ends on one device (as rdma-core's tests run
 // their players), over IPv4 and over IPv6's ::1.
 func TestSameDevice(t *testing.T) {
-	for _, addr := range []string{"127.0.2.3", "::1"} {
-		t.Run(addr, func(t *testing.T) {
+	// ::1 is every process's: the device binds a port of this one's.
+	for _, cfg := range []verbs.DeviceConfig{{Addr: testkit.Addr(3)}, {Addr: netip.IPv6Loopback(), Port: testkit.Port()}} {
+		t.Run(cfg.Addr.String(), func(t *testing.T) {
 			checkLeaks(t)
-			h := newHostConfig(t, verbs.DeviceConfig{Addr: netip.MustParseAddr(addr)})
+			h := newHostConfig(t, cfg)
 			l, err := Listen(h.at(0))
 			if err != nil {
 				t.Fatal(err)
@@ -145,7 +147,7 @@ func TestSameDevice(t *testing.T) {
 // sends a DREQ as it goes); a listener on it returns ErrDeviceRemoved.
 func TestDeviceRemoval(t *testing.T) {
 	checkLeaks(t)
-	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	a, b := newHost(t, 1), newHost(t, 2)
 	ca, cb, _, _ := dialPair(t, a, b, nil, nil)
 	l, err := Listen(a.at(0))
 	if err != nil {
@@ -177,7 +179,7 @@ func TestDeviceRemoval(t *testing.T) {
 // through once Accept made room.
 func TestBacklog(t *testing.T) {
 	checkLeaks(t)
-	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	a, b := newHost(t, 1), newHost(t, 2)
 	l, err := ListenConfig{Backlog: 1}.Listen(context.Background(), b.at(0))
 	if err != nil {
 		t.Fatal(err)
@@ -225,7 +227,7 @@ func TestBacklog(t *testing.T) {
 // retransmission.
 func TestRTULost(t *testing.T) {
 	checkLeaks(t)
-	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	a, b := newHost(t, 1), newHost(t, 2)
 	drop := func(_ netip.AddrPort, m []byte) bool {
 		h, err := mad.ParseCMHeader(m)
 		return err == nil && h.AttrID == mad.AttrRTU

@@ -15,7 +15,7 @@ import (
 // listens on fail with their SIDR status.
 func TestUD(t *testing.T) {
 	checkLeaks(t)
-	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	a, b := newHost(t, 1), newHost(t, 2)
 	l, err := ListenConfig{PortSpace: PortSpaceUDP}.Listen(context.Background(), b.at(0))
 	if err != nil {
 		t.Fatal(err)
