@@ -178,3 +178,12 @@ func SubCounters(a, b Counters) Counters {
 	}
 	return c
 }
+
+// TimerAsleep reports whether d's timer goroutine is asleep and how many
+// QP deadlines it holds (TestTimerWakesForEarlierDeadline: it is asleep on
+// a later deadline before the earlier one is filed).
+func TimerAsleep(d *Device) (asleep bool, deadlines int) {
+	d.eng.tmu.Lock()
+	defer d.eng.tmu.Unlock()
+	return d.eng.sleeping, len(d.eng.timers)
+}
