@@ -12,13 +12,15 @@ import (
 	"github.com/goroce/goroce/verbs"
 )
 
-// initWithRecv moves qp to INIT with no remote rights and posts a
-// receive into buf's first 64 bytes.
+// initWithRecv prepares qp (INIT, no remote rights) and posts a receive
+// into buf's first 64 bytes.
 func initWithRecv(t *testing.T, h *host, qp *verbs.QP, wrid uint64) {
 	t.Helper()
-	if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+	if err := PrepareQP(qp); err != nil {
 		t.Fatal(err)
+	}
+	if a, _, _ := qp.Query(0); a.QPState != verbs.QPStateInit || a.QPAccessFlags != 0 {
+		t.Fatalf("prepared QP in %v with rights %v, want INIT with none", a.QPState, a.QPAccessFlags)
 	}
 	if err := qp.PostRecv(&verbs.RecvWR{WRID: wrid, SGList: []verbs.SGE{h.mr.SGE(0, 64)}}); err != nil {
 		t.Fatal(err)
@@ -99,6 +101,35 @@ func TestPrepostedReceives(t *testing.T) {
 		}
 	}
 	_ = ca.Close()
+}
+
+// TestPrepareQP: PrepareQP takes RC, UC and UD QPs from RESET to INIT
+// (UD with UDPQKey), leaves one in INIT as it is, and refuses the other
+// states and nil.
+func TestPrepareQP(t *testing.T) {
+	checkLeaks(t)
+	h := newHost(t, 1)
+	for _, typ := range []verbs.QPType{verbs.QPTypeRC, verbs.QPTypeUC, verbs.QPTypeUD} {
+		qp := h.qp(t, typ)
+		for range 2 { // the second call finds it in INIT
+			if err := PrepareQP(qp); err != nil {
+				t.Fatalf("%v: %v", typ, err)
+			}
+			a, _, err := qp.Query(0)
+			if err != nil || a.QPState != verbs.QPStateInit || a.PortNum != 1 || a.QPAccessFlags != 0 ||
+				typ == verbs.QPTypeUD && a.QKey != UDPQKey {
+				t.Fatalf("%v: prepared into %+v, %v", typ, a, err)
+			}
+		}
+		if err := qp.PostRecv(&verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{h.mr.SGE(0, 64)}}); err != nil {
+			t.Errorf("%v: a receive on the prepared QP: %v", typ, err)
+		}
+		if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.QPAttrState); err != nil {
+			t.Fatal(err)
+		}
+		testkit.WantErr(t, PrepareQP(qp), verbs.ErrInvalidState)
+	}
+	testkit.WantErr(t, PrepareQP(nil), verbs.ErrInvalidArgument)
 }
 
 // TestSameDevice: both ends on one device (as rdma-core's tests run
