@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/rdmatest"
 	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
@@ -16,7 +17,7 @@ import (
 // acknowledges it.
 func expect(t *testing.T, ch *EventChannel, want EventType) *Event {
 	t.Helper()
-	ev, err := ch.GetEvent(ctx(t))
+	ev, err := ch.GetEvent(testkit.Context(t))
 	if err != nil {
 		t.Fatalf("waiting for %v: %v", want, err)
 	}
@@ -219,7 +220,7 @@ func TestEventNoQP(t *testing.T) {
 		SGList: []verbs.SGE{b.mr.SGE(0, 8)}, RDMA: verbs.RDMAParams{RemoteAddr: a.mr.IOVA(), RKey: a.mr.RKey()}}); err != nil {
 		t.Fatal(err)
 	}
-	if wc := waitWC(t, b.cq); wc.Status != verbs.WCSuccess {
+	if wc := rdmatest.WaitOne(t, b.cq); wc.Status != verbs.WCSuccess {
 		t.Fatalf("WRITE %v", wc.Status)
 	}
 }
@@ -327,7 +328,7 @@ func TestDestroyWaitsForAck(t *testing.T) {
 	if err := id.ResolveAddr(netip.AddrPortFrom(a.dev.Addr(), 0), netip.AddrPortFrom(a.dev.Addr(), 9), time.Second); err != nil {
 		t.Fatal(err)
 	}
-	ev, err := ch.GetEvent(ctx(t))
+	ev, err := ch.GetEvent(testkit.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}

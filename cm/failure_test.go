@@ -20,7 +20,7 @@ func TestTimeoutSilentPeer(t *testing.T) {
 	a := newHost(t, 1)
 	silent := netip.AddrPortFrom(testkit.Addr(99), 7174) // no device, no socket
 	start := time.Now()
-	_, err := Dial(ctx(t), silent.String(), a.qp(t, verbs.QPTypeRC), &Params{CMResponseTimeout: 8, MaxCMRetries: 1})
+	_, err := Dial(testkit.Context(t), silent.String(), a.qp(t, verbs.QPTypeRC), &Params{CMResponseTimeout: 8, MaxCMRetries: 1})
 	if !errors.Is(err, ErrTimeout) || !errors.Is(err, syscall.ETIMEDOUT) {
 		t.Fatalf("Dial to a silent address: %v", err)
 	}
@@ -30,7 +30,7 @@ func TestTimeoutSilentPeer(t *testing.T) {
 		t.Errorf("CM: %d REQ sent, %d resent, %d timeouts, %d records", c.Sent[0], c.Resent, c.Timeouts, records(a.dev))
 	}
 
-	short, cancel := context.WithTimeout(ctx(t), 100*time.Millisecond)
+	short, cancel := context.WithTimeout(testkit.Context(t), 100*time.Millisecond)
 	defer cancel()
 	_, err = Dial(short, silent.String(), a.qp(t, verbs.QPTypeRC), nil)
 	if !errors.Is(err, context.DeadlineExceeded) {
@@ -46,7 +46,7 @@ func TestTimeoutSilentPeer(t *testing.T) {
 func TestNoRoute(t *testing.T) {
 	checkLeaks(t)
 	a := newHost(t, 1)
-	_, err := Dial(ctx(t), "192.0.2.77:7174", a.qp(t, verbs.QPTypeRC), nil)
+	_, err := Dial(testkit.Context(t), "192.0.2.77:7174", a.qp(t, verbs.QPTypeRC), nil)
 	if !errors.Is(err, ErrNoRoute) || !errors.Is(err, syscall.ENETUNREACH) {
 		t.Fatalf("Dial from loopback to 192.0.2.77: %v", err)
 	}

@@ -1,11 +1,8 @@
 package cm
 
 import (
-	"context"
 	"net/netip"
-	"runtime"
 	"testing"
-	"time"
 
 	"github.com/goroce/goroce/internal/gsi"
 	"github.com/goroce/goroce/internal/rdmatest/testkit"
@@ -17,35 +14,23 @@ import (
 
 // testTimeout bounds every exchange that is expected to succeed; it only
 // turns a bug into a failure instead of a hung test.
-const testTimeout = 20 * time.Second
+const testTimeout = testkit.Timeout
 
 // checkLeaks fails the test if goroutines started during it are still
-// running at its end, or IDs or connection records are left. Call it
-// first, so that its cleanup runs last (after the devices close).
+// running at its end (testkit.CheckLeaks), or IDs or agents are left.
+// Call it first, so that its cleanups run last (after the devices close).
 func checkLeaks(t *testing.T) {
 	t.Helper()
-	before := runtime.NumGoroutine()
+	testkit.CheckLeaks(t)
 	lock()
 	idsBefore := state.ids
 	unlock()
 	t.Cleanup(func() {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			n := runtime.NumGoroutine()
+		testkit.WaitFor(t, "the test's IDs and agents gone", func() bool {
 			lock()
-			ids, agents := state.ids, len(state.agents)
-			unlock()
-			if n <= before && ids <= idsBefore && agents == 0 {
-				return
-			}
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				buf = buf[:runtime.Stack(buf, true)]
-				t.Errorf("leak: %d goroutines before, %d after; %d IDs, %d agents left:\n%s", before, n, ids, agents, buf)
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			defer unlock()
+			return state.ids <= idsBefore && len(state.agents) == 0
+		})
 	})
 }
 
@@ -105,33 +90,6 @@ func netipString(dev *verbs.Device, port uint16) string {
 	return netip.AddrPortFrom(dev.Addr(), port).String()
 }
 
-// ctx returns a context bounded by testTimeout.
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), testTimeout)
-	t.Cleanup(cancel)
-	return c
-}
-
-// waitWC waits for one completion on cq.
-func waitWC(t *testing.T, cq *verbs.CQ) verbs.WorkCompletion {
-	t.Helper()
-	wc := make([]verbs.WorkCompletion, 1)
-	deadline := time.Now().Add(testTimeout)
-	for {
-		n, err := cq.Poll(wc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 1 {
-			return wc[0]
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no completion")
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
-}
-
 // records returns the number of the Manager's records on dev's agent.
 func records(dev *verbs.Device) int {
 	lock()
@@ -154,16 +112,4 @@ func agentOf(t *testing.T, dev *verbs.Device) *agent {
 		t.Fatalf("no agent for %v", dev.Addr())
 	}
 	return a
-}
-
-// eventually waits for cond, polling.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, testTimeout)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }

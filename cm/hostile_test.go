@@ -251,7 +251,7 @@ func TestFlood(t *testing.T) {
 	const real = 5
 	// The flood fills the half-open table first (on an idle machine to
 	// its limit: the oldest forgeries are then evicted).
-	eventually(t, "half-open forgeries", func() bool {
+	testkit.WaitFor(t, "half-open forgeries", func() bool {
 		lock()
 		defer unlock()
 		return ab.mgr.HalfOpen() >= 100 || ab.mgr.Counters().Evicted > 0
@@ -265,7 +265,7 @@ func TestFlood(t *testing.T) {
 	for i := range real {
 		qa := a.qp(t, verbs.QPTypeRC)
 		start := time.Now()
-		c, err := Dial(ctx(t), l.Addr().String(), qa, nil)
+		c, err := Dial(testkit.Context(t), l.Addr().String(), qa, nil)
 		t.Logf("real connection %d: %v", i, time.Since(start))
 		if err != nil {
 			floodDone()
@@ -280,7 +280,7 @@ func TestFlood(t *testing.T) {
 		select {
 		case <-accepted:
 			n++
-		case <-ctx(t).Done():
+		case <-testkit.Context(t).Done():
 			t.Fatalf("%d of %d real connections accepted", n, real)
 		}
 	}
@@ -324,11 +324,11 @@ func TestPeerVanishes(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.send(t, b.dev.Addr(), req)
-	r, err := l.Accept(ctx(t))
+	r, err := l.Accept(testkit.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = r.Accept(ctx(t), b.qp(t, verbs.QPTypeRC), nil)
+	_, err = r.Accept(testkit.Context(t), b.qp(t, verbs.QPTypeRC), nil)
 	if !errors.Is(err, ErrTimeout) {
 		t.Fatalf("Accept of a vanished peer's request: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/internal/mad"
+	"github.com/goroce/goroce/internal/rdmatest"
 	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
@@ -48,17 +49,17 @@ func TestPrepostedReceives(t *testing.T) {
 			SGList: []verbs.SGE{h.mr.SGE(1024, len(msg))}})
 	}
 	go func() {
-		req, err := l.Accept(ctx(t))
+		req, err := l.Accept(testkit.Context(t))
 		if err != nil {
 			return
 		}
-		if c, err := req.Accept(ctx(t), qb, nil); err == nil {
+		if c, err := req.Accept(testkit.Context(t), qb, nil); err == nil {
 			_ = send(b, qb, "from b")
 			<-c.Done()
 			_ = c.Close()
 		}
 	}()
-	ca, err := Dial(ctx(t), l.Addr().String(), qa, nil)
+	ca, err := Dial(testkit.Context(t), l.Addr().String(), qa, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +68,7 @@ func TestPrepostedReceives(t *testing.T) {
 	}
 	got := map[uint64]string{}
 	for len(got) < 2 {
-		wc := waitWC(t, a.cq)
+		wc := rdmatest.WaitOne(t, a.cq)
 		if wc.Status != verbs.WCSuccess {
 			t.Fatalf("a: %+v", wc)
 		}
@@ -80,7 +81,7 @@ func TestPrepostedReceives(t *testing.T) {
 	if got[10] != "from b" {
 		t.Errorf("a received %q", got[10])
 	}
-	if wc := waitWC(t, b.cq); wc.Status != verbs.WCSuccess {
+	if wc := rdmatest.WaitOne(t, b.cq); wc.Status != verbs.WCSuccess {
 		t.Fatalf("b: %+v", wc)
 	}
 	attr, _, _ := qa.Query(0)
@@ -92,7 +93,7 @@ func TestPrepostedReceives(t *testing.T) {
 		t.Fatal(err)
 	}
 	for {
-		wc := waitWC(t, a.cq)
+		wc := rdmatest.WaitOne(t, a.cq)
 		if wc.WRID == 3 {
 			if wc.Status != verbs.WCSuccess || !bytes.Equal(b.buf[2048:2054], []byte("from a")) {
 				t.Fatalf("WRITE %+v", wc)
@@ -147,7 +148,7 @@ func TestSameDevice(t *testing.T) {
 			defer l.Close()
 			qa, qb := h.qp(t, verbs.QPTypeRC), h.qp(t, verbs.QPTypeRC)
 			done := acceptOne(t, l, qb, &Params{PrivateData: []byte("same")})
-			ca, err := Dial(ctx(t), l.Addr().String(), qa, nil)
+			ca, err := Dial(testkit.Context(t), l.Addr().String(), qa, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -163,12 +164,12 @@ func TestSameDevice(t *testing.T) {
 				SGList: []verbs.SGE{h.mr.SGE(0, 8)}, RDMA: verbs.RDMAParams{RemoteAddr: h.mr.IOVA() + 100, RKey: h.mr.RKey()}}); err != nil {
 				t.Fatal(err)
 			}
-			if wc := waitWC(t, h.cq); wc.Status != verbs.WCSuccess {
+			if wc := rdmatest.WaitOne(t, h.cq); wc.Status != verbs.WCSuccess {
 				t.Fatalf("WRITE %+v", wc)
 			}
 			_ = ca.Close()
 			<-r.conn.Done()
-			eventually(t, "timewait", func() bool { return records(h.dev) == 0 })
+			testkit.WaitFor(t, "timewait", func() bool { return records(h.dev) == 0 })
 		})
 	}
 }
@@ -190,14 +191,14 @@ func TestDeviceRemoval(t *testing.T) {
 	for _, c := range []*Conn{ca, cb} {
 		select {
 		case <-c.Done():
-		case <-ctx(t).Done():
+		case <-testkit.Context(t).Done():
 			t.Fatal("a connection did not end")
 		}
 	}
 	if !errors.Is(ca.Err(), ErrDeviceRemoved) || !errors.Is(cb.Err(), ErrDisconnected) {
 		t.Errorf("errors: %v, %v", ca.Err(), cb.Err())
 	}
-	if _, err := l.Accept(ctx(t)); !errors.Is(err, ErrDeviceRemoved) {
+	if _, err := l.Accept(testkit.Context(t)); !errors.Is(err, ErrDeviceRemoved) {
 		t.Errorf("Accept on a closed device's listener: %v", err)
 	}
 	_ = l.Close()
@@ -225,20 +226,20 @@ func TestBacklog(t *testing.T) {
 	for range 2 {
 		qa := a.qp(t, verbs.QPTypeRC)
 		go func() {
-			c, err := Dial(ctx(t), l.Addr().String(), qa, p)
+			c, err := Dial(testkit.Context(t), l.Addr().String(), qa, p)
 			dials <- result{c, err}
 		}()
 	}
 	ab := agentOf(t, b.dev)
-	eventually(t, "a dropped REQ", func() bool { return ab.counters().Dropped > 0 })
+	testkit.WaitFor(t, "a dropped REQ", func() bool { return ab.counters().Dropped > 0 })
 	for range 2 {
-		req, err := l.Accept(ctx(t))
+		req, err := l.Accept(testkit.Context(t))
 		if err != nil {
 			t.Fatal(err)
 		}
 		qb := b.qp(t, verbs.QPTypeRC)
 		go func() {
-			if c, err := req.Accept(ctx(t), qb, nil); err == nil {
+			if c, err := req.Accept(testkit.Context(t), qb, nil); err == nil {
 				<-c.Done()
 				_ = c.Close()
 			}
@@ -276,7 +277,7 @@ func TestRTULost(t *testing.T) {
 	// The REQ's response timeout sets the REP's retransmission period: 22
 	// is 16 s, longer than this test waits, so only the first packet can
 	// establish the passive side.
-	ca, err := Dial(ctx(t), l.Addr().String(), qa, &Params{CMResponseTimeout: 22})
+	ca, err := Dial(testkit.Context(t), l.Addr().String(), qa, &Params{CMResponseTimeout: 22})
 	if err != nil {
 		t.Fatal(err)
 	}
