@@ -228,7 +228,7 @@ func TestE2ERNR(t *testing.T) {
 		rdmatest.Connect(t, a, b, la, lb)
 		fill(a.Buf[:2000], 1)
 		rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 2000)}})
-		time.Sleep(20 * time.Millisecond)
+		testkit.WaitFor(t, "an RNR NAK", func() bool { return b.QP.Counters().SendRNRErr > 0 })
 		rdmatest.ExpectEmpty(t, a.CQ)
 		rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: 2, SGList: []verbs.SGE{b.MR.SGE(recvOff, 2000)}})
 		if wc := rdmatest.WaitOne(t, a.CQ); wc.WRID != 1 || wc.Status != verbs.WCSuccess {
@@ -263,7 +263,7 @@ func TestE2ERNR(t *testing.T) {
 		fill(a.Buf[:100], 4)
 		rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled, ImmData: 5,
 			SGList: []verbs.SGE{a.MR.SGE(0, 100)}, RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA() + dstOff, RKey: b.MR.RKey()}})
-		time.Sleep(5 * time.Millisecond)
+		testkit.WaitFor(t, "an RNR NAK", func() bool { return b.QP.Counters().SendRNRErr > 0 })
 		rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: 2})
 		if wc := rdmatest.WaitOne(t, a.CQ); wc.WRID != 1 || wc.Status != verbs.WCSuccess {
 			t.Fatalf("write completion %+v", wc)
