@@ -187,3 +187,12 @@ func TimerAsleep(d *Device) (asleep bool, deadlines int) {
 	defer d.eng.tmu.Unlock()
 	return d.eng.sleeping, len(d.eng.timers)
 }
+
+// RemoteWriteWaiters is how many goroutines wait in mr.WaitRemoteWrite
+// (TestRemoteWrite*: the waiters are parked before the store).
+func RemoteWriteWaiters(mr *MR) int {
+	if ww := mr.writes.waiters.Load(); ww != nil {
+		return int(ww.waiting.Load())
+	}
+	return 0
+}
