@@ -80,6 +80,10 @@ type Counters struct {
 	// DroppedWrongSource counts packets for a QP from another address than
 	// its peer's; device only.
 	DroppedWrongSource uint64
+	// DroppedWrongPort counts packets for a connected QP from its peer's
+	// address but not from the UDP source port the connection pinned
+	// (DeviceConfig.AnySourcePort); device only.
+	DroppedWrongPort uint64
 	// DroppedPkts counts packets the transport dropped: wrong transport,
 	// QP, P_Key, or a QP state that takes no packets.
 	DroppedPkts uint64
@@ -88,7 +92,7 @@ type Counters struct {
 	// retry resends them.
 	DroppedBusy uint64
 	// SentSeqErr counts PSN sequence error NAKs the responder sent: one
-	// per gap, repeated for each packet in the gap that asks for an ACK.
+	// per gap, however many out-of-sequence packets arrive in it.
 	SentSeqErr uint64
 	// SentNAKs and RcvdNAKs count the other NAKs (invalid request, remote
 	// access, remote operational error) sent and received.
@@ -180,6 +184,7 @@ var counterFields = [...]counterField{
 	{"icrc_id_recovered", func(c *Counters) *uint64 { return &c.ICRCIDRecovered }},
 	{"dropped_unknown_qp", func(c *Counters) *uint64 { return &c.DroppedUnknownQP }},
 	{"dropped_wrong_source", func(c *Counters) *uint64 { return &c.DroppedWrongSource }},
+	{"dropped_wrong_port", func(c *Counters) *uint64 { return &c.DroppedWrongPort }},
 	{"dropped_pkts", func(c *Counters) *uint64 { return &c.DroppedPkts }},
 	{"dropped_busy", func(c *Counters) *uint64 { return &c.DroppedBusy }},
 	{"sent_seq_err", func(c *Counters) *uint64 { return &c.SentSeqErr }},
@@ -261,6 +266,7 @@ func (d *Device) Counters() Counters {
 	// include every packet they dropped.
 	c.DroppedUnknownQP = e.unknownQP.Load()
 	c.DroppedWrongSource = e.wrongSource.Load()
+	c.DroppedWrongPort = e.wrongPort.Load()
 	if g := d.gsi.Load(); g != nil {
 		c.GSIRcvd, c.GSISent, c.GSIDropped = g.rcvd.Load(), g.sent.Load(), g.dropped.Load()
 	}

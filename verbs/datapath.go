@@ -25,7 +25,8 @@ func (m *qpMemory) Remote(_ uint32, rkey uint32, va uint64, length uint32, need 
 }
 
 func (m *qpMemory) Local(_ uint32, lkey uint32, addr uint64, length uint32, need AccessFlags) ([]byte, transport.Ref, error) {
-	r, err := m.dev.acquireMR(lkey, m.pd, addr, int(length), need)
+	code := m.localKey.code(m.dev.keys, lkey)
+	r, err := m.dev.acquireRegion(m.dev.mrs.lookupCode(code), lkey, m.pd, addr, int(length), need)
 	if err != nil {
 		return nil, nil, transportFault(err)
 	}
@@ -44,12 +45,15 @@ func (m *qpMemory) CheckRemote(_ uint32, rkey uint32, va uint64, length uint32, 
 }
 
 // acquireRemote resolves and pins rkey for a remote access: a memory
-// window's binding (mw.go) or a memory region.
+// window's binding (mw.go) or a memory region. The key's code (keys.go)
+// tells both the table and the slot; the QP remembers the last one. The
+// transport calls it under the QP's xmu, which guards the memo.
 func (m *qpMemory) acquireRemote(rkey uint32, va uint64, length uint32, need AccessFlags) (*mrRegion, error) {
-	if KeyIsMW(rkey) {
-		return m.dev.acquireMW(rkey, (*QP)(m), va, int(length), need)
+	code := m.remoteKey.code(m.dev.keys, rkey)
+	if codeIsMW(code) {
+		return m.dev.acquireWindow(m.dev.mws.lookupCode(code), rkey, (*QP)(m), va, int(length), need)
 	}
-	return m.dev.acquireMR(rkey, m.pd, va, int(length), need)
+	return m.dev.acquireRegion(m.dev.mrs.lookupCode(code), rkey, m.pd, va, int(length), need)
 }
 
 // ref is the transport.Ref of an access to r with rights need: r itself, or

@@ -48,7 +48,7 @@ type DeviceConfig struct {
 	// MaxQPInitRdAtom, MaxResRdAtom, MaxAH, MaxSRQ, MaxSRQWR, MaxSRQSGE
 	// and MaxInlineData replaces the default; the other fields are
 	// ignored. A value the implementation cannot honour is an error:
-	// MaxMR is at most 0xEFFFFF (the memory key index range), MaxQP at
+	// MaxMR is at most 2^20 (the memory key slots), MaxQP at
 	// most 2^24-2 (the QP numbers other than 0 and 1), MaxMRSize at most
 	// 2^63-1, the others at most 2^31-1.
 	Limits *DeviceAttr
@@ -72,6 +72,17 @@ type DeviceConfig struct {
 	// fabric an ACK may overtake the READ responses of its QP, which the
 	// requester handles as an implied NAK (it re-reads).
 	PerQPReplyPort bool
+
+	// AnySourcePort turns off source port pinning: by default a
+	// connected (RC or UC) QP takes packets only from its peer's address
+	// and, from the first one on after RTR, only from that packet's UDP
+	// source port (Linux rxe and goroce send all of a QP's packets from
+	// one port), plus ACKNOWLEDGEs from the peer's RoCE port (Port), from
+	// which goroce peers send coalesced replies. Others are dropped and
+	// counted (Counters.DroppedWrongPort). Pinning makes a forger spoofing
+	// the peer's address also match its port; set AnySourcePort for a
+	// peer whose QP changes source ports mid-connection.
+	AnySourcePort bool
 
 	// NoStatsEndpoint turns off the Unix socket on which the device
 	// serves its counters to goroce-stat (see Device.StatsEndpoint).
@@ -105,13 +116,16 @@ type Device struct {
 
 	res resources
 
+	// keys is the secret the device's memory keys are drawn with.
+	keys *keySecret
 	// mrs maps lkeys and rkeys to memory regions; lookups are lock-free.
 	mrs *keyTable[mrRegion]
 	// mws maps memory window rkeys to windows, lock-free as well.
 	mws *keyTable[MW]
 
-	eng      *engine // the socket and the data path's goroutines
-	busyPoll bool    // DeviceConfig.BusyPoll
+	eng           *engine // the socket and the data path's goroutines
+	busyPoll      bool    // DeviceConfig.BusyPoll
+	anySourcePort bool    // DeviceConfig.AnySourcePort
 
 	stats *statsEndpoint // nil without one (NoStatsEndpoint, or it failed)
 
@@ -121,9 +135,10 @@ type Device struct {
 
 	// qps maps QP numbers to QPs; sync.Map loads are lock-free, which is
 	// what the receive path's dispatch by destination QPN needs.
-	qps     sync.Map // uint32 -> *QP
-	qpnMu   sync.Mutex
-	nextQPN uint32
+	qps        sync.Map // uint32 -> *QP
+	qpnMu      sync.Mutex
+	qpnPerm    *perm24 // QP numbers are its images of qpnCounter
+	qpnCounter uint32  // guarded by qpnMu
 
 	// mu guards closed and the registries Close walks.
 	mu       sync.Mutex
@@ -138,10 +153,10 @@ type Device struct {
 // Hard caps: limits the implementation cannot exceed whatever
 // DeviceConfig.Limits asks.
 const (
-	capMaxMR  = mrIndexMax - mrIndexMin + 1 // the MR key index range
-	capMaxMW  = mwIndexMax - mwIndexMin + 1 // the MW key index range
-	capMaxQP  = qpnMax - qpnMin + 1         // the QPN space minus QP0 and QP1
-	capMaxInt = math.MaxInt32               // 32-bit fields of ibv structures
+	capMaxMR  = keySlots            // the MR key slots
+	capMaxMW  = keySlots            // the MW key slots
+	capMaxQP  = qpnMax - qpnMin + 1 // the QPN space minus QP0 and QP1
+	capMaxInt = math.MaxInt32       // 32-bit fields of ibv structures
 )
 
 // defaultDeviceAttr returns the limits of a goroce device. They follow rxe
@@ -211,6 +226,7 @@ func open(op string, cfg DeviceConfig, faults *netio.Faults) (*Device, error) {
 	}
 	d.gsi.Store(g)
 	d.busyPoll = cfg.BusyPoll
+	d.anySourcePort = cfg.AnySourcePort
 	if !cfg.NoStatsEndpoint {
 		// Best effort: a device without an endpoint works the same.
 		d.stats, _ = startStatsEndpoint(d)
@@ -259,6 +275,7 @@ func buildDevice(op string, cfg DeviceConfig) (*Device, error) {
 	attr.SysImageGUID = attr.NodeGUID
 
 	gids := buildGIDTable(addr.WithZone(""), ifid)
+	keys := newKeySecret()
 	return &Device{
 		name:    name,
 		addr:    addr,
@@ -280,9 +297,11 @@ func buildDevice(op string, cfg DeviceConfig) (*Device, error) {
 		},
 		gids:           gids,
 		numCompVectors: runtime.NumCPU(),
-		mrs:            newKeyTable[mrRegion](mrIndexMin, mrIndexMax),
-		mws:            newKeyTable[MW](mwIndexMin, mwIndexMax),
-		nextQPN:        qpnMin + rand.Uint32N(qpnMax-qpnMin+1),
+		keys:           keys,
+		mrs:            newKeyTable[mrRegion](keys, 0, mrEpochs, keySlots),
+		mws:            newKeyTable[MW](keys, mwClassBase, mwEpochs, keySlots),
+		qpnPerm:        newPerm24(),
+		qpnCounter:     rand.Uint32N(1 << 24),
 		pds:            make(map[*PD]struct{}),
 		cqs:            make(map[*CQ]struct{}),
 		channels:       make(map[*CompChannel]struct{}),
@@ -555,9 +574,11 @@ const (
 )
 
 // addQP assigns qp a QP number unique among the device's live QPs and makes
-// it visible to lookupQP. Numbers are handed out in increasing order from a
-// random start, wrapping around, so a number is not reused soon after its QP
-// is destroyed and stale packets find no QP.
+// it visible to lookupQP. Numbers are the images of a counter (from a
+// random start) under a secret permutation (perm24): unpredictable from
+// the numbers seen before (an off-path attacker must guess the 24 bits),
+// and not reused before 2^24 more QPs were created, so stale packets find
+// no QP.
 func (d *Device) addQP(op string, qp *QP) error {
 	d.qpnMu.Lock()
 	defer d.qpnMu.Unlock()
@@ -565,10 +586,10 @@ func (d *Device) addQP(op string, qp *QP) error {
 		return closedError(op, "device")
 	}
 	for {
-		qpn := d.nextQPN
-		d.nextQPN++
-		if d.nextQPN > qpnMax {
-			d.nextQPN = qpnMin
+		qpn := d.qpnPerm.encrypt(d.qpnCounter)
+		d.qpnCounter = (d.qpnCounter + 1) & 0xFFFFFF
+		if qpn < qpnMin {
+			continue
 		}
 		if _, taken := d.qps.Load(qpn); !taken {
 			qp.qpn = qpn

@@ -117,7 +117,9 @@
 // device's node GUID, index 1 the GID of its address (IPv4-mapped for IPv4),
 // which is the one to exchange with peers. Memory is addressed as in
 // libibverbs: an MR's IOVA is the virtual address of its buffer (or 0 with
-// AccessZeroBased), and lkey = rkey = index<<8 | key byte.
+// AccessZeroBased), and lkey = rkey, a 32-bit value with no structure a
+// peer can use (see Security); a window's rkey keeps libibverbs' one
+// convention, a low byte its binds choose (ibv_inc_rkey, IncRKey).
 //
 // Every device also has QP 1, the general services interface, which is
 // not a QP object: it carries the management datagrams of the
@@ -202,6 +204,56 @@
 // QP's PD, the region's rights and bounds (with no overflow) before a byte
 // moves, and a READ answers only with bytes of its region. Per-QP state is
 // fixed at Modify time, so a flood of requests costs no memory.
+//
+// # Security
+//
+// RoCE has no authentication: whoever can send a packet with a QP's peer's
+// address, its QPN, a PSN the responder expects and a valid rkey can read
+// or write registered memory. A goroce device makes each of these hard to
+// guess for an attacker off the path, who does not see the traffic:
+//
+//   - Memory keys. A key is code<<8 | byte, the code the image of the
+//     key's slot and epoch under a secret permutation of the 24-bit
+//     numbers drawn from crypto/rand when the device opens (an 8-round
+//     Feistel network with random 12-bit round tables), the byte a secret
+//     permutation of the slot's generation. So live keys look like
+//     distinct random 32-bit values: a blind guess names one of L live
+//     keys with probability L/2^32 (2^-26 per guess with 64 regions), and
+//     seeing keys (one's own, say) tells nothing of the others' codes.
+//     Lookup stays O(1) and lock-free: the receive path inverts the
+//     permutation (eight dependent table loads, tens of nanoseconds, once
+//     per message: a QP remembers its last key's code) and compares the
+//     whole key. A
+//     region's key changes all its bits when Rereg or a new registration
+//     takes its slot, and the same key comes back only after 3,072
+//     handouts of that slot, each after 1,024 other deregistrations; a
+//     window's code stays for its life (its low byte is the consumer key
+//     of ibv_inc_rkey, so whoever held one of its rkeys finds the next in
+//     256 tries) and comes back after 4 handouts of its slot. At most 2^20
+//     regions and 2^20 windows (rxe: 2^18, 2^17).
+//   - QP numbers are the images of a counter under another secret
+//     permutation: 24 unpredictable bits (2^-24 per guess and live QP),
+//     not reused before 2^24 more QPs. Starting PSNs are the application's
+//     (package cm draws them at random, as librdmacm does: 24 bits; a PSN
+//     need only fall within the responder's window).
+//   - Peer pinning. A connected QP takes packets only from its peer's IP
+//     address (Counters.DroppedWrongSource) and, from the first packet
+//     after RTR, only from that packet's UDP source port, plus
+//     ACKNOWLEDGEs from the peer's RoCE port, where goroce peers send
+//     coalesced replies (Counters.DroppedWrongPort;
+//     DeviceConfig.AnySourcePort turns it off). rxe and goroce send all of
+//     a QP's packets from one port, derived from the flow label or the QP
+//     numbers; a spoofer must match it as well, or win the race for the
+//     first packet after RTR.
+//   - No amplification. A PSN gap draws one sequence NAK, whatever comes
+//     after it until the expected PSN arrives (IBTA 9.7.5.2.2), and a
+//     requester goes back once per gap: forged out-of-sequence requests
+//     make the device send nothing more.
+//
+// An attacker on the path sees QPNs, PSNs, ports and rkeys in the clear
+// and can forge anything: only encryption and authentication of the
+// packets would stop that, which plain RoCEv2 (and so rxe and NICs)
+// cannot carry.
 //
 // # Memory consistency
 //

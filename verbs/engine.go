@@ -57,6 +57,7 @@ type engine struct {
 
 	unknownQP   atomic.Uint64 // packets for no live RC QP of this device
 	wrongSource atomic.Uint64 // packets from another address than the QP's peer
+	wrongPort   atomic.Uint64 // packets from the peer's address and another UDP port
 
 	// cmu guards retired, the summed counters of destroyed QPs, and each
 	// QP's folded flag. It is never held across QPs, so Device.Counters

@@ -46,6 +46,10 @@ func (e *engine) HandlePacket(p *wire.Packet, from netip.AddrPort, info netio.Re
 		return
 	}
 	if qp.feeder != nil {
+		// The feeder runs the application's code on this goroutine,
+		// ordered after the sender's by the socket: tell the race
+		// detector, as for the transport's calls below.
+		raceSync()
 		qp.feeder.FeedRecv()
 	}
 	if qp.qpType == QPTypeUD {
@@ -62,6 +66,9 @@ func (e *engine) HandlePacket(p *wire.Packet, from netip.AddrPort, info netio.Re
 		// An RC QP talks to one peer: the address its AV names.
 		e.wrongSource.Add(1)
 		return
+	case from.Port() != qp.peerSrcPort && !qp.acceptSourcePort(from.Port(), p):
+		e.wrongPort.Add(1)
+		return
 	}
 	if !qp.commEst {
 		e.firstPacket(qp)
@@ -70,6 +77,27 @@ func (e *engine) HandlePacket(p *wire.Packet, from netip.AddrPort, info netio.Re
 	qp.tq.HandlePacket(p, e.rxNow(), qp.outputLocked())
 	raceSync()
 	e.transmitAfterBatch(qp)
+}
+
+// acceptSourcePort decides on a packet from the peer's address whose UDP
+// source port is not the one the connection is pinned to
+// (DeviceConfig.AnySourcePort): the first such packet after RTR pins its
+// port, since rxe and goroce send all of a QP's packets from one port (rxe:
+// rdma_get_udp_sport of the flow label or the QP numbers, set with the
+// AV); an ACKNOWLEDGE may also come from the peer's RoCE port, the one a
+// goroce peer sends coalesced replies from (engine_send.go, step 4), and
+// pins nothing. Port 0 is no sender's. The caller holds xmu.
+func (qp *QP) acceptSourcePort(port uint16, p *wire.Packet) bool {
+	switch {
+	case qp.dev.anySourcePort:
+		return true
+	case port == qp.peer.Port() && p.BTH.Opcode() == wire.RCAcknowledge:
+		return true
+	case qp.peerSrcPort == 0 && port != 0:
+		qp.peerSrcPort = port
+		return true
+	}
+	return false
 }
 
 // rxNowEvery is how many packets of a batch share one reading of the clock.

@@ -68,6 +68,7 @@ func (qp *QP) connectLocked(op string, a *QPAttr) error {
 		sport = netio.SourcePortForFlowLabel(fl)
 	}
 	qp.commEst = false // a new connection: its first packet raises EventCommEst
+	qp.peerSrcPort = 0 // and pins its source port
 	if qp.sender != nil && qp.peer == peer && qp.sender.Port() == sport {
 		return nil
 	}

@@ -113,8 +113,23 @@ func QPHoldsOutput(qp *QP) bool {
 // stops).
 func SetCapture(d *Device, w io.Writer) error { return d.eng.conn.SetCapture(w) }
 
-// QPMemory is qp's memory as its responder reaches it (window tests).
-func QPMemory(qp *QP) transport.Memory { return (*qpMemory)(qp) }
+// QPMemory is qp's memory as its responder reaches it (window tests),
+// under the QP's xmu as the transport holds it (it guards the key memos).
+func QPMemory(qp *QP) transport.Memory { return lockedMemory{qp} }
+
+type lockedMemory struct{ qp *QP }
+
+func (m lockedMemory) Remote(pd, rkey uint32, va uint64, length uint32, need AccessFlags) ([]byte, transport.Ref, error) {
+	m.qp.xmu.Lock()
+	defer m.qp.xmu.Unlock()
+	return (*qpMemory)(m.qp).Remote(pd, rkey, va, length, need)
+}
+
+func (m lockedMemory) Local(pd, lkey uint32, addr uint64, length uint32, need AccessFlags) ([]byte, transport.Ref, error) {
+	m.qp.xmu.Lock()
+	defer m.qp.xmu.Unlock()
+	return (*qpMemory)(m.qp).Local(pd, lkey, addr, length, need)
+}
 
 // WatchWithdrawal returns a function that reports whether the region mw
 // is bound to now has started to be withdrawn (Dealloc, invalidation).
@@ -132,7 +147,7 @@ func (d *Device) LookupQP(qpn uint32) *QP { return d.lookupQP(qpn) }
 func (d *Device) SetNextQPN(n uint32) {
 	d.qpnMu.Lock()
 	defer d.qpnMu.Unlock()
-	d.nextQPN = n
+	d.qpnCounter = d.qpnPerm.decrypt(n)
 }
 
 // The QP number range, the largest MaxMR and MaxQP, and the defaults of

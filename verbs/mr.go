@@ -395,8 +395,10 @@ func (d *Device) lookupMR(key uint32) *MR {
 
 // lookupAndAcquire returns the current registration with key, pinned until
 // release, or nil if the key is not (or no longer) valid. It takes no lock.
-func (d *Device) lookupAndAcquire(key uint32) *mrRegion {
-	r := d.mrs.lookup(key)
+func (d *Device) lookupAndAcquire(key uint32) *mrRegion { return acquireKeyed(d.mrs.lookup(key), key) }
+
+// acquireKeyed pins r, what key's slot holds (or nil), if its key is key.
+func acquireKeyed(r *mrRegion, key uint32) *mrRegion {
 	if r == nil || r.key != key || !r.acquire() {
 		return nil
 	}
@@ -407,7 +409,17 @@ func (d *Device) lookupAndAcquire(key uint32) *mrRegion {
 // need on behalf of a QP in pd, and pins the registration; the caller
 // releases it after copying. On failure it returns an accessFault.
 func (d *Device) acquireMR(key uint32, pd *PD, va uint64, length int, need AccessFlags) (*mrRegion, error) {
-	r := d.lookupAndAcquire(key)
+	return checkAcquired(d.lookupAndAcquire(key), pd, va, length, need)
+}
+
+// acquireRegion is acquireMR for r, what key's slot holds (or nil).
+func (d *Device) acquireRegion(r *mrRegion, key uint32, pd *PD, va uint64, length int, need AccessFlags) (*mrRegion, error) {
+	return checkAcquired(acquireKeyed(r, key), pd, va, length, need)
+}
+
+// checkAcquired checks an access against r, pinned (nil: no such key),
+// and releases it if refused.
+func checkAcquired(r *mrRegion, pd *PD, va uint64, length int, need AccessFlags) (*mrRegion, error) {
 	if r == nil {
 		return nil, faultKey
 	}

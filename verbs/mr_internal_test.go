@@ -43,11 +43,14 @@ func TestMRKeyChangesOnIndexReuse(t *testing.T) {
 		mr := mustMR(t, pd, 8, 0)
 		key := mr.RKey()
 		if i == 0 {
-			index = keyIndex(key)
-		} else if keyIndex(key) != index {
-			t.Fatalf("index %#x not reused (first %#x)", keyIndex(key), index)
+			index = mr.index
+		} else if mr.index != index {
+			t.Fatalf("slot %#x not reused (first %#x)", mr.index, index)
 		}
-		if i < 256 && seen[key] {
+		if slot, _ := d.mrs.slotOf(key); slot != index {
+			t.Fatalf("key %#x names slot %#x, not %#x", key, slot, index)
+		}
+		if seen[key] {
 			t.Fatalf("key %#x repeated after %d reuses", key, i)
 		}
 		seen[key] = true
@@ -133,8 +136,8 @@ func TestMRRereg(t *testing.T) {
 					t.Error("failed Rereg changed the registration")
 				}
 			} else {
-				if mr.RKey() == before.key || keyIndex(mr.RKey()) != keyIndex(before.key) {
-					t.Errorf("key %#x -> %#x: want same index, new key byte", before.key, mr.RKey())
+				if slot, _ := d.mrs.slotOf(mr.RKey()); mr.RKey() == before.key || slot != mr.index {
+					t.Errorf("key %#x -> %#x: want the same slot, a new key", before.key, mr.RKey())
 				}
 				if d.lookupMR(before.key) != nil || d.lookupMR(mr.RKey()) != mr {
 					t.Error("old key still valid or new key not published")

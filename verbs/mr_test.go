@@ -108,7 +108,7 @@ func TestMRAccessors(t *testing.T) {
 	if mr.IOVA() != uint64(uintptr(unsafe.Pointer(&buf[0]))) {
 		t.Errorf("IOVA %#x is not the buffer's address", mr.IOVA())
 	}
-	if mr.LKey() != mr.RKey() || mr.LKey()>>8 == 0 || verbs.KeyIsMW(mr.RKey()) {
+	if mr.LKey() != mr.RKey() || mr.LKey() == 0 || d.KeyIsMW(mr.RKey()) {
 		t.Errorf("keys %#x %#x", mr.LKey(), mr.RKey())
 	}
 	if mr.Len() != len(buf) || mr.PD() != pd || &mr.Buf()[0] != &buf[0] {

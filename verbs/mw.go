@@ -275,8 +275,8 @@ func (qp *QP) bindWQE(op string, wr *SendWR, w *transport.SendWQE) error {
 		return newError(op, "bind_mw.mw", ErrInvalidArgument, "belongs to another device")
 	case mw.typ == MWType1 && !wr.bindType1:
 		return newError(op, "bind_mw.mw", ErrInvalidArgument, "a type 1 window is bound with QP.BindMW")
-	case b.RKey>>8 != mw.index:
-		return errorf(op, "bind_mw.rkey", ErrInvalidArgument, "%#x does not name window %#x", b.RKey, mw.index<<8)
+	case b.RKey>>8 != mw.RKey()>>8: // the code is the window's for life
+		return errorf(op, "bind_mw.rkey", ErrInvalidArgument, "%#x does not name window %#x", b.RKey, mw.RKey()&^0xff)
 	case b.Length > 0 && b.MR == nil:
 		return newError(op, "bind_mw.bind_info.mr", ErrInvalidArgument, "nil")
 	case b.MR != nil && b.MR.dev != qp.dev:
@@ -416,7 +416,7 @@ func (mw *MW) newBinding(qp *QP, mr *MR, b *transport.MWBind, key uint32) (*mrRe
 // IBA lets LOCAL_INV or SEND_WITH_INV invalidate (rxe checks
 // IB_MR_TYPE_MEM_REG), so an MR's rkey is always refused.
 func (d *Device) invalidateMW(qp *QP, rkey uint32, remote bool) bool {
-	if !KeyIsMW(rkey) {
+	if !d.keys.isMW(rkey) {
 		return false
 	}
 	mw := d.lookupMW(rkey)
@@ -438,13 +438,13 @@ func (d *Device) invalidateMW(qp *QP, rkey uint32, remote bool) bool {
 	return true
 }
 
-// acquireMW resolves a window's rkey for a remote access by qp, as
+// acquireWindow resolves a window's rkey for a remote access by qp, as
 // acquireMR does for a region: the binding must be current and, for a type
 // 2 window, belong to qp; then PD, rights and the window's bounds are
 // checked (rxe checks only the region's bounds; IBA bounds the access by
-// the window). Lock-free; it pins the binding until release.
-func (d *Device) acquireMW(key uint32, qp *QP, va uint64, length int, need AccessFlags) (*mrRegion, error) {
-	mw := d.lookupMW(key)
+// the window). mw is what key's slot holds (or nil). Lock-free; it pins
+// the binding until release.
+func (d *Device) acquireWindow(mw *MW, key uint32, qp *QP, va uint64, length int, need AccessFlags) (*mrRegion, error) {
 	if mw == nil {
 		return nil, faultKey
 	}
@@ -488,7 +488,7 @@ func (m *qpMemory) InvalidateRKey(_ uint32, rkey uint32) error {
 // memory is touched, so nothing is pinned.
 func (m *qpMemory) CheckRKey(_ uint32, rkey uint32, need AccessFlags) error {
 	var r *mrRegion
-	if KeyIsMW(rkey) {
+	if m.dev.keys.isMW(rkey) {
 		if mw := m.dev.lookupMW(rkey); mw != nil {
 			r = mw.binding.Load()
 			if r != nil && r.qp != nil && r.qp != (*QP)(m) {

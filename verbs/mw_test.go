@@ -192,7 +192,7 @@ func TestMWTestMR(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			a, b := newMWPair(t)
 			amw, bmw := mustAllocMW(t, a.PD, c.typ), mustAllocMW(t, b.PD, c.typ)
-			if amw.Bound() || amw.Type() != c.typ || !verbs.KeyIsMW(amw.RKey()) {
+			if amw.Bound() || amw.Type() != c.typ || !a.Dev.KeyIsMW(amw.RKey()) {
 				t.Fatalf("new window: bound %v, type %v, rkey %#x", amw.Bound(), amw.Type(), amw.RKey())
 			}
 			var aKey, bKey uint32

@@ -65,17 +65,25 @@ type QP struct {
 	// xmu serialises everything that touches the transport state
 	// machines (posting, packet handling, timers and the effects of
 	// Modify) and guards the fields below.
-	xmu    sync.Mutex
-	tq     *transport.QP     // the transport state machines (RC, UC or UD)
-	out    *transport.Output // packets produced under xmu; nil when none (outputLocked)
-	msgs   []netio.Message   // their batch for the socket
-	sgl    []transport.SGE   // work request conversion scratch
-	inline []byte            // inline data gathering scratch
-	peer   netip.AddrPort    // the remote device, from the AV (RTR on)
-	sender *netio.Sender     // our UDP source port for this connection
+	xmu  sync.Mutex
+	tq   *transport.QP     // the transport state machines (RC, UC or UD)
+	out  *transport.Output // packets produced under xmu; nil when none (outputLocked)
+	msgs []netio.Message   // their batch for the socket
+	sgl  []transport.SGE   // work request conversion scratch
+	// localKey and remoteKey remember the code (keys.go) of the last
+	// lkey and rkey the transport resolved: the packets of one message
+	// use the same key, and a key's code never changes.
+	localKey, remoteKey keyMemo
+	inline              []byte         // inline data gathering scratch
+	peer                netip.AddrPort // the remote device, from the AV (RTR on)
+	sender              *netio.Sender  // our UDP source port for this connection
 	// commEst is set once EventCommEst was raised for the connection
 	// (gsi.go); connectLocked clears it.
 	commEst bool
+	// peerSrcPort is the UDP source port the connection is pinned to:
+	// that of the first packet from the peer after RTR, 0 until then
+	// (acceptSourcePort); connectLocked clears it.
+	peerSrcPort uint16
 
 	timerIndex int       // position in the engine's timer heap; -1 if absent; guarded by engine.tmu
 	deadline   time.Time // when the transport wants OnTimer; guarded by engine.tmu

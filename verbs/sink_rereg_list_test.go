@@ -3,6 +3,7 @@ package verbs_test
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -223,10 +224,19 @@ func openUDFeederEnd(t *testing.T, host int, feed func(*rdmatest.End)) *rdmatest
 	e.CQ = rdmatest.CQ(t, e.Dev, 8)
 	init := verbs.QPInitAttr{QPType: verbs.QPTypeUD, SendCQ: e.CQ, RecvCQ: e.CQ,
 		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	// The receive goroutine may call the feeder as soon as the QP exists
+	// (a stray datagram for its number); until e.QP is set, and visibly
+	// so to that goroutine, it does nothing.
+	var ready atomic.Bool
 	if feed != nil {
-		init.RecvFeeder = feederFunc(func() { feed(e) })
+		init.RecvFeeder = feederFunc(func() {
+			if ready.Load() {
+				feed(e)
+			}
+		})
 	}
 	e.QP = rdmatest.QP(t, e.PD, init)
+	ready.Store(true)
 	rdmatest.LinkQP(t, e.QP, rdmatest.DefaultLink(), 0, rdmatest.Peer{})
 	return e
 }

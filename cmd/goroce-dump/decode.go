@@ -78,6 +78,13 @@ func (d *decoder) decode(index int, rel time.Duration, rec pcap.Record) (*roceFr
 		return nil, kindFiltered
 	}
 	p.parseErr = p.pkt.Parse(b, d.opt.mtu)
+	if p.parseErr == nil {
+		// A CM message whose fields break IBA's rules is as malformed as
+		// a bad header: --check counts it.
+		if _, isCM, err := cmOf(&p.pkt); isCM && err != nil {
+			p.parseErr = err
+		}
+	}
 	// The ICRC is checked even when parsing fails: telling corruption from
 	// a packet the parser rejects is half of debugging it.
 	if n := len(b) - wire.ICRCLen; n >= wire.BTHLen {

@@ -125,7 +125,7 @@ func TestGoldenLines(t *testing.T) {
 		{"atomic_cswap.pcap", "   28    0.110694  10.99.0.3:50208       → 10.99.0.2        RC ATOMIC_ACKNOWLEDGE        qpn=0x00002c psn=0x385d50 ---  pay=0     aeth=ACK msn=1 orig=0xe9e7e313e186f85c  icrc=ok"},
 		{"ud_pingpong.pcap", "   12    0.019404  10.99.0.2:63843       → 10.99.0.3        UD SEND_ONLY                 qpn=0x000013 psn=0x5ba528 ---  pay=512   qkey=0x11111111 srcqp=0x000027  icrc=ok"},
 		{"uc_pingpong.pcap", "   10    0.024808  10.99.0.2:49836       → 10.99.0.3        UC SEND_FIRST                qpn=0x000012 psn=0x9c030d ---  pay=1024  icrc=ok"},
-		{"write_bw_rdmacm.pcap", "    1    0.000000  10.99.0.2:55410       → 10.99.0.3        UD SEND_ONLY                 qpn=0x000001 psn=0x000005 A--  pay=256   qkey=0x80010000 srcqp=0x000001  mad=CM_REQ  icrc=ok"},
+		{"write_bw_rdmacm.pcap", "    1    0.000000  10.99.0.2:55410       → 10.99.0.3        UD SEND_ONLY                 qpn=0x000001 psn=0x000005 A--  pay=256   qkey=0x80010000 srcqp=0x000001  mad=CM_REQ lcid=0x013d5972 svc=TCP:18515 qpn=0x00002f psn=0x61346f cma=10.99.0.2:35951→10.99.0.3 pdata=0  icrc=ok"},
 		{"rping.pcap", "    6    0.025480  10.99.0.3:59946       → 10.99.0.2        RC RDMA_READ_REQUEST         qpn=0x000031 psn=0x0337dc A--  pay=0     va=0x55faef322fa0 rkey=0x00002a57 dlen=64  icrc=ok"},
 		{"host_crafted_probe.pcap", "    4    2.069038  10.99.0.1:53943       → 10.99.0.2        UD SEND_ONLY                 qpn=0x000001 psn=0x000000 ---  pay=256   qkey=0x80010000 srcqp=0x000001  mad=class0x01/attr0x0000  icrc=BAD(got 0xdf0621cd, want 0xdf0621cc)"},
 	}

@@ -130,6 +130,7 @@ func writeExtHeaders(w *bufio.Writer, pkt *wire.Packet) {
 	}
 	if m, ok := parseMAD(pkt); ok {
 		fmt.Fprintf(w, "  mad=%s", m.name())
+		writeCMLine(w, pkt)
 	}
 }
 
@@ -258,6 +259,7 @@ func writeVerbose(w *bufio.Writer, p *roceFrame) {
 	if m, ok := parseMAD(pkt); ok {
 		fmt.Fprintf(w, "%sMAD   base=%d class=0x%02x(%s) classver=%d method=0x%02x status=0x%04x tid=0x%016x attr=0x%04x(%s) attrmod=0x%08x\n",
 			ind, m.baseVersion, m.class, m.className(), m.classVersion, m.method, m.status, m.tid, m.attr, m.attrName(), m.attrMod)
+		writeCMVerbose(w, ind, pkt)
 	}
 	if len(pkt.Payload) > 0 {
 		fmt.Fprintf(w, "%sPAY   %d bytes %s\n", ind, len(pkt.Payload), hexPreview(pkt.Payload, payloadPreview))

@@ -116,6 +116,7 @@ type config struct {
 	qpTimeout     int // local ACK timeout code of the QPs (-u)
 	busyPoll      bool
 	plotRef       string // LABEL=FILE: a reference latency distribution for the plot
+	rdmaCM        bool   // -R: perftest's rdma_cm mode
 }
 
 // parseArgs parses "TEST [flags] [server-host] [flags]".
@@ -196,6 +197,7 @@ func (c *config) defineFlags(fs *flag.FlagSet, size, iters, txDepth *int, loopAd
 	both(&c.inline, "I", "inline_size", 0, "send WRITEs and SENDs up to this size inline")
 	both(&c.conn, "c", "connection", "RC", "connection type: RC, UC (WRITE and SEND tests) or UD (SEND tests)")
 	both(&c.gbits, "", "report_gbits", false, "report bandwidth in Gb/sec instead of MB/sec")
+	both(&c.rdmaCM, "R", "rdma_cm", false, "connect the QPs with rdma_cm, and exchange perftest's blocks on an rdma_cm control connection instead of TCP")
 	both(&c.cpuFreqF, "F", "", false, "accepted for perftest compatibility (no CPU frequency check here)")
 	both(&c.bind, "", "bind", "", "local IP address of the device (default: the address the TCP connection uses)")
 	both(&c.loopback, "", "loopback", false, "run server and client in this process")
@@ -206,6 +208,7 @@ func (c *config) defineFlags(fs *flag.FlagSet, size, iters, txDepth *int, loopAd
 	both(&c.counters, "", "counters", false, "print the device's counters (rxe's hw_counters and goroce's own) at the end")
 	both(&c.busyPoll, "", "busy-poll", false, "poll completions and memory in a tight loop that also receives the device's packets (DeviceConfig.BusyPoll), never yielding the processor (lowest latency; burns a core per waiting side)")
 	both(&c.plotRef, "", "plot-ref", "", "LABEL=FILE: draw FILE's latencies (one per line, usec) in the plot's CDF as LABEL, e.g. a UDP ping-pong")
+	defineFaultFlags(fs)
 	both(&c.plot, "", "plot", "", "write plots of bandwidth against message size (use -a) and a latency CDF to FILE.svg or FILE.png")
 }
 
@@ -336,6 +339,13 @@ func (c *config) checkConnType() error {
 	switch conn := strings.ToUpper(c.conn); conn {
 	case "RC":
 		c.conn = conn
+	case "UC", "UD":
+		if c.rdmaCM {
+			return fmt.Errorf("-c %s: goroce-perf -R connects RC QPs only", conn)
+		}
+	}
+	switch conn := strings.ToUpper(c.conn); conn {
+	case "RC":
 	case "UC":
 		if c.test.verb == verbRead || c.test.verb == verbAtomic {
 			return fmt.Errorf("-c UC: UC connection not possible in READ/ATOMIC verbs (%s)", c.test.name)

@@ -74,8 +74,16 @@
 // WRITEs have landed, it first waits (up to 5 s) until the QP has taken in
 // every packet of the run.
 //
-// Not supported yet: XRC, DC and SRD (-c), rdma_cm (-R), -D in ib_send_*
-// and ib_write_lat (both sides must stop together).
+// -R / --rdma_cm is perftest's rdma_cm mode, RC only: no TCP at all. The
+// client connects a control QP to the server's rdma_cm port (-p, 18515),
+// on which every exchange above travels as one SEND per block (the keys
+// as perftest's binary struct pingpong_dest); then, between two
+// barriers, the server listens again on the port and the client connects
+// each data QP through the cm, which chooses their PSNs, path MTU and READ
+// depths (see rdmacm.go). The server needs --bind, its device's address.
+//
+// Not supported yet: XRC, DC and SRD (-c), -R with UC or UD, -D in
+// ib_send_* and ib_write_lat (both sides must stop together).
 //
 // Errors are one line on stderr. The exit status is 0 on success, 1 when
 // the test fails (connection, peer, device, data check) and 2 for a bad
@@ -97,6 +105,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/internal/oob"
 )
 
@@ -178,6 +187,9 @@ func listenAddr(cfg *config, host string) string {
 // runServer accepts one client, as perftest's server does, and runs the
 // test with it.
 func runServer(ctx context.Context, cfg *config, stdout io.Writer) error {
+	if cfg.rdmaCM {
+		return runServerCM(ctx, cfg, stdout)
+	}
 	ln, err := net.Listen("tcp", listenAddr(cfg, cfg.bind))
 	if err != nil {
 		return err
@@ -238,7 +250,14 @@ func runClient(ctx context.Context, cfg *config, stdout io.Writer) error {
 	if err := s.openDevice(); err != nil {
 		return err
 	}
-	nc, err := dial(ctx, cfg, cfg.host, s.addr)
+	var nc net.Conn
+	var err error
+	if cfg.rdmaCM {
+		s.host = cfg.host
+		nc, err = s.dialCtrl(ctx, cfg.host)
+	} else {
+		nc, err = dial(ctx, cfg, cfg.host, s.addr)
+	}
 	if err != nil {
 		return err
 	}
@@ -272,7 +291,7 @@ func runLoopback(ctx context.Context, cfg *config, stdout io.Writer) error {
 	if err := srv.openDevice(); err != nil {
 		return fmt.Errorf("server: %w", err)
 	}
-	ln, err := net.Listen("tcp", listenAddr(cfg, srvAddr.String()))
+	acceptOne, port, err := loopbackListener(ctx, cfg, srv)
 	if err != nil {
 		return err
 	}
@@ -285,7 +304,7 @@ func runLoopback(ctx context.Context, cfg *config, stdout io.Writer) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		nc, err := accept(ctx, ln)
+		nc, err := acceptOne(ctx)
 		if err == nil {
 			err = srv.run(ctx, nc)
 		}
@@ -298,13 +317,17 @@ func runLoopback(ctx context.Context, cfg *config, stdout io.Writer) error {
 	// The listener is bound before the client dials; with -p 0 it has
 	// picked a free port.
 	ccfg := *cfg
-	ccfg.port = ln.Addr().(*net.TCPAddr).Port
+	ccfg.port = port
 	cli := newSide(&ccfg, oob.Client, stdout)
 	cli.addr = cliAddr
 	defer cli.teardown()
 	err = cli.openDevice()
 	var nc net.Conn
-	if err == nil {
+	switch {
+	case err == nil && cfg.rdmaCM:
+		cli.host = srvAddr.String()
+		nc, err = cli.dialCtrl(ctx, cli.host)
+	case err == nil:
 		nc, err = dial(ctx, &ccfg, srvAddr.String(), cliAddr)
 	}
 	if err == nil {
@@ -335,4 +358,52 @@ func runLoopback(ctx context.Context, cfg *config, stdout io.Writer) error {
 		return err
 	}
 	return srv.finish(stdout)
+}
+
+// loopbackListener listens for the client of --loopback: on TCP, or with
+// -R on the cm (on the server's device). It returns how to accept the
+// one connection and the port it listens on (-p 0 picks one).
+func loopbackListener(ctx context.Context, cfg *config, srv *side) (func(context.Context) (net.Conn, error), int, error) {
+	addr := listenAddr(cfg, srv.addr.String())
+	if cfg.rdmaCM {
+		l, err := cm.Listen(addr)
+		if err != nil {
+			return nil, 0, err
+		}
+		return func(ctx context.Context) (net.Conn, error) { return srv.acceptCtrl(ctx, l) }, int(l.Addr().Port()), nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, 0, err
+	}
+	return func(ctx context.Context) (net.Conn, error) { return accept(ctx, ln) }, ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// runServerCM is runServer for -R: the client connects to the cm on the
+// --bind device.
+func runServerCM(ctx context.Context, cfg *config, stdout io.Writer) error {
+	if cfg.bind == "" {
+		return errors.New("-R: the server needs --bind ADDR, the address of its device")
+	}
+	s := newSide(cfg, oob.Server, stdout)
+	defer s.teardown()
+	if err := s.openDevice(); err != nil {
+		return err
+	}
+	l, err := cm.Listen(listenAddr(cfg, cfg.bind))
+	if err != nil {
+		return err
+	}
+	if !cfg.json {
+		fmt.Fprint(stdout, resultLine+waitingBanner)
+	}
+	nc, err := s.acceptCtrl(ctx, l)
+	if err != nil {
+		return err
+	}
+	err = s.run(ctx, nc)
+	if err == nil {
+		err = s.finish(stdout)
+	}
+	return err
 }

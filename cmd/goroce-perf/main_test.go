@@ -262,7 +262,7 @@ func TestTableMatchesPerftest(t *testing.T) {
 				" Number of qps   : 1\t\tTransport type : IB", " Connection type : RC\t\tUsing SRQ      : OFF",
 				" TX depth        : 128", " CQ Moderation   : 100", " Mtu             : 1024[B]", " GID index       : 1",
 				" Max inline data : 0[B]", " rdma_cm QPs\t : OFF", " Data ex. method : Ethernet"},
-			addrRE: `^ local address: LID 0000 QPN 0x[0-9a-f]{4,6} PSN 0x[0-9a-f]{6} RKey 0x[0-9a-f]{6} VAddr 0x[0-9a-f]{14}$`,
+			addrRE: `^ local address: LID 0000 QPN 0x[0-9a-f]{4,6} PSN 0x[0-9a-f]{6} RKey 0x[0-9a-f]{6,8} VAddr 0x[0-9a-f]{14}$`,
 		},
 		{
 			test:   "send_lat",

@@ -223,8 +223,13 @@ func (s *side) printBanner() {
 	} else {
 		s.printf(" Max inline data : %d[B]\n", cfg.inline)
 	}
-	s.printf(" rdma_cm QPs\t : OFF\n")
-	s.printf(" Data ex. method : Ethernet\n")
+	if s.cfg.rdmaCM {
+		s.printf(" rdma_cm QPs\t : ON\n")
+		s.printf(" Data ex. method : rdma_cm\n")
+	} else {
+		s.printf(" rdma_cm QPs\t : OFF\n")
+		s.printf(" Data ex. method : Ethernet\n")
+	}
 	s.printLine()
 }
 

@@ -19,7 +19,7 @@ func (s *side) openDevice() error {
 	if s.cfg.mtu != 0 {
 		cfg.MTU = verbs.MTUFromBytes(s.cfg.mtu)
 	}
-	dev, err := verbs.Open(cfg)
+	dev, err := openDevice(cfg)
 	if err != nil {
 		return err
 	}
@@ -269,6 +269,7 @@ func (s *side) teardown() error {
 		_ = s.pc.Close(context.Background())
 		s.pc = nil
 	}
+	s.closeCM()
 	if s.dev == nil {
 		return nil
 	}

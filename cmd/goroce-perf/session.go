@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/internal/oob"
 	"github.com/goroce/goroce/verbs"
 )
@@ -42,6 +43,12 @@ type side struct {
 
 	local, remote []oob.Dest
 
+	// -R: the rdma_cm port (the control connection's, which the data
+	// connections use too), the server's name, the data connections.
+	cmPort  int
+	host    string
+	cmConns []*cm.Conn
+
 	pending []result // -b: this side's result, printed summed with the peer's
 	posted  []int    // receives posted per QP in the current size (send tests)
 	perQP   []int    // work requests each QP completed in the last bandwidth run
@@ -68,7 +75,11 @@ func (s *side) ctx(parent context.Context) (context.Context, context.CancelFunc)
 //	checkData      --check: what the traffic left in this side's memory
 //	closeConn      the closing barrier, and close
 func (s *side) run(ctx context.Context, nc net.Conn) (err error) {
-	pc, err := oob.NewPerftestConn(nc, oob.PerftestConfig{Role: s.role})
+	pcfg := oob.PerftestConfig{Role: s.role}
+	if s.cfg.rdmaCM {
+		pcfg.KeyFormat = oob.KeyFormatRDMACM
+	}
+	pc, err := oob.NewPerftestConn(nc, pcfg)
 	if err != nil {
 		_ = nc.Close()
 		return err
@@ -92,6 +103,11 @@ func (s *side) run(ctx context.Context, nc net.Conn) (err error) {
 	}
 	if err := s.initResources(); err != nil {
 		return err
+	}
+	if s.cfg.rdmaCM {
+		if err := s.connectCM(ctx, s.host); err != nil {
+			return err
+		}
 	}
 	s.printBanner()
 	if err := s.exchangeKeys(ctx); err != nil {
@@ -188,8 +204,10 @@ func (s *side) exchangeKeys(ctx context.Context) error {
 	if err := s.step(ctx, s.exchangeDests); err != nil {
 		return err
 	}
-	if err := s.connect(); err != nil {
-		return err
+	if !s.cfg.rdmaCM { // -R: the cm connected them
+		if err := s.connect(); err != nil {
+			return err
+		}
 	}
 	if t.verb == verbSend {
 		if err := s.barrier(ctx); err != nil {
@@ -392,6 +410,7 @@ func (s *side) step(ctx context.Context, f func(context.Context) error) error {
 // there for the whole run of the client, so it waits without the exchange
 // timeout.
 func (s *side) closeConn(ctx context.Context) error {
+	defer s.closeCM()
 	pc := s.pc
 	s.pc = nil
 	t := s.cfg.test

@@ -20,7 +20,7 @@
 // one -mr-buffer buffer (64 MiB by default) and wrapping around it, so MRs
 // overlap as verbs allows: the buffer's memory is counted once and the
 // figures per MR are the registration's own cost. A device holds at most
-// max_mr MRs (15,728,639 by default, the memory key index range; -max-mr
+// max_mr MRs (1,048,576 by default, the memory key slots; -max-mr
 // lowers it), so -mrs above that registers max_mr and says so.
 //
 // The throughput runs keep -window WRITEs of -size bytes outstanding in
@@ -29,12 +29,22 @@
 // robin to the next QP with room, so every active QP carries traffic. Each
 // QP's send queue is -sq-depth deep (default: the window).
 //
+// -conns N measures the connection manager instead: N RC connections set
+// up through cm (Listen on the first device, Dial from the second,
+// -conn-parallel at a time, on -cm-port), reporting connections per
+// second, the Dial times, the memory per connection (both ends, which are
+// in this process) and the time to close them all from the active side
+// until every passive side has seen the DREQ:
+//
+//	goroce-scale -conns 10000 [-conn-parallel 16] [-cm-port 18520] [-sq-depth 16]
+//
 // The exit status is 0 on success, 1 when a measurement fails and 2 for a
 // bad command line.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -70,6 +80,11 @@ type config struct {
 	json     bool
 	maxMR    int
 	cpuProf  string
+	// conns > 0 measures connection setup through the cm instead
+	// (measureConns), connParallel at a time, on cmPort.
+	conns        int
+	connParallel int
+	cmPort       int
 	// perQPReplies sends every ACK from its QP's own source port
 	// (verbs.DeviceConfig.PerQPReplyPort), to measure what sharing one
 	// gains.
@@ -96,11 +111,17 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.udpPort, "udp-port", 4791, "RoCEv2 UDP port of both devices")
 	fs.BoolVar(&c.json, "json", false, "print one JSON object instead of the table")
 	fs.BoolVar(&c.perQPReplies, "per-qp-reply-port", false, "send every ACK from its QP's own UDP source port, as rxe does (DeviceConfig.PerQPReplyPort)")
+	fs.IntVar(&c.conns, "conns", 0, "instead: set up `N` RC connections through the cm, then close them")
+	fs.IntVar(&c.connParallel, "conn-parallel", 16, "with -conns: connections set up (and closed) at once")
+	fs.IntVar(&c.cmPort, "cm-port", 18520, "with -conns: the rdma_cm port the first device listens on")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if c.conns > 0 && c.sqDepth == 0 {
+		c.sqDepth = 16 // a connection's queues, not the throughput runs' window
 	}
 	if c.sqDepth == 0 {
 		c.sqDepth = c.window
@@ -133,11 +154,18 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 		return nil, fmt.Errorf("-window %d: at least one WRITE", c.window)
 	case c.sqDepth < 1:
 		return nil, fmt.Errorf("-sq-depth %d: at least one", c.sqDepth)
-	case c.active > 0 && c.sqDepth < c.window:
+	case c.conns == 0 && c.active > 0 && c.sqDepth < c.window:
 		// The single-QP run keeps the whole window on one QP.
 		return nil, fmt.Errorf("-sq-depth %d: the single-QP run needs at least -window %d", c.sqDepth, c.window)
 	case c.duration <= 0:
 		return nil, fmt.Errorf("-duration %v: must be positive", c.duration)
+	case c.conns < 0:
+		return nil, fmt.Errorf("-conns %d: must not be negative", c.conns)
+	case c.connParallel < 1 || c.connParallel > 64:
+		// The cm keeps at most 64 half-open requests per source.
+		return nil, fmt.Errorf("-conn-parallel %d: want 1..64", c.connParallel)
+	case c.cmPort < 1 || c.cmPort > 65535:
+		return nil, fmt.Errorf("-cm-port %d: not a port", c.cmPort)
 	case c.udpPort < 1 || c.udpPort > 65535:
 		return nil, fmt.Errorf("-udp-port %d: not a UDP port", c.udpPort)
 	}
@@ -169,6 +197,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			_ = f.Close()
 		}()
 	}
+	if cfg.conns > 0 {
+		return runConns(ctx, cfg, stdout, stderr)
+	}
 	rep, err := measure(ctx, cfg, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "goroce-scale:", err)
@@ -177,6 +208,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cfg.json {
 		err = rep.writeJSON(stdout)
 	} else {
+		rep.writeTable(stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "goroce-scale:", err)
+		return 1
+	}
+	return 0
+}
+
+// runConns is run for -conns.
+func runConns(ctx context.Context, cfg *config, stdout, stderr io.Writer) int {
+	rep, err := measureConns(ctx, cfg, stderr)
+	if err == nil && cfg.json {
+		err = json.NewEncoder(stdout).Encode(rep)
+	} else if err == nil {
 		rep.writeTable(stdout)
 	}
 	if err != nil {

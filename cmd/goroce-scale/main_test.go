@@ -113,3 +113,39 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 }
+
+// -conns sets up connections through the cm and closes them: every one
+// must reach both sides (the measurement waits for each passive side's
+// connection, then for its end by the peer's DREQ).
+func TestConns(t *testing.T) {
+	code, out, errs := runScale(t, "-conns", "40", "-conn-parallel", "4", "-cm-port", "18530",
+		"-addrs", addrs(7, 8), "-json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var r connReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v in %q", err, out)
+	}
+	switch {
+	case r.Conns != 40 || r.Parallel != 4 || r.SQDepth != 16:
+		t.Errorf("configuration not reported: %+v", r)
+	case r.SetupRate <= 0 || r.TeardownRate <= 0 || r.DialP50Ms <= 0 || r.DialP99Ms < r.DialP50Ms:
+		t.Errorf("rates: %+v", r)
+	case r.HeapBytes <= 0:
+		// Each connection holds two QPs and the cm's records.
+		t.Errorf("memory per connection not positive: %+v", r)
+	}
+	code, out, errs = runScale(t, "-conns", "3", "-conn-parallel", "2", "-cm-port", "18531", "-addrs", addrs(9, 10))
+	if code != 0 || !strings.Contains(out, "| RC connections through the cm | 3 (2 set up at once, send queue depth 16) |") {
+		t.Errorf("exit %d: %s%s", code, out, errs)
+	}
+}
+
+func TestConnsBadFlags(t *testing.T) {
+	for _, args := range [][]string{{"-conns", "-1"}, {"-conns", "5", "-conn-parallel", "65"}, {"-conns", "5", "-cm-port", "0"}} {
+		if code, _, _ := runScale(t, args...); code != 2 {
+			t.Errorf("%q: exit %d, want 2", args, code)
+		}
+	}
+}

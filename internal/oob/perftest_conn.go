@@ -22,7 +22,10 @@ type PerftestConfig struct {
 	// ibv_device_attr. Versions before 6.17 also write "done" when closing.
 	Version string
 	// KeyFormat is the key-line layout; the zero value, KeyFormatGID, is
-	// what perftest uses on RoCE. The peer must use the same one.
+	// what perftest uses on RoCE. The peer must use the same one. The
+	// rdma_cm formats are for perftest's -R, its exchanges carried by
+	// SENDs on a control connection (nc reads and writes one message per
+	// block): the keys are binary and Close writes no "done".
 	KeyFormat KeyFormat
 	// ReportPerPort adds the per-port values to the bandwidth report, as
 	// perftest's --report_per_port (set on both sides) does.
@@ -319,7 +322,8 @@ func (c *PerftestConn) Close(ctx context.Context) error {
 		c.nc.Close()
 		return err
 	}
-	if c.version < versionNoDone {
+	// In rdma_cm mode (a binary key format) perftest writes no "done".
+	if c.version < versionNoDone && !c.cfg.KeyFormat.binary() {
 		_ = withContext(ctx, c.nc, func() error { return writeBlock(c.nc, doneMsg, "done") })
 	}
 	if err := c.nc.Close(); err != nil {

@@ -561,7 +561,7 @@ func TestPerftestConfigErrors(t *testing.T) {
 		{Role: Client, Version: "6.28"},
 		{Role: Client, Version: "5.5"},
 		{Role: Server, Version: "six"},
-		{Role: Server, KeyFormat: 4},
+		{Role: Server, KeyFormat: 6},
 	} {
 		if _, err := NewPerftestConn(ce, cfg); err == nil {
 			t.Errorf("NewPerftestConn(%+v) succeeded", cfg)

@@ -27,6 +27,9 @@ type Dest struct {
 	GID [16]byte
 	// SRQN is the XRC SRQ number or the DC target number, 0 otherwise.
 	SRQN uint32
+	// GIDIndex is the sender's GID index; only the rdma_cm binary formats
+	// carry it.
+	GIDIndex uint32
 }
 
 // KeyFormat is one of perftest's four key-line layouts. Both sides must use
@@ -48,6 +51,12 @@ const (
 	// KeyFormatLIDDataValidation is KeyFormatLID with the tail-markers
 	// address after VADDR, 76 bytes.
 	KeyFormatLIDDataValidation
+	// KeyFormatRDMACM is the binary struct pingpong_dest perftest sends
+	// in rdma_cm mode (-R), 56 bytes (see perftest_keybin.go).
+	KeyFormatRDMACM
+	// KeyFormatRDMACMDataValidation is KeyFormatRDMACM with the
+	// tail-markers address, 64 bytes.
+	KeyFormatRDMACMDataValidation
 )
 
 // Key-line sizes including the NUL terminator (perftest's KEY_MSG_SIZE_*).
@@ -70,6 +79,10 @@ func (f KeyFormat) Size() int {
 		return keyMsgSizeGIDDV
 	case KeyFormatLIDDataValidation:
 		return keyMsgSizeDV
+	case KeyFormatRDMACM:
+		return keyBinSize
+	case KeyFormatRDMACMDataValidation:
+		return keyBinSizeDV
 	}
 	return 0
 }
@@ -85,6 +98,10 @@ func (f KeyFormat) String() string {
 		return "GID+data-validation"
 	case KeyFormatLIDDataValidation:
 		return "LID+data-validation"
+	case KeyFormatRDMACM:
+		return "rdma_cm binary"
+	case KeyFormatRDMACMDataValidation:
+		return "rdma_cm binary+data-validation"
 	}
 	return fmt.Sprintf("KeyFormat(%d)", uint8(f))
 }
@@ -94,7 +111,7 @@ func (f KeyFormat) hasGID() bool {
 }
 
 func (f KeyFormat) hasTailMarkers() bool {
-	return f == KeyFormatGIDDataValidation || f == KeyFormatLIDDataValidation
+	return f == KeyFormatGIDDataValidation || f == KeyFormatLIDDataValidation || f == KeyFormatRDMACMDataValidation
 }
 
 // check reports a Dest field that does not fit its width in the key line.
@@ -108,12 +125,16 @@ func (d Dest) check() error {
 	return nil
 }
 
-// AppendKeyLine appends d as a key line in format f, NUL terminator
+// AppendKeyLine appends d as a key line in format f (for the rdma_cm
+// formats, the binary struct), NUL terminator
 // included, exactly as perftest's sprintf writes it (f.Size() bytes). QPN
 // and PSN are cut to their 24 bits. An unknown format appends nothing.
 func AppendKeyLine(b []byte, d Dest, f KeyFormat) []byte {
 	if f.Size() == 0 {
 		return b
+	}
+	if f.binary() {
+		return appendKeyBin(b, d, f)
 	}
 	b = appendHex(b, uint64(d.LID), 4)
 	b = append(b, ':')
@@ -155,6 +176,9 @@ func ParseKeyLine(line []byte, f KeyFormat) (Dest, error) {
 	size := f.Size()
 	if size == 0 {
 		return d, fmt.Errorf("oob: perftest key line: unknown %v", f)
+	}
+	if f.binary() {
+		return parseKeyBin(line, f)
 	}
 	if len(line) != size {
 		return d, fmt.Errorf("%w: perftest %v key line of %d bytes, want %d: %s", ErrMalformed, f, len(line), size, quoteBytes(line))

@@ -159,3 +159,47 @@ func TestParseKeyLineTruncations(t *testing.T) {
 		}
 	}
 }
+
+// The client's key of the rxe capture write_bw_rdmacm.pcap (frame 31):
+// perftest -R's struct pingpong_dest, big-endian, 56 bytes.
+var capturedKeyBin = []byte{
+	0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x30, 0x00, 0xcc, 0x25, 0x9e,
+	0x00, 0x00, 0x26, 0x16, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x55, 0xfa, 0x8a, 0x6e, 0x30, 0x00,
+	0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0x0a, 0x63, 0x00, 0x02,
+	0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01,
+}
+
+func TestKeyBinCapture(t *testing.T) {
+	d, err := ParseKeyLine(capturedKeyBin, KeyFormatRDMACM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Dest{OutReads: 1, QPN: 0x30, PSN: 0xcc259e, RKey: 0x2616, VAddr: 0x55fa8a6e3000,
+		GID: [16]byte{10: 0xff, 11: 0xff, 12: 10, 13: 99, 14: 0, 15: 2}, GIDIndex: 1}
+	if d != want {
+		t.Errorf("parsed %+v\nwant   %+v", d, want)
+	}
+	if re := AppendKeyLine(nil, d, KeyFormatRDMACM); !bytes.Equal(re, capturedKeyBin) {
+		t.Errorf("re-encoded % x", re)
+	}
+	dv := AppendKeyLine(nil, Dest{QPN: 1, TailMarkersVAddr: 0x1122334455667788, SRQN: 7, GIDIndex: 3}, KeyFormatRDMACMDataValidation)
+	if len(dv) != 64 || dv[32] != 0x11 || dv[39] != 0x88 || dv[59] != 7 || dv[63] != 3 {
+		t.Errorf("data-validation layout % x", dv)
+	}
+	// The padding is ignored; fields beyond their widths are not.
+	pad := bytes.Clone(capturedKeyBin)
+	pad[21] = 0xAA
+	if got, err := ParseKeyLine(pad, KeyFormatRDMACM); err != nil || got != want {
+		t.Errorf("padding not ignored: %+v, %v", got, err)
+	}
+	for off, name := range map[int]string{0: "LID", 4: "OUT_READS", 8: "QPN", 12: "PSN"} {
+		bad := bytes.Clone(capturedKeyBin)
+		bad[off] = 1
+		if _, err := ParseKeyLine(bad, KeyFormatRDMACM); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s beyond its width: %v", name, err)
+		}
+	}
+	if _, err := ParseKeyLine(capturedKeyBin[:55], KeyFormatRDMACM); !errors.Is(err, ErrMalformed) {
+		t.Errorf("55 bytes: %v", err)
+	}
+}

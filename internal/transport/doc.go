@@ -98,9 +98,12 @@
 //     at 1 % and 5 % loss. While the window is narrowed, the requester
 //     asks for an ACK proportionally more often (every 32 packets at half
 //     the window, with the default 64 of SetAckEvery), so that a window
-//     holds as many packets that draw a repeated sequence NAK as before:
+//     held as many packets that drew a repeated sequence NAK as before:
 //     without that, WRITEs at 20 % loss waited for the retransmit timer
-//     twice as often and lost half their throughput. A maximum at or below
+//     twice as often and lost half their throughput. (Measured when the
+//     responder repeated its NAK for every packet asking for an ACK; it
+//     now NAKs once per gap, so the extra requests only bring ACKs
+//     sooner, and a lost NAK costs a timeout.) A maximum at or below
 //     the floor is a fixed window. A new QP, RESET and SetMaxUnackedPSNs
 //     start at the maximum.
 //   - A READ response or atomic ACK beyond the expected PSN shows that an
@@ -109,10 +112,14 @@
 //     lost still ends in RETRY_EXC_ERR after retry_cnt+1 timeouts.
 //     Responses are taken in PSN order only. A sequence NAK for a PSN
 //     already acknowledged is stale and ignored.
-//   - During a PSN gap the responder repeats its sequence NAK for each
-//     packet that asks for an ACK (rxe NAKs once, then relies on the
-//     requester's timer); the requester goes back once per gap, so a lost
-//     NAK costs one AckReq interval instead of a whole timeout.
+//   - The responder sends one sequence NAK per PSN gap and drops the
+//     out-of-sequence requests after it silently until the expected PSN
+//     arrives, whatever they ask (IBTA 9.7.5.2.2, as rxe): a NAK per packet
+//     asking for an ACK recovered a lost NAK sooner, but let forged packets
+//     draw one NAK (and a go-back-N of the real peer) each. A lost NAK costs
+//     the requester its retransmit timer. The requester goes back once per
+//     gap: repeated NAKs before progress, and NAKs for acknowledged PSNs,
+//     change nothing.
 //   - A replayed READ starting inside the original range is answered with
 //     FIRST (or ONLY) at the requested PSN, as a new request for that
 //     range; the completer accepts both that and rxe's MIDDLE/LAST

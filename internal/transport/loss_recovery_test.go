@@ -243,10 +243,10 @@ func TestSequenceNakOnce(t *testing.T) {
 	}
 }
 
-// TestLostNakRepeated: the sequence NAK of a gap is lost; the responder
-// NAKs again when a later packet asks for an acknowledgement, so the
-// requester recovers without waiting for its timer.
-func TestLostNakRepeated(t *testing.T) {
+// TestLostNak: the sequence NAK of a gap is lost. The responder NAKs a gap
+// once (later packets asking for an acknowledgement draw nothing: no
+// amplification), so the requester recovers by its retransmit timer, once.
+func TestLostNak(t *testing.T) {
 	o := defaultOpts()
 	o.mtu = 256
 	a, b := newPair(t, o)
@@ -271,21 +271,17 @@ func TestLostNakRepeated(t *testing.T) {
 		l.post(a, SendWQE{WRID: uint64(i), Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled, RKey: rkey,
 			SGL: []SGE{{0, 512, a.mem.register(pd, pattern(512, byte(i)), 0, 0)}}})
 	}
-	start := l.now
 	l.run(time.Second)
-	if l.now != start {
-		t.Errorf("recovery waited %v for the timer", l.now.Sub(start))
-	}
 	for i, d := range dsts {
 		wantBytes(t, fmt.Sprint("WRITE ", i), d, pattern(512, byte(i)))
 	}
 	if got := a.scq.take(); len(got) != len(dsts) {
 		t.Fatalf("completions %+v", got)
 	}
-	if c := b.qp.Counters(); c.SeqNakSent < 2 {
+	if c := b.qp.Counters(); c.SeqNakSent != 1 {
 		t.Errorf("responder counters %+v", c)
 	}
-	if c := a.qp.Counters(); c.Timeouts != 0 || c.CompleterRetry != 1 {
+	if c := a.qp.Counters(); c.Timeouts != 1 || c.CompleterRetry != 1 {
 		t.Errorf("requester counters %+v", c)
 	}
 	checkIdle(t, a, b)

@@ -65,7 +65,7 @@ type Counters struct {
 	DroppedPackets   uint64 // wrong transport, QP, P_Key or state
 	DuplicateRequest uint64 // requests behind the expected PSN (duplicate_request)
 	OutOfSeqRequest  uint64 // requests ahead of the expected PSN (out_of_seq_request)
-	SeqNakSent       uint64 // PSN sequence error NAKs sent (one per gap, again for each AckReq in it)
+	SeqNakSent       uint64 // PSN sequence error NAKs sent (one per gap)
 	RcvdSeqErr       uint64 // PSN sequence error NAKs received (rcvd_seq_err)
 	RNRNakSent       uint64 // RNR NAKs sent (send_rnr_err in rxe's naming)
 	RNRNakReceived   uint64 // RNR NAKs received (rcvd_rnr_err)

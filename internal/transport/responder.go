@@ -107,19 +107,17 @@ func (qp *QP) respond(p *wire.Packet, info wire.OpInfo, out *Output) {
 	// Check PSN.
 	switch d := P.Sub(qp.resp.epsn); {
 	case d > 0:
-		// Out of sequence: NAK with the expected PSN once, then stay
-		// silent until it arrives, except to a packet asking for an
-		// acknowledgement. rxe stays silent there too, but then a lost
-		// NAK (or a lost first packet of the retransmission) leaves the
-		// requester waiting for its retransmit timer, which dominates
-		// the throughput of a lossy path. Answering AckReq costs no
-		// more responses than an in-sequence stream gets, and a
-		// requester goes back once per gap whatever the number of
-		// NAKs: it ignores more before progress and stale ones after
-		// (started_retry and check_psn in rxe, QP.retry and QP.nak
-		// here).
+		// Out of sequence: NAK with the expected PSN once per gap, then
+		// drop further out-of-sequence requests silently until the
+		// expected PSN arrives (IBTA 9.7.5.2.2, rxe's sent_psn_nak),
+		// whatever they ask: a NAK per packet would let anyone who can
+		// put packets on the path make the responder send one NAK (and
+		// the peer one go-back-N retransmission) per forged packet. A
+		// lost NAK costs the requester its retransmit timer; the
+		// requester's own loss recovery (retransmitting the head of a
+		// go-back more than once) keeps that rare.
 		qp.counters.OutOfSeqRequest++
-		if !qp.resp.sentPSNNak || p.BTH.AckReq() {
+		if !qp.resp.sentPSNNak {
 			qp.resp.sentPSNNak = true
 			qp.counters.SeqNakSent++
 			qp.sendAck(wire.NakSyndrome(wire.NAKPSNSequenceError), qp.resp.epsn, out)

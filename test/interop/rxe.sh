@@ -16,6 +16,12 @@
 #   goroce-uc-pingpong -c                    vs ibv_uc_pingpong -g 1 -c (1 B, 4096 B)
 #   goroce-ud-pingpong -c                    vs ibv_ud_pingpong -g 1 -c (1 B, 1024 B)
 #   goroce-srq-pingpong -c -q 4              vs ibv_srq_pingpong -g 1 -c -q 4 (1 B, 4096 B)
+#   goroce-rping -V                          vs rping -V (26 B, 64 B, 5000 B; -C 10)
+#   goroce-perf write_bw, read_bw, send_bw -R, write_lat -R
+#                                            vs the same perftest tests -R (rdma_cm:
+#                                            no TCP; 1024 B, 65536 B, 64 B)
+#   a connect to a port nobody listens on    refused with REJ "invalid service ID"
+#                                            (8), goroce-rping and rping each way
 #   libgoroce: Debian's ib_write_bw, ib_read_bw, ib_send_bw (1025 B, 65536 B),
 #   ib_write_lat (64 B) and ibv_rc_pingpong -c (4096 B) run on goroce0 through
 #   goroce-exec (libgoroce.so and a goroce-nic daemon bound to 10.99.0.1 in
@@ -298,7 +304,7 @@ selected() { [ -z "$ONLY" ] || [[ $1 =~ $ONLY ]]; }
 
 # ----------------------------------------------------------------------------- setup
 log "building goroce-perf, the goroce-*pingpong commands, goroce-dump into $BIN"
-(cd "$ROOT" && go build -o "$BIN/" ./cmd/goroce-perf ./cmd/goroce-pingpong ./cmd/goroce-uc-pingpong \
+(cd "$ROOT" && go build -o "$BIN/" ./cmd/goroce-perf ./cmd/goroce-rping ./cmd/goroce-pingpong ./cmd/goroce-uc-pingpong \
     ./cmd/goroce-ud-pingpong ./cmd/goroce-srq-pingpong ./cmd/goroce-dump) \
     || die "go build failed"
 
@@ -337,18 +343,6 @@ snapshot() {
 }
 snapshot "$WORK/counters.0" || die "cannot read rxe counters: $(cat "$WORK/counters.0.err")"
 
-# The software NIC behind libgoroce.so, inside the namespace, bound to the
-# host's address there (goroce0); its socket name lives in the namespace.
-NIC_SOCKET=@goroce-nic-interop-$$
-ip netns exec "$NS" "$BIN/goroce-exec" --daemon --bind "$HOST_IP" --socket "$NIC_SOCKET" \
-    --idle-exit 0 >"$LOGS/goroce-nic.log" 2>&1 &
-NIC_PID=$!
-for _ in $(seq 1 100); do
-    grep -q 'listening on' "$LOGS/goroce-nic.log" && break
-    kill -0 "$NIC_PID" 2>/dev/null || break
-    sleep 0.1
-done
-grep -q 'listening on' "$LOGS/goroce-nic.log" || die "goroce-nic did not start: $(cat "$LOGS/goroce-nic.log")"
 cp "$WORK/counters.0" "$WORK/counters.prev"
 
 # The capture, in the namespace: everything goroce and rxe send each other.
@@ -413,21 +407,29 @@ has_pingpong() {
     grep -Eq "^$1 iters in [0-9.]+ seconds" "$2"
 }
 
-# wait_listen_host: goroce's server is listening on the OOB port
+# wait_listen_host: goroce's server is listening on the OOB port, or, for
+# the rdma_cm scenarios (CM_PORT set), has printed CM_READY in its log
 wait_listen_host() {
     local _
     for _ in $(seq 1 100); do
-        ip netns exec "$NS" ss -Hltn "sport = :$OOB_PORT" | grep -q . && return 0
+        if [ -n "$CM_PORT" ]; then
+            grep -q "$CM_READY" "$LOGS/$f.host.log" 2>/dev/null && return 0
+        else
+            ip netns exec "$NS" ss -Hltn "sport = :$OOB_PORT" | grep -q . && return 0
+        fi
         kill -0 "$SERVER_PID" 2>/dev/null || return 1
         sleep 0.1
     done
     return 1
 }
 
-# wait_listen_vm: the VM's server is listening on the OOB port
+# wait_listen_vm: the VM's server is listening on the OOB port, or with an
+# rdma_cm ID on CM_PORT
 wait_listen_vm() {
+    local probe="ss -Hltn 'sport = :$OOB_PORT' | grep -q ."
+    [ -z "$CM_PORT" ] || probe="rdma res show cm_id | grep -q 'state LISTEN .* src-addr [^ ]*:$CM_PORT '"
     run "$VM" exec vm0 --timeout 30 -- \
-        "for i in \$(seq 1 150); do ss -Hltn 'sport = :$OOB_PORT' | grep -q . && exit 0; sleep 0.1; done; exit 1" \
+        "for i in \$(seq 1 150); do $probe && exit 0; sleep 0.1; done; exit 1" \
         >/dev/null 2>&1
 }
 
@@ -525,6 +527,9 @@ finish() {
 
 P="$BIN/goroce-perf"
 PP="$BIN/goroce-pingpong"
+R="$BIN/goroce-rping"
+CM_PORT= # set for the rdma_cm scenarios: no TCP to wait for
+CM_READY=
 
 # bandwidth: every verb, sizes around the 1024-byte MTU, both roles
 for t in write read send; do
@@ -616,6 +621,91 @@ for v in uc ud srq; do
             "$BIN/goroce-$v-pingpong --bind $HOST_IP $args" "ibv_${v}_pingpong -d rxe0 $args $HOST_IP"
     done
 done
+
+# rdma_cm: rping and perftest -R connect through the CM (MADs to QP 1), no
+# TCP at all. The servers are awaited by their rdma_cm listener (the VM's
+# in `rdma res show cm_id`, goroce's by the line it prints once listening).
+
+# has_rping N FILE: ping N-1's data, validated (-V), printed by -v
+has_rping() {
+    grep -q "ping data: rdma-ping-$(($1 - 1)): " "$2"
+}
+
+# rping: goroce-rping against rping, -V, sizes from rping's minimum (26)
+# to several packets (5000 > MTU 1024), both roles
+CM_PORT=7174 CM_READY="rdma_listen on"
+for s in 26 64 5000; do
+    args="-C 10 -V -v -S $s"
+    vm_server "rping/s=$s/goroce-client" "has_rping 10" \
+        "rping -s -a $VM_IP -V -v -S $s" "$R -c -a $VM_IP -I $HOST_IP $args"
+    host_server "rping/s=$s/goroce-server" "has_rping 10" \
+        "$R -s -d -a $HOST_IP -V -v -S $s" "rping -c -a $HOST_IP $args"
+done
+
+# perftest -R: the exchanges on an rdma_cm control connection, the data
+# QPs connected by the CM. perftest -R busy-polls that connection in the
+# VM, which slows rxe on the VM's emulated CPUs: goroce's requests wait
+# up to 1 s (-u 18) for an ACK rather than perftest's 67 ms.
+CM_PORT=18515 CM_READY="Waiting for client to connect"
+for t in write read send; do
+    for s in 1024 65536; do
+        args="-R -n $ITERS -s $s"
+        vm_server "${t}_bw_rdma_cm/s=$s/goroce-client" "has_result $s $ITERS" \
+            "ib_${t}_bw -d rxe0 $args" "$P ${t}_bw --bind $HOST_IP -u 18 $args $VM_IP"
+        host_server "${t}_bw_rdma_cm/s=$s/goroce-server" "has_result $s $ITERS" \
+            "$P ${t}_bw --bind $HOST_IP -u 18 $args" "ib_${t}_bw -d rxe0 $args $HOST_IP"
+    done
+done
+args="-R -n $ITERS -s 64"
+vm_server "write_lat_rdma_cm/s=64/goroce-client" "has_result 64 $ITERS" \
+    "ib_write_lat -d rxe0 $args" "$P write_lat --bind $HOST_IP -u 18 $args $VM_IP"
+host_server "write_lat_rdma_cm/s=64/goroce-server" "has_result 64 $ITERS" \
+    "$P write_lat --bind $HOST_IP -u 18 $args" "ib_write_lat -d rxe0 $args $HOST_IP"
+
+# A connect to a port nobody listens on is refused with REJ reason 8
+# ("invalid service ID", as the kernel answers). Each side's server listens
+# on 7174 and serves the second client, after the first, to 7175, is
+# refused: rping reports the REJ as RDMA_CM_EVENT_REJECTED with status 8,
+# goroce-rping as cm.ErrNoListener.
+# Each log shows its side's part: a server served the second client, a
+# client was refused with reason 8, then served.
+refused_or_served() {
+    grep -q "^server ping data: rdma-ping-0: " "$1" ||
+        { grep -Eq "invalid service ID|RDMA_CM_EVENT_REJECTED, error 8" "$1" && has_rping 1 "$1"; }
+}
+cat >"$BIN/goroce-rping-refused" <<EOS
+#!/bin/sh
+"$R" -c -a $VM_IP -I $HOST_IP -p 7175 -C 1
+"$R" -c -a $VM_IP -I $HOST_IP -C 1 -v
+EOS
+chmod +x "$BIN/goroce-rping-refused"
+CM_PORT=7174 CM_READY="rdma_listen on"
+vm_server "rping/unused-port/goroce-client" refused_or_served \
+    "rping -s -a $VM_IP -v" \
+    "$BIN/goroce-rping-refused"
+host_server "rping/unused-port/goroce-server" refused_or_served \
+    "$R -s -d -a $HOST_IP -v" \
+    "rping -c -a $HOST_IP -p 7175 -C 1; rping -c -a $HOST_IP -C 1 -v"
+CM_PORT= CM_READY=
+
+# The software NIC behind libgoroce.so, inside the namespace, bound to the
+# host's address there (goroce0); its socket name lives in the namespace.
+# It holds 10.99.0.1's RoCEv2 port from its start, so it starts after the
+# scenarios of goroce's own tools, which bind that address themselves.
+NIC_SOCKET=@goroce-nic-interop-$$
+start_nic() {
+    ip netns exec "$NS" "$BIN/goroce-exec" --daemon --bind "$HOST_IP" --socket "$NIC_SOCKET" \
+        --idle-exit 0 >"$LOGS/goroce-nic.log" 2>&1 &
+    NIC_PID=$!
+    for _ in $(seq 1 100); do
+        grep -q 'listening on' "$LOGS/goroce-nic.log" && break
+        kill -0 "$NIC_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    grep -q 'listening on' "$LOGS/goroce-nic.log" || die "goroce-nic did not start: $(cat "$LOGS/goroce-nic.log")"
+}
+
+start_nic
 
 # libgoroce: the same tools on both ends, goroce's through goroce-exec
 # (libgoroce.so preloaded, the daemon above); RC, GID index 1, both roles.
