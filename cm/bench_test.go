@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -12,7 +13,7 @@ import (
 // RTU and the QPs' transitions), then the QPs' destruction. Disconnects
 // are not timed: the connections stay up until the end.
 func BenchmarkConnect(b *testing.B) {
-	ha, hb := newBenchHost(b, "127.0.2.1"), newBenchHost(b, "127.0.2.2")
+	ha, hb := newBenchHost(b, 1), newBenchHost(b, 2)
 	defer ha.dev.Close()
 	defer hb.dev.Close()
 	l, err := Listen(netipString(hb.dev, 0))
@@ -51,9 +52,9 @@ func BenchmarkConnect(b *testing.B) {
 	}
 }
 
-func newBenchHost(b *testing.B, addr string) *host {
+func newBenchHost(b *testing.B, i int) *host {
 	b.Helper()
-	dev, err := verbs.Open(verbs.DeviceConfig{Addr: mustAddr(addr), NoStatsEndpoint: true})
+	dev, err := verbs.Open(verbs.DeviceConfig{Addr: testkit.Addr(i), NoStatsEndpoint: true})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -15,9 +15,9 @@ import (
 // "host:port"), from the QP's device (rdma_resolve_addr,
 // rdma_resolve_route, rdma_connect), and returns when both QPs are in
 // RTS. qp is an RC or UC QP in RESET or INIT (Dial moves it to INIT at
-// once; one handed over in INIT may have receives posted, so that the
-// peer's first SEND finds one); on the REP it gets the connection's rights
-// and goes to RTR and RTS, and the RTU goes out.
+// once; one handed over in INIT, by PrepareQP, may have receives posted,
+// so that the peer's first SEND finds one); on the REP it gets the
+// connection's rights and goes to RTR and RTS, and the RTU goes out.
 //
 // Errors: invalid Params, QP type or state wrap verbs.ErrInvalidArgument,
 // verbs.ErrNotSupported or verbs.ErrInvalidState before anything is sent;

@@ -53,6 +53,8 @@
 // rdma_cm's rules, which CreateQP, SetQP, Dial and Request.Accept follow:
 // a connected QP given in RESET goes to INIT at once, with no remote
 // rights yet; one given in INIT stays there, receives posted included.
+// PrepareQP moves a QP to INIT that way beforehand, so that receives can
+// be posted before Dial or Accept.
 // When the connection's values are known, the QP gets the connection's
 // rights by an INIT→INIT transition (REMOTE_WRITE, plus REMOTE_READ and
 // REMOTE_ATOMIC when it serves READs and atomics), then RTR and RTS: the

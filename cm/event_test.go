@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -15,7 +17,7 @@ import (
 // acknowledges it.
 func expect(t *testing.T, ch *EventChannel, want EventType) *Event {
 	t.Helper()
-	ev, err := ch.GetEvent(ctx(t))
+	ev, err := ch.GetEvent(testkit.Context(t))
 	if err != nil {
 		t.Fatalf("waiting for %v: %v", want, err)
 	}
@@ -70,7 +72,7 @@ func resolved(t *testing.T, ch *EventChannel, h *host, ps PortSpace, dst netip.A
 // the active side, the DREP, timewait, destroy.
 func TestEventFlow(t *testing.T) {
 	checkLeaks(t)
-	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	a, b := newHost(t, 1), newHost(t, 2)
 	cha, chb := NewEventChannel(), NewEventChannel()
 	defer cha.Close()
 	defer chb.Close()
@@ -174,7 +176,7 @@ func TestEventFlow(t *testing.T) {
 // becomes established by the RTU.
 func TestEventNoQP(t *testing.T) {
 	checkLeaks(t)
-	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	a, b := newHost(t, 1), newHost(t, 2)
 	cha, chb := NewEventChannel(), NewEventChannel()
 	defer cha.Close()
 	defer chb.Close()
@@ -218,7 +220,7 @@ func TestEventNoQP(t *testing.T) {
 		SGList: []verbs.SGE{b.mr.SGE(0, 8)}, RDMA: verbs.RDMAParams{RemoteAddr: a.mr.IOVA(), RKey: a.mr.RKey()}}); err != nil {
 		t.Fatal(err)
 	}
-	if wc := waitWC(t, b.cq); wc.Status != verbs.WCSuccess {
+	if wc := rdmatest.WaitOne(t, b.cq); wc.Status != verbs.WCSuccess {
 		t.Fatalf("WRITE %v", wc.Status)
 	}
 }
@@ -240,7 +242,7 @@ func moveQP(t *testing.T, id *ID, qp *verbs.QP, s verbs.QPState) {
 // reason and private data, its QP in ERR.
 func TestEventActiveReject(t *testing.T) {
 	checkLeaks(t)
-	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	a, b := newHost(t, 1), newHost(t, 2)
 	cha, chb := NewEventChannel(), NewEventChannel()
 	defer cha.Close()
 	defer chb.Close()
@@ -279,7 +281,7 @@ func TestEventActiveReject(t *testing.T) {
 // TestEventStatuses: the errno statuses of failures, for C code.
 func TestEventStatuses(t *testing.T) {
 	checkLeaks(t)
-	a := newHost(t, "127.0.2.1")
+	a := newHost(t, 1)
 	ch := NewEventChannel()
 	defer ch.Close()
 	id, _ := ch.CreateID(nil, PortSpaceTCP)
@@ -292,7 +294,7 @@ func TestEventStatuses(t *testing.T) {
 		t.Errorf("ADDR_ERROR status %d, %v", ev.Status, ev.Err)
 	}
 	// Still bound: a reachable address resolves.
-	if err := id.ResolveAddr(netip.AddrPort{}, netip.MustParseAddrPort("127.0.2.98:1"), time.Second); err != nil {
+	if err := id.ResolveAddr(netip.AddrPort{}, netip.AddrPortFrom(testkit.Addr(98), 1), time.Second); err != nil {
 		t.Fatal(err)
 	}
 	expect(t, ch, EventAddrResolved)
@@ -319,14 +321,14 @@ func TestEventStatuses(t *testing.T) {
 // handed out are acknowledged, as rdma_destroy_id.
 func TestDestroyWaitsForAck(t *testing.T) {
 	checkLeaks(t)
-	a := newHost(t, "127.0.2.1")
+	a := newHost(t, 1)
 	ch := NewEventChannel()
 	defer ch.Close()
 	id, _ := ch.CreateID(nil, PortSpaceTCP)
-	if err := id.ResolveAddr(netip.AddrPortFrom(a.dev.Addr(), 0), netip.MustParseAddrPort("127.0.2.1:9"), time.Second); err != nil {
+	if err := id.ResolveAddr(netip.AddrPortFrom(a.dev.Addr(), 0), netip.AddrPortFrom(a.dev.Addr(), 9), time.Second); err != nil {
 		t.Fatal(err)
 	}
-	ev, err := ch.GetEvent(ctx(t))
+	ev, err := ch.GetEvent(testkit.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}

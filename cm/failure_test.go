@@ -3,10 +3,12 @@ package cm
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -15,9 +17,10 @@ import (
 // leaving nothing behind; a context that ends first wins.
 func TestTimeoutSilentPeer(t *testing.T) {
 	checkLeaks(t)
-	a := newHost(t, "127.0.2.1")
+	a := newHost(t, 1)
+	silent := netip.AddrPortFrom(testkit.Addr(99), 7174) // no device, no socket
 	start := time.Now()
-	_, err := Dial(ctx(t), "127.0.2.99:7174", a.qp(t, verbs.QPTypeRC), &Params{CMResponseTimeout: 8, MaxCMRetries: 1})
+	_, err := Dial(testkit.Context(t), silent.String(), a.qp(t, verbs.QPTypeRC), &Params{CMResponseTimeout: 8, MaxCMRetries: 1})
 	if !errors.Is(err, ErrTimeout) || !errors.Is(err, syscall.ETIMEDOUT) {
 		t.Fatalf("Dial to a silent address: %v", err)
 	}
@@ -27,9 +30,9 @@ func TestTimeoutSilentPeer(t *testing.T) {
 		t.Errorf("CM: %d REQ sent, %d resent, %d timeouts, %d records", c.Sent[0], c.Resent, c.Timeouts, records(a.dev))
 	}
 
-	short, cancel := context.WithTimeout(ctx(t), 100*time.Millisecond)
+	short, cancel := context.WithTimeout(testkit.Context(t), 100*time.Millisecond)
 	defer cancel()
-	_, err = Dial(short, "127.0.2.99:7174", a.qp(t, verbs.QPTypeRC), nil)
+	_, err = Dial(short, silent.String(), a.qp(t, verbs.QPTypeRC), nil)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Dial with a 100 ms context: %v", err)
 	}
@@ -42,8 +45,8 @@ func TestTimeoutSilentPeer(t *testing.T) {
 // ErrNoRoute (ENETUNREACH) before anything is sent.
 func TestNoRoute(t *testing.T) {
 	checkLeaks(t)
-	a := newHost(t, "127.0.2.1")
-	_, err := Dial(ctx(t), "192.0.2.77:7174", a.qp(t, verbs.QPTypeRC), nil)
+	a := newHost(t, 1)
+	_, err := Dial(testkit.Context(t), "192.0.2.77:7174", a.qp(t, verbs.QPTypeRC), nil)
 	if !errors.Is(err, ErrNoRoute) || !errors.Is(err, syscall.ENETUNREACH) {
 		t.Fatalf("Dial from loopback to 192.0.2.77: %v", err)
 	}
@@ -55,7 +58,7 @@ func TestNoRoute(t *testing.T) {
 // TestNoDevice: binding an address no goroce device has is ErrNoDevice.
 func TestNoDevice(t *testing.T) {
 	checkLeaks(t)
-	_, err := Listen("127.0.2.50:7000")
+	_, err := Listen(netip.AddrPortFrom(testkit.Addr(50), 7000).String())
 	if !errors.Is(err, ErrNoDevice) || !errors.Is(err, syscall.ENODEV) {
 		t.Fatalf("Listen on an address without a device: %v", err)
 	}

@@ -2,12 +2,12 @@ package cm
 
 import (
 	"net/netip"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/goroce/goroce/internal/gsi"
 	"github.com/goroce/goroce/internal/mad"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -17,9 +17,8 @@ import (
 // report: nothing panics, every request the application sees can be
 // refused, and the CM holds no more than its limits.
 func FuzzAgentMAD(f *testing.F) {
-	// Each fuzzing worker is a process of its own: its own UDP port.
-	dev, err := verbs.Open(verbs.DeviceConfig{Addr: netip.MustParseAddr("127.0.2.9"),
-		Port: uint16(30000 + os.Getpid()%20000), NoStatsEndpoint: true})
+	// Each fuzzing worker is a process of its own: its own addresses.
+	dev, err := verbs.Open(verbs.DeviceConfig{Addr: testkit.Addr(9), NoStatsEndpoint: true})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -42,7 +41,7 @@ func FuzzAgentMAD(f *testing.F) {
 	a := state.agents[gsi.Lookup(dev.Addr())]
 	unlock()
 	// Answers go to an address nothing listens on.
-	from := netip.MustParseAddr("127.0.2.10")
+	from := testkit.Addr(10)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		now := time.Now()
 		lock()

@@ -1,50 +1,36 @@
 package cm
 
 import (
-	"context"
 	"net/netip"
-	"runtime"
 	"testing"
-	"time"
 
 	"github.com/goroce/goroce/internal/gsi"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
 
-// The tests run devices on 127.0.2.0/24, the range of this package's
-// tests (verbs uses 127.0.1.0/24), one test at a time.
+// The tests run devices on loopback addresses of the test process's own
+// (testkit.Addr), one test at a time.
 
 // testTimeout bounds every exchange that is expected to succeed; it only
 // turns a bug into a failure instead of a hung test.
-const testTimeout = 20 * time.Second
+const testTimeout = testkit.Timeout
 
 // checkLeaks fails the test if goroutines started during it are still
-// running at its end, or IDs or connection records are left. Call it
-// first, so that its cleanup runs last (after the devices close).
+// running at its end (testkit.CheckLeaks), or IDs or agents are left.
+// Call it first, so that its cleanups run last (after the devices close).
 func checkLeaks(t *testing.T) {
 	t.Helper()
-	before := runtime.NumGoroutine()
+	testkit.CheckLeaks(t)
 	lock()
 	idsBefore := state.ids
 	unlock()
 	t.Cleanup(func() {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			n := runtime.NumGoroutine()
+		testkit.WaitFor(t, "the test's IDs and agents gone", func() bool {
 			lock()
-			ids, agents := state.ids, len(state.agents)
-			unlock()
-			if n <= before && ids <= idsBefore && agents == 0 {
-				return
-			}
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				buf = buf[:runtime.Stack(buf, true)]
-				t.Errorf("leak: %d goroutines before, %d after; %d IDs, %d agents left:\n%s", before, n, ids, agents, buf)
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			defer unlock()
+			return state.ids <= idsBefore && len(state.agents) == 0
+		})
 	})
 }
 
@@ -57,10 +43,10 @@ type host struct {
 	mr  *verbs.MR
 }
 
-// newHost opens a device on addr for the test.
-func newHost(t *testing.T, addr string) *host {
+// newHost opens a device on testkit.Addr(i) for the test.
+func newHost(t *testing.T, i int) *host {
 	t.Helper()
-	return newHostConfig(t, verbs.DeviceConfig{Addr: netip.MustParseAddr(addr)})
+	return newHostConfig(t, verbs.DeviceConfig{Addr: testkit.Addr(i)})
 }
 
 func newHostConfig(t *testing.T, cfg verbs.DeviceConfig) *host {
@@ -104,35 +90,6 @@ func netipString(dev *verbs.Device, port uint16) string {
 	return netip.AddrPortFrom(dev.Addr(), port).String()
 }
 
-func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
-
-// ctx returns a context bounded by testTimeout.
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), testTimeout)
-	t.Cleanup(cancel)
-	return c
-}
-
-// waitWC waits for one completion on cq.
-func waitWC(t *testing.T, cq *verbs.CQ) verbs.WorkCompletion {
-	t.Helper()
-	wc := make([]verbs.WorkCompletion, 1)
-	deadline := time.Now().Add(testTimeout)
-	for {
-		n, err := cq.Poll(wc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 1 {
-			return wc[0]
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no completion")
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
-}
-
 // records returns the number of the Manager's records on dev's agent.
 func records(dev *verbs.Device) int {
 	lock()
@@ -155,16 +112,4 @@ func agentOf(t *testing.T, dev *verbs.Device) *agent {
 		t.Fatalf("no agent for %v", dev.Addr())
 	}
 	return a
-}
-
-// eventually waits for cond, polling.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, testTimeout)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -14,21 +13,23 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/mad"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/internal/wire"
 	"github.com/goroce/goroce/verbs"
 )
 
 // rawPeer is a forged CM peer: a plain UDP socket on a loopback address's
 // RoCEv2 port, sending MADs to QP 1 of a device and reading the answers.
-// Forged sources use 127.0.12.0/24, which nothing else binds.
+// Forged sources use the test process's addresses from testkit.Addr(101)
+// on, which no device binds.
 type rawPeer struct {
 	uc   *net.UDPConn
 	addr netip.AddrPort
 }
 
-func newRawPeer(t testing.TB, addr string) *rawPeer {
+func newRawPeer(t testing.TB, i int) *rawPeer {
 	t.Helper()
-	ap := netip.AddrPortFrom(netip.MustParseAddr(addr), verbs.DefaultUDPPort)
+	ap := netip.AddrPortFrom(testkit.Addr(i), verbs.DefaultUDPPort)
 	uc, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(ap))
 	if err != nil {
 		t.Fatalf("raw peer on %v: %v", ap, err)
@@ -104,22 +105,22 @@ func forgedREQ(from, dst netip.Addr, ps PortSpace, port uint16, commID, qpn uint
 // for a port without a listener gets "invalid service ID".
 func TestAddressMismatch(t *testing.T) {
 	checkLeaks(t)
-	b := newHost(t, "127.0.2.2")
+	b := newHost(t, 2)
 	l, err := Listen(b.at(0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	p := newRawPeer(t, "127.0.12.1")
+	p := newRawPeer(t, 101)
 	for _, tc := range []struct {
-		dst    string
+		dst    netip.Addr
 		port   uint16
 		reason mad.RejectReason
 	}{
-		{"127.0.2.77", l.Addr().Port(), mad.RejectConsumer},
-		{"127.0.2.2", l.Addr().Port() + 1, mad.RejectInvalidServiceID},
+		{testkit.Addr(77), l.Addr().Port(), mad.RejectConsumer},
+		{b.dev.Addr(), l.Addr().Port() + 1, mad.RejectInvalidServiceID},
 	} {
-		p.send(t, b.dev.Addr(), forgedREQ(p.addr.Addr(), netip.MustParseAddr(tc.dst), PortSpaceTCP, tc.port, 0x1111, 0x22, 0x77))
+		p.send(t, b.dev.Addr(), forgedREQ(p.addr.Addr(), tc.dst, PortSpaceTCP, tc.port, 0x1111, 0x22, 0x77))
 		got := p.receive(t, testTimeout)
 		var rej mad.REJ
 		if err := rej.Parse(got); err != nil {
@@ -140,7 +141,7 @@ func TestAddressMismatch(t *testing.T) {
 // flood makes the CM hold stays within its limits.
 func TestFlood(t *testing.T) {
 	checkLeaks(t)
-	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	a, b := newHost(t, 1), newHost(t, 2)
 	l, err := Listen(b.at(0))
 	if err != nil {
 		t.Fatal(err)
@@ -203,7 +204,7 @@ func TestFlood(t *testing.T) {
 	ab := agentOf(t, b.dev)
 	peers := make([]*rawPeer, 40)
 	for s := range peers {
-		peers[s] = newRawPeer(t, fmt.Sprintf("127.0.12.%d", s+1))
+		peers[s] = newRawPeer(t, 101+s)
 	}
 	flooding, floodDone := context.WithCancel(context.Background())
 	var fwg sync.WaitGroup
@@ -250,7 +251,7 @@ func TestFlood(t *testing.T) {
 	const real = 5
 	// The flood fills the half-open table first (on an idle machine to
 	// its limit: the oldest forgeries are then evicted).
-	eventually(t, "half-open forgeries", func() bool {
+	testkit.WaitFor(t, "half-open forgeries", func() bool {
 		lock()
 		defer unlock()
 		return ab.mgr.HalfOpen() >= 100 || ab.mgr.Counters().Evicted > 0
@@ -264,7 +265,7 @@ func TestFlood(t *testing.T) {
 	for i := range real {
 		qa := a.qp(t, verbs.QPTypeRC)
 		start := time.Now()
-		c, err := Dial(ctx(t), l.Addr().String(), qa, nil)
+		c, err := Dial(testkit.Context(t), l.Addr().String(), qa, nil)
 		t.Logf("real connection %d: %v", i, time.Since(start))
 		if err != nil {
 			floodDone()
@@ -279,7 +280,7 @@ func TestFlood(t *testing.T) {
 		select {
 		case <-accepted:
 			n++
-		case <-ctx(t).Done():
+		case <-testkit.Context(t).Done():
 			t.Fatalf("%d of %d real connections accepted", n, real)
 		}
 	}
@@ -302,13 +303,13 @@ func TestFlood(t *testing.T) {
 // is left.
 func TestPeerVanishes(t *testing.T) {
 	checkLeaks(t)
-	b := newHost(t, "127.0.2.2")
+	b := newHost(t, 2)
 	l, err := Listen(b.at(0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	p := newRawPeer(t, "127.0.12.1")
+	p := newRawPeer(t, 101)
 	req := forgedREQ(p.addr.Addr(), b.dev.Addr(), PortSpaceTCP, l.Addr().Port(), 0x4242, 0x33, 0x99)
 	// The REQ's own response timeout (8: 1 ms) and retries (1) pace the
 	// REP's retransmission.
@@ -323,11 +324,11 @@ func TestPeerVanishes(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.send(t, b.dev.Addr(), req)
-	r, err := l.Accept(ctx(t))
+	r, err := l.Accept(testkit.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = r.Accept(ctx(t), b.qp(t, verbs.QPTypeRC), nil)
+	_, err = r.Accept(testkit.Context(t), b.qp(t, verbs.QPTypeRC), nil)
 	if !errors.Is(err, ErrTimeout) {
 		t.Fatalf("Accept of a vanished peer's request: %v", err)
 	}

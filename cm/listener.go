@@ -195,8 +195,8 @@ func (r *Request) release() {
 }
 
 // Accept accepts the request with qp (rdma_accept): an RC or UC QP in
-// RESET or INIT (with receives posted, if the peer may SEND at once),
-// which it moves INIT→RTR→RTS with the connection's values before
+// RESET or INIT (PrepareQP, then receives posted, if the peer may SEND
+// at once), which it moves INIT→RTR→RTS with the connection's values before
 // sending the REP with p's private data. It returns when the RTU arrives
 // (or the QP's first packet, if the RTU is lost): both QPs are in RTS.
 // ctx bounds the wait: when it ends the peer is sent a REJ and Accept
@@ -247,8 +247,8 @@ func (r *Request) accept(ctx context.Context, qp *verbs.QP, p *Params) (*Conn, e
 // AcceptUD answers a UD service request with qp, a UD QP, which it moves
 // to RTS with the Q_Key UDPQKey: the peer's DialUD learns its QP number,
 // Q_Key and address, and privateData (at most MaxUDAcceptPrivateData).
-// The peer may send at once: hand the QP over in INIT with receives
-// posted (UD has no RNR retries; a datagram without a receive is lost).
+// The peer may send at once: hand the QP over in INIT (PrepareQP) with
+// receives posted (UD has no RNR retries; a datagram without a receive is lost).
 func (r *Request) AcceptUD(qp *verbs.QP, privateData []byte) error {
 	if !r.ud {
 		return fmt.Errorf("cm: accept UD request from %v: an RC request: %w", r.remote.Addr, verbs.ErrInvalidArgument)

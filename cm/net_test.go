@@ -7,6 +7,8 @@ import (
 	"net"
 	"testing"
 
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -21,12 +23,12 @@ type accepted struct {
 func acceptOne(t *testing.T, l *Listener, qp *verbs.QP, p *Params) <-chan accepted {
 	ch := make(chan accepted, 1)
 	go func() {
-		req, err := l.Accept(ctx(t))
+		req, err := l.Accept(testkit.Context(t))
 		if err != nil {
 			ch <- accepted{err: err}
 			return
 		}
-		conn, err := req.Accept(ctx(t), qp, p)
+		conn, err := req.Accept(testkit.Context(t), qp, p)
 		ch <- accepted{conn: conn, req: req, err: err}
 	}()
 	return ch
@@ -37,7 +39,7 @@ func acceptOne(t *testing.T, l *Listener, qp *verbs.QP, p *Params) <-chan accept
 // active side that the passive side sees, and nothing left behind.
 func TestDialAccept(t *testing.T) {
 	checkLeaks(t)
-	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	a, b := newHost(t, 1), newHost(t, 2)
 	l, err := Listen(b.at(0))
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +50,7 @@ func TestDialAccept(t *testing.T) {
 	}
 	qa, qb := a.qp(t, verbs.QPTypeRC), b.qp(t, verbs.QPTypeRC)
 	done := acceptOne(t, l, qb, &Params{PrivateData: []byte("from b")})
-	ca, err := Dial(ctx(t), l.Addr().String(), qa, &Params{PrivateData: []byte("from a")})
+	ca, err := Dial(testkit.Context(t), l.Addr().String(), qa, &Params{PrivateData: []byte("from a")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,33 +84,33 @@ func TestDialAccept(t *testing.T) {
 		SGList: []verbs.SGE{a.mr.SGE(0, 12)}, RDMA: verbs.RDMAParams{RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()}}); err != nil {
 		t.Fatal(err)
 	}
-	if wc := waitWC(t, a.cq); wc.Status != verbs.WCSuccess {
+	if wc := rdmatest.WaitOne(t, a.cq); wc.Status != verbs.WCSuccess {
 		t.Fatalf("WRITE: %v", wc.Status)
 	}
 	if err := qa.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
 		SGList: []verbs.SGE{a.mr.SGE(0, 12)}}); err != nil {
 		t.Fatal(err)
 	}
-	if wc := waitWC(t, b.cq); wc.Status != verbs.WCSuccess || wc.WRID != 7 || !bytes.Equal(b.buf[:12], []byte("written by a")) {
+	if wc := rdmatest.WaitOne(t, b.cq); wc.Status != verbs.WCSuccess || wc.WRID != 7 || !bytes.Equal(b.buf[:12], []byte("written by a")) {
 		t.Fatalf("receive %+v, buffer %q", wc, b.buf[:12])
 	}
-	waitWC(t, a.cq)
+	rdmatest.WaitOne(t, a.cq)
 
 	if err := ca.Close(); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case <-cb.Done():
-	case <-ctx(t).Done():
+	case <-testkit.Context(t).Done():
 		t.Fatal("the passive side did not see the disconnect")
 	}
 	if !errors.Is(cb.Err(), ErrDisconnected) || !errors.Is(ca.Err(), net.ErrClosed) {
 		t.Errorf("errors: passive %v, active %v", cb.Err(), ca.Err())
 	}
-	eventually(t, "QPs in ERR", func() bool { return qa.State() == verbs.QPStateErr && qb.State() == verbs.QPStateErr })
+	testkit.WaitFor(t, "QPs in ERR", func() bool { return qa.State() == verbs.QPStateErr && qb.State() == verbs.QPStateErr })
 	_ = cb.Close()
 	// Both records go after timewait (0.5 s).
-	eventually(t, "timewait", func() bool { return records(a.dev) == 0 && records(b.dev) == 0 })
+	testkit.WaitFor(t, "timewait", func() bool { return records(a.dev) == 0 && records(b.dev) == 0 })
 	_ = context.Background
 }
 
@@ -123,7 +125,7 @@ func dialPair(t *testing.T, a, b *host, pa, pb *Params) (ca, cb *Conn, qa, qb *v
 	defer l.Close()
 	qa, qb = a.qp(t, verbs.QPTypeRC), b.qp(t, verbs.QPTypeRC)
 	done := acceptOne(t, l, qb, pb)
-	ca, err = Dial(ctx(t), l.Addr().String(), qa, pa)
+	ca, err = Dial(testkit.Context(t), l.Addr().String(), qa, pa)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,44 +140,44 @@ func dialPair(t *testing.T, a, b *host, pa, pb *Params) (ca, cb *Conn, qa, qb *v
 // Done closes with ErrDisconnected and its QP is in ERR.
 func TestDisconnectPassive(t *testing.T) {
 	checkLeaks(t)
-	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	a, b := newHost(t, 1), newHost(t, 2)
 	ca, cb, qa, _ := dialPair(t, a, b, nil, nil)
 	if err := cb.Close(); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case <-ca.Done():
-	case <-ctx(t).Done():
+	case <-testkit.Context(t).Done():
 		t.Fatal("no disconnect")
 	}
 	if !errors.Is(ca.Err(), ErrDisconnected) {
 		t.Errorf("active side: %v", ca.Err())
 	}
-	eventually(t, "active QP in ERR", func() bool { return qa.State() == verbs.QPStateErr })
+	testkit.WaitFor(t, "active QP in ERR", func() bool { return qa.State() == verbs.QPStateErr })
 	if err := ca.Close(); err != nil {
 		t.Errorf("Close after the peer's disconnect: %v", err)
 	}
-	eventually(t, "timewait", func() bool { return records(a.dev) == 0 && records(b.dev) == 0 })
+	testkit.WaitFor(t, "timewait", func() bool { return records(a.dev) == 0 && records(b.dev) == 0 })
 }
 
 // TestReject: a consumer reject reaches Dial as a *RejectError with the
 // reason and the private data; the QP is usable for another attempt.
 func TestReject(t *testing.T) {
 	checkLeaks(t)
-	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	a, b := newHost(t, 1), newHost(t, 2)
 	l, err := Listen(b.at(0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	go func() {
-		req, err := l.Accept(ctx(t))
+		req, err := l.Accept(testkit.Context(t))
 		if err == nil {
 			_ = req.Reject([]byte("not today"))
 		}
 	}()
 	qa := a.qp(t, verbs.QPTypeRC)
-	_, err = Dial(ctx(t), l.Addr().String(), qa, nil)
+	_, err = Dial(testkit.Context(t), l.Addr().String(), qa, nil)
 	var rej *RejectError
 	if !errors.As(err, &rej) || !errors.Is(err, ErrRejected) || errors.Is(err, ErrNoListener) ||
 		rej.Reason != RejectConsumer || !bytes.HasPrefix(rej.PrivateData, []byte("not today")) {
@@ -184,15 +186,15 @@ func TestReject(t *testing.T) {
 	if qa.State() != verbs.QPStateErr {
 		t.Errorf("QP after a rejection: %v, want ERR (rdma_cm's)", qa.State())
 	}
-	eventually(t, "records", func() bool { return records(a.dev) == 0 && records(b.dev) == 0 })
+	testkit.WaitFor(t, "records", func() bool { return records(a.dev) == 0 && records(b.dev) == 0 })
 }
 
 // TestNoListener: a Dial to a port nobody listens on is refused with REJ
 // "invalid service ID" by the peer's CM, which keeps nothing.
 func TestNoListener(t *testing.T) {
 	checkLeaks(t)
-	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
-	_, err := Dial(ctx(t), b.at(7174), a.qp(t, verbs.QPTypeRC), nil)
+	a, b := newHost(t, 1), newHost(t, 2)
+	_, err := Dial(testkit.Context(t), b.at(7174), a.qp(t, verbs.QPTypeRC), nil)
 	var rej *RejectError
 	if !errors.As(err, &rej) || !errors.Is(err, ErrNoListener) || rej.Reason != RejectInvalidServiceID {
 		t.Fatalf("Dial: %v", err)

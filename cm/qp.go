@@ -68,19 +68,14 @@ func (id *ID) qpAttr(state verbs.QPState, t verbs.QPType) (verbs.QPAttr, verbs.Q
 	a := verbs.QPAttr{QPState: state}
 	switch state {
 	case verbs.QPStateInit:
-		a.PortNum = 1
-		mask := verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort
-		if t == verbs.QPTypeUD {
-			a.QKey = id.qkey
-			return a, mask | verbs.QPAttrQKey, nil
-		}
-		if id.haveAttrs {
-			a.QPAccessFlags = cmAccess(t, id.respRes)
+		init, mask := initAttr(t, id.qkey)
+		if t != verbs.QPTypeUD && id.haveAttrs {
+			init.QPAccessFlags = cmAccess(t, id.respRes)
 			if id.opts.access != 0 {
-				a.QPAccessFlags = id.opts.access
+				init.QPAccessFlags = id.opts.access
 			}
 		}
-		return a, mask | verbs.QPAttrAccessFlags, nil
+		return init, mask, nil
 	case verbs.QPStateRTR:
 		if t == verbs.QPTypeUD {
 			return a, verbs.QPAttrState, nil
@@ -126,6 +121,45 @@ func (id *ID) qpAttr(state verbs.QPState, t verbs.QPType) (verbs.QPAttr, verbs.Q
 		return a, mask, nil
 	}
 	return a, 0, fmt.Errorf("cm: init QP attributes: state %v: %w", state, verbs.ErrInvalidArgument)
+}
+
+// initAttr returns what moves a QP of type t from RESET to INIT before its
+// connection is known: port 1, P_Key index 0, and no remote rights for a
+// connected QP, the Q_Key qkey for a UD QP.
+func initAttr(t verbs.QPType, qkey uint32) (verbs.QPAttr, verbs.QPAttrMask) {
+	a := verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1}
+	mask := verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort
+	if t == verbs.QPTypeUD {
+		a.QKey = qkey
+		return a, mask | verbs.QPAttrQKey
+	}
+	return a, mask | verbs.QPAttrAccessFlags
+}
+
+// PrepareQP moves qp from RESET to INIT as the CM would on taking it (as
+// rdma_create_qp does), so that receives can be posted before Dial,
+// Request.Accept, DialUD or Request.AcceptUD hands it over: the peer's
+// first SEND then finds one waiting. A connected (RC, UC) QP gets no remote
+// rights here; the connection grants them (Params.Access, or REMOTE_WRITE,
+// READ and ATOMIC by default) when it is established. A UD QP gets the
+// Q_Key UDPQKey. A QP already in INIT is left as it is; one in another
+// state is an error wrapping verbs.ErrInvalidState.
+func PrepareQP(qp *verbs.QP) error {
+	if qp == nil {
+		return fmt.Errorf("cm: prepare QP: nil QP: %w", verbs.ErrInvalidArgument)
+	}
+	switch s := qp.State(); s {
+	case verbs.QPStateInit:
+		return nil
+	case verbs.QPStateReset:
+	default:
+		return fmt.Errorf("cm: prepare QP %#x: in %v, want RESET or INIT: %w", qp.QPN(), s, verbs.ErrInvalidState)
+	}
+	a, mask := initAttr(qp.Type(), UDPQKey)
+	if err := qp.Modify(&a, mask); err != nil {
+		return fmt.Errorf("cm: prepare QP %#x: %w", qp.QPN(), err)
+	}
+	return nil
 }
 
 // CreateQP creates a QP on the ID's device for its port space

@@ -8,16 +8,20 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/internal/mad"
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
 
-// initWithRecv moves qp to INIT with no remote rights and posts a
-// receive into buf's first 64 bytes.
+// initWithRecv prepares qp (INIT, no remote rights) and posts a receive
+// into buf's first 64 bytes.
 func initWithRecv(t *testing.T, h *host, qp *verbs.QP, wrid uint64) {
 	t.Helper()
-	if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+	if err := PrepareQP(qp); err != nil {
 		t.Fatal(err)
+	}
+	if a, _, _ := qp.Query(0); a.QPState != verbs.QPStateInit || a.QPAccessFlags != 0 {
+		t.Fatalf("prepared QP in %v with rights %v, want INIT with none", a.QPState, a.QPAccessFlags)
 	}
 	if err := qp.PostRecv(&verbs.RecvWR{WRID: wrid, SGList: []verbs.SGE{h.mr.SGE(0, 64)}}); err != nil {
 		t.Fatal(err)
@@ -30,7 +34,7 @@ func initWithRecv(t *testing.T, h *host, qp *verbs.QP, wrid uint64) {
 // needs REMOTE_WRITE) lands.
 func TestPrepostedReceives(t *testing.T) {
 	checkLeaks(t)
-	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	a, b := newHost(t, 1), newHost(t, 2)
 	l, err := Listen(b.at(0))
 	if err != nil {
 		t.Fatal(err)
@@ -45,17 +49,17 @@ func TestPrepostedReceives(t *testing.T) {
 			SGList: []verbs.SGE{h.mr.SGE(1024, len(msg))}})
 	}
 	go func() {
-		req, err := l.Accept(ctx(t))
+		req, err := l.Accept(testkit.Context(t))
 		if err != nil {
 			return
 		}
-		if c, err := req.Accept(ctx(t), qb, nil); err == nil {
+		if c, err := req.Accept(testkit.Context(t), qb, nil); err == nil {
 			_ = send(b, qb, "from b")
 			<-c.Done()
 			_ = c.Close()
 		}
 	}()
-	ca, err := Dial(ctx(t), l.Addr().String(), qa, nil)
+	ca, err := Dial(testkit.Context(t), l.Addr().String(), qa, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +68,7 @@ func TestPrepostedReceives(t *testing.T) {
 	}
 	got := map[uint64]string{}
 	for len(got) < 2 {
-		wc := waitWC(t, a.cq)
+		wc := rdmatest.WaitOne(t, a.cq)
 		if wc.Status != verbs.WCSuccess {
 			t.Fatalf("a: %+v", wc)
 		}
@@ -77,7 +81,7 @@ func TestPrepostedReceives(t *testing.T) {
 	if got[10] != "from b" {
 		t.Errorf("a received %q", got[10])
 	}
-	if wc := waitWC(t, b.cq); wc.Status != verbs.WCSuccess {
+	if wc := rdmatest.WaitOne(t, b.cq); wc.Status != verbs.WCSuccess {
 		t.Fatalf("b: %+v", wc)
 	}
 	attr, _, _ := qa.Query(0)
@@ -89,7 +93,7 @@ func TestPrepostedReceives(t *testing.T) {
 		t.Fatal(err)
 	}
 	for {
-		wc := waitWC(t, a.cq)
+		wc := rdmatest.WaitOne(t, a.cq)
 		if wc.WRID == 3 {
 			if wc.Status != verbs.WCSuccess || !bytes.Equal(b.buf[2048:2054], []byte("from a")) {
 				t.Fatalf("WRITE %+v", wc)
@@ -100,13 +104,43 @@ func TestPrepostedReceives(t *testing.T) {
 	_ = ca.Close()
 }
 
+// TestPrepareQP: PrepareQP takes RC, UC and UD QPs from RESET to INIT
+// (UD with UDPQKey), leaves one in INIT as it is, and refuses the other
+// states and nil.
+func TestPrepareQP(t *testing.T) {
+	checkLeaks(t)
+	h := newHost(t, 1)
+	for _, typ := range []verbs.QPType{verbs.QPTypeRC, verbs.QPTypeUC, verbs.QPTypeUD} {
+		qp := h.qp(t, typ)
+		for range 2 { // the second call finds it in INIT
+			if err := PrepareQP(qp); err != nil {
+				t.Fatalf("%v: %v", typ, err)
+			}
+			a, _, err := qp.Query(0)
+			if err != nil || a.QPState != verbs.QPStateInit || a.PortNum != 1 || a.QPAccessFlags != 0 ||
+				typ == verbs.QPTypeUD && a.QKey != UDPQKey {
+				t.Fatalf("%v: prepared into %+v, %v", typ, a, err)
+			}
+		}
+		if err := qp.PostRecv(&verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{h.mr.SGE(0, 64)}}); err != nil {
+			t.Errorf("%v: a receive on the prepared QP: %v", typ, err)
+		}
+		if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.QPAttrState); err != nil {
+			t.Fatal(err)
+		}
+		testkit.WantErr(t, PrepareQP(qp), verbs.ErrInvalidState)
+	}
+	testkit.WantErr(t, PrepareQP(nil), verbs.ErrInvalidArgument)
+}
+
 // TestSameDevice: both ends on one device (as rdma-core's tests run
 // their players), over IPv4 and over IPv6's ::1.
 func TestSameDevice(t *testing.T) {
-	for _, addr := range []string{"127.0.2.3", "::1"} {
-		t.Run(addr, func(t *testing.T) {
+	// ::1 is every process's: the device binds a port of this one's.
+	for _, cfg := range []verbs.DeviceConfig{{Addr: testkit.Addr(3)}, {Addr: netip.IPv6Loopback(), Port: testkit.Port()}} {
+		t.Run(cfg.Addr.String(), func(t *testing.T) {
 			checkLeaks(t)
-			h := newHostConfig(t, verbs.DeviceConfig{Addr: netip.MustParseAddr(addr)})
+			h := newHostConfig(t, cfg)
 			l, err := Listen(h.at(0))
 			if err != nil {
 				t.Fatal(err)
@@ -114,7 +148,7 @@ func TestSameDevice(t *testing.T) {
 			defer l.Close()
 			qa, qb := h.qp(t, verbs.QPTypeRC), h.qp(t, verbs.QPTypeRC)
 			done := acceptOne(t, l, qb, &Params{PrivateData: []byte("same")})
-			ca, err := Dial(ctx(t), l.Addr().String(), qa, nil)
+			ca, err := Dial(testkit.Context(t), l.Addr().String(), qa, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -130,12 +164,12 @@ func TestSameDevice(t *testing.T) {
 				SGList: []verbs.SGE{h.mr.SGE(0, 8)}, RDMA: verbs.RDMAParams{RemoteAddr: h.mr.IOVA() + 100, RKey: h.mr.RKey()}}); err != nil {
 				t.Fatal(err)
 			}
-			if wc := waitWC(t, h.cq); wc.Status != verbs.WCSuccess {
+			if wc := rdmatest.WaitOne(t, h.cq); wc.Status != verbs.WCSuccess {
 				t.Fatalf("WRITE %+v", wc)
 			}
 			_ = ca.Close()
 			<-r.conn.Done()
-			eventually(t, "timewait", func() bool { return records(h.dev) == 0 })
+			testkit.WaitFor(t, "timewait", func() bool { return records(h.dev) == 0 })
 		})
 	}
 }
@@ -145,7 +179,7 @@ func TestSameDevice(t *testing.T) {
 // sends a DREQ as it goes); a listener on it returns ErrDeviceRemoved.
 func TestDeviceRemoval(t *testing.T) {
 	checkLeaks(t)
-	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	a, b := newHost(t, 1), newHost(t, 2)
 	ca, cb, _, _ := dialPair(t, a, b, nil, nil)
 	l, err := Listen(a.at(0))
 	if err != nil {
@@ -157,14 +191,14 @@ func TestDeviceRemoval(t *testing.T) {
 	for _, c := range []*Conn{ca, cb} {
 		select {
 		case <-c.Done():
-		case <-ctx(t).Done():
+		case <-testkit.Context(t).Done():
 			t.Fatal("a connection did not end")
 		}
 	}
 	if !errors.Is(ca.Err(), ErrDeviceRemoved) || !errors.Is(cb.Err(), ErrDisconnected) {
 		t.Errorf("errors: %v, %v", ca.Err(), cb.Err())
 	}
-	if _, err := l.Accept(ctx(t)); !errors.Is(err, ErrDeviceRemoved) {
+	if _, err := l.Accept(testkit.Context(t)); !errors.Is(err, ErrDeviceRemoved) {
 		t.Errorf("Accept on a closed device's listener: %v", err)
 	}
 	_ = l.Close()
@@ -177,7 +211,7 @@ func TestDeviceRemoval(t *testing.T) {
 // through once Accept made room.
 func TestBacklog(t *testing.T) {
 	checkLeaks(t)
-	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	a, b := newHost(t, 1), newHost(t, 2)
 	l, err := ListenConfig{Backlog: 1}.Listen(context.Background(), b.at(0))
 	if err != nil {
 		t.Fatal(err)
@@ -192,20 +226,20 @@ func TestBacklog(t *testing.T) {
 	for range 2 {
 		qa := a.qp(t, verbs.QPTypeRC)
 		go func() {
-			c, err := Dial(ctx(t), l.Addr().String(), qa, p)
+			c, err := Dial(testkit.Context(t), l.Addr().String(), qa, p)
 			dials <- result{c, err}
 		}()
 	}
 	ab := agentOf(t, b.dev)
-	eventually(t, "a dropped REQ", func() bool { return ab.counters().Dropped > 0 })
+	testkit.WaitFor(t, "a dropped REQ", func() bool { return ab.counters().Dropped > 0 })
 	for range 2 {
-		req, err := l.Accept(ctx(t))
+		req, err := l.Accept(testkit.Context(t))
 		if err != nil {
 			t.Fatal(err)
 		}
 		qb := b.qp(t, verbs.QPTypeRC)
 		go func() {
-			if c, err := req.Accept(ctx(t), qb, nil); err == nil {
+			if c, err := req.Accept(testkit.Context(t), qb, nil); err == nil {
 				<-c.Done()
 				_ = c.Close()
 			}
@@ -225,7 +259,7 @@ func TestBacklog(t *testing.T) {
 // retransmission.
 func TestRTULost(t *testing.T) {
 	checkLeaks(t)
-	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	a, b := newHost(t, 1), newHost(t, 2)
 	drop := func(_ netip.AddrPort, m []byte) bool {
 		h, err := mad.ParseCMHeader(m)
 		return err == nil && h.AttrID == mad.AttrRTU
@@ -243,7 +277,7 @@ func TestRTULost(t *testing.T) {
 	// The REQ's response timeout sets the REP's retransmission period: 22
 	// is 16 s, longer than this test waits, so only the first packet can
 	// establish the passive side.
-	ca, err := Dial(ctx(t), l.Addr().String(), qa, &Params{CMResponseTimeout: 22})
+	ca, err := Dial(testkit.Context(t), l.Addr().String(), qa, &Params{CMResponseTimeout: 22})
 	if err != nil {
 		t.Fatal(err)
 	}

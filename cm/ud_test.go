@@ -6,6 +6,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -15,7 +17,7 @@ import (
 // listens on fail with their SIDR status.
 func TestUD(t *testing.T) {
 	checkLeaks(t)
-	a, b := newHost(t, "127.0.2.1"), newHost(t, "127.0.2.2")
+	a, b := newHost(t, 1), newHost(t, 2)
 	l, err := ListenConfig{PortSpace: PortSpaceUDP}.Listen(context.Background(), b.at(0))
 	if err != nil {
 		t.Fatal(err)
@@ -24,7 +26,7 @@ func TestUD(t *testing.T) {
 	qa, qb := a.qp(t, verbs.QPTypeUD), b.qp(t, verbs.QPTypeUD)
 	served := make(chan error, 1)
 	go func() {
-		req, err := l.Accept(ctx(t))
+		req, err := l.Accept(testkit.Context(t))
 		if err != nil {
 			served <- err
 			return
@@ -35,7 +37,7 @@ func TestUD(t *testing.T) {
 		}
 		served <- req.AcceptUD(qb, []byte("QP b does"))
 	}()
-	svc, err := DialUD(ctx(t), l.Addr().String(), qa, &Params{PrivateData: []byte("who serves?")})
+	svc, err := DialUD(testkit.Context(t), l.Addr().String(), qa, &Params{PrivateData: []byte("who serves?")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,23 +65,23 @@ func TestUD(t *testing.T) {
 		SGList: []verbs.SGE{a.mr.SGE(0, 8)}, UD: verbs.UDParams{AH: ah, RemoteQPN: svc.QPN, RemoteQKey: svc.QKey}}); err != nil {
 		t.Fatal(err)
 	}
-	if wc := waitWC(t, b.cq); wc.Status != verbs.WCSuccess || !bytes.Equal(b.buf[40:48], []byte("datagram")) {
+	if wc := rdmatest.WaitOne(t, b.cq); wc.Status != verbs.WCSuccess || !bytes.Equal(b.buf[40:48], []byte("datagram")) {
 		t.Fatalf("receive %+v", wc)
 	}
-	waitWC(t, a.cq)
+	rdmatest.WaitOne(t, a.cq)
 
 	// Refused, and nobody listening.
 	go func() {
-		if req, err := l.Accept(ctx(t)); err == nil {
+		if req, err := l.Accept(testkit.Context(t)); err == nil {
 			_ = req.Reject([]byte("no"))
 		}
 	}()
-	_, err = DialUD(ctx(t), l.Addr().String(), qa, nil)
+	_, err = DialUD(testkit.Context(t), l.Addr().String(), qa, nil)
 	var rej *RejectError
 	if !errors.As(err, &rej) || !rej.SIDR || rej.SIDRStatus != SIDRReject || !bytes.HasPrefix(rej.PrivateData, []byte("no")) {
 		t.Fatalf("refused DialUD: %v", err)
 	}
-	_, err = DialUD(ctx(t), b.at(4000), qa, nil)
+	_, err = DialUD(testkit.Context(t), b.at(4000), qa, nil)
 	if !errors.Is(err, ErrNoListener) || !errors.As(err, &rej) || rej.SIDRStatus != SIDRUnsupported {
 		t.Fatalf("DialUD to no listener: %v", err)
 	}

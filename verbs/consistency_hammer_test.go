@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -25,9 +27,7 @@ import (
 // was a mixture, which a reader trusting the version alone would have
 // accepted.
 func TestVersionedRecordHammer(t *testing.T) {
-	server, client := connectSides(t, sideOpts{addr: "127.0.1.30", bufSize: 1 << 20},
-		sideOpts{addr: "127.0.1.31", bufSize: 1 << 20})
-	ctx := testCtx(t)
+	server, client := rdmatest.Pair(t, rdmatest.EndOptions{BufSize: 1 << 20}, rdmatest.EndOptions{BufSize: 1 << 20})
 
 	const (
 		records = 4
@@ -40,14 +40,23 @@ func TestVersionedRecordHammer(t *testing.T) {
 	remotes := make([]verbs.RemoteRegion, records)
 	for i := range recs {
 		n := sizes[i%len(sizes)]
-		recs[i] = server.buf[i*stride : i*stride+n+recordOverhead]
+		recs[i] = server.Buf[i*stride : i*stride+n+recordOverhead]
 		p := make([]byte, n)
 		payloadFor(p, 2)
 		writeRecord(recs[i], p)
 		var err error
-		if remotes[i], err = server.mr.Remote().Slice(i*stride, len(recs[i])); err != nil {
+		if remotes[i], err = server.MR.Remote().Slice(i*stride, len(recs[i])); err != nil {
 			t.Fatal(err)
 		}
+	}
+
+	// Each read gets its own bound (testkit.Timeout): how long the whole
+	// test takes depends on the machine's load, not on the product.
+	readOnce := func(read func(context.Context, *verbs.QP, verbs.RemoteRegion, *verbs.MR, int) (readResult, error),
+		k, off int) (readResult, error) {
+		ctx, cancel := context.WithTimeout(t.Context(), testkit.Timeout)
+		defer cancel()
+		return read(ctx, client.QP, remotes[k], client.MR, off)
 	}
 
 	stop := make(chan struct{})
@@ -89,7 +98,7 @@ func TestVersionedRecordHammer(t *testing.T) {
 			tl := &results[pi]
 			for range reads {
 				k := rng.IntN(records)
-				r, err := proto.read(ctx, client.qp, remotes[k], client.mr, (pi*records+k)*stride)
+				r, err := readOnce(proto.read, k, (pi*records+k)*stride)
 				if err != nil {
 					t.Error(err)
 					return
@@ -114,7 +123,7 @@ func TestVersionedRecordHammer(t *testing.T) {
 	readers.Wait()
 	close(stop)
 	wg.Wait()
-	c := client.dev.Counters()
+	c := client.Dev.Counters()
 	for pi, tl := range results {
 		t.Logf("%s: %d accepted, %d during a write (odd version), %d rejected by the check, of which %d torn with an even version",
 			protocols[pi].name, tl.accepted, tl.odd, tl.mismatch, tl.tornEven)
@@ -126,7 +135,7 @@ func TestVersionedRecordHammer(t *testing.T) {
 	// pass the hammer.
 	for pi, proto := range protocols {
 		for k := range records {
-			r, err := proto.read(ctx, client.qp, remotes[k], client.mr, (pi*records+k)*stride)
+			r, err := readOnce(proto.read, k, (pi*records+k)*stride)
 			switch {
 			case err != nil:
 				t.Errorf("%s of record %d at rest: %v", proto.name, k, err)

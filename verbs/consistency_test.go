@@ -8,6 +8,8 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -149,14 +151,14 @@ func consistent(p []byte, v uint64) bool {
 // the race detector): stable, a write in progress, a torn mixture with an
 // even version, and the next stable version.
 func TestVersionedRecordStates(t *testing.T) {
-	server, client := connectSides(t, sideOpts{addr: "127.0.1.30"}, sideOpts{addr: "127.0.1.31"})
-	ctx := testCtx(t)
+	server, client := rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{})
+	ctx := testkit.Context(t)
 	const n = 512
-	rec := server.buf[:n+recordOverhead]
+	rec := server.Buf[:n+recordOverhead]
 	payload := make([]byte, n)
 	payloadFor(payload, 2)
 	writeRecord(rec, payload) // version 2
-	remote, err := server.mr.Remote().Slice(0, len(rec))
+	remote, err := server.MR.Remote().Slice(0, len(rec))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +166,7 @@ func TestVersionedRecordStates(t *testing.T) {
 		t.Helper()
 		for _, read := range []func(context.Context, *verbs.QP, verbs.RemoteRegion, *verbs.MR, int) (readResult, error){
 			readChecked, readSeqlock} {
-			r, err := read(ctx, client.qp, remote, client.mr, 4096)
+			r, err := read(ctx, client.QP, remote, client.MR, 4096)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -186,7 +188,7 @@ func TestVersionedRecordStates(t *testing.T) {
 	// payload: even, but torn. The single READ's check refuses it; a
 	// reader that trusted the even version would not.
 	word(rec).Store(4)
-	if r, _ := readChecked(ctx, client.qp, remote, client.mr, 4096); !r.mismatch || consistent(r.payload, r.version) {
+	if r, _ := readChecked(ctx, client.QP, remote, client.MR, 4096); !r.mismatch || consistent(r.payload, r.version) {
 		t.Errorf("torn record: %+v", r)
 	}
 

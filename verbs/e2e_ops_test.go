@@ -198,6 +198,27 @@ func runOpcode(t *testing.T, a, b *rdmatest.End, op verbs.WROpcode, n, parts int
 	} else {
 		checkUntouched(t, "requester target area", a.Buf, dstOff-guardLen, recvOff+areaMax, filler)
 	}
+	settle(t, a, b)
+}
+
+// settle returns once b can no longer act on a request of a's, so that the
+// next work request may refill both buffers. A READ that a retransmitted
+// (its timer expired on a loaded machine, or a copy was delayed) completes
+// on the first answer, but b answers every copy that reaches it by reading
+// the source again, as any RC responder does: the next subtest's refill of
+// the source would race with that replay. A signaled zero-length WRITE is
+// acknowledged only once b has handled every earlier packet of the
+// connection (one flow, received in order), copies included, and sent the
+// READ responses queued before it (the ACK waits behind them); and a, with
+// nothing older outstanding, sends no more copies.
+func settle(t *testing.T, a, b *rdmatest.End) {
+	t.Helper()
+	const wrid = 0xB0_0000_0000
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: wrid, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+		RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA() + dstOff, RKey: b.MR.RKey()}})
+	if wc := rdmatest.WaitOne(t, a.CQ); wc.WRID != wrid || wc.Status != verbs.WCSuccess {
+		t.Fatalf("settling WRITE: completion %+v", wc)
+	}
 }
 
 // TestE2EAtomics runs both atomics and checks the value returned, the value

@@ -193,3 +193,21 @@ func SubCounters(a, b Counters) Counters {
 	}
 	return c
 }
+
+// TimerAsleep reports whether d's timer goroutine is asleep and how many
+// QP deadlines it holds (TestTimerWakesForEarlierDeadline: it is asleep on
+// a later deadline before the earlier one is filed).
+func TimerAsleep(d *Device) (asleep bool, deadlines int) {
+	d.eng.tmu.Lock()
+	defer d.eng.tmu.Unlock()
+	return d.eng.sleeping, len(d.eng.timers)
+}
+
+// RemoteWriteWaiters is how many goroutines wait in mr.WaitRemoteWrite
+// (TestRemoteWrite*: the waiters are parked before the store).
+func RemoteWriteWaiters(mr *MR) int {
+	if ww := mr.writes.waiters.Load(); ww != nil {
+		return int(ww.waiting.Load())
+	}
+	return 0
+}

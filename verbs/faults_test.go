@@ -28,6 +28,33 @@ func newFaultyEnd(t *testing.T, host int, f verbs.Faults, bufSize int) *rdmatest
 		Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
 }
 
+// TestE2EOpcodesLateDuplicates runs TestE2EOpcodes' work requests toward
+// a responder that receives every packet twice, the copy up to 3 ms late:
+// a READ's copy then arrives after the READ completed, and the responder
+// replays it, reading the source the next work request refills. Each
+// must still get its data, and under -race the replay must not race with
+// the refill: runOpcode settles the connection before it returns.
+func TestE2EOpcodesLateDuplicates(t *testing.T) {
+	a := newEnd(t, 15, rdmatest.EndOptions{})
+	b := newEnd(t, 16, rdmatest.EndOptions{Open: withFaults(verbs.Faults{Duplicate: 1, Jitter: 3 * time.Millisecond, Seed: 3})})
+	rdmatest.Connect(t, a, b, rdmatest.DefaultLink(), rdmatest.DefaultLink())
+	seed := byte(0)
+	for _, n := range []int{1, 1024, 3000, 3*1024 + 7} {
+		// A READ before each of the others, whose refill its replay
+		// would race with.
+		for _, op := range []verbs.WROpcode{verbs.WRRDMARead, verbs.WRSend, verbs.WRRDMARead, verbs.WRSendWithImm,
+			verbs.WRRDMARead, verbs.WRRDMAWrite, verbs.WRRDMARead, verbs.WRRDMAWriteWithImm} {
+			seed += 17
+			t.Run(fmt.Sprintf("%v/%d", op, n), func(t *testing.T) {
+				runOpcode(t, a, b, op, n, 1, seed)
+			})
+		}
+	}
+	if d := b.Dev.Counters().DuplicateRequest; d == 0 {
+		t.Error("no duplicate request reached the responder")
+	}
+}
+
 // TestE2EFaults runs a mixed workload of WRITEs, READs, SENDs and
 // FETCH_ADDs, most of them several packets long, between two devices that
 // both drop, duplicate, corrupt, delay and reorder what they receive: every

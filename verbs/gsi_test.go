@@ -255,8 +255,8 @@ func FuzzGSIReceive(f *testing.F) {
 			return // the socket's malformed count, or another QP's packet
 		}
 		var r madRecorder
-		local := netip.MustParseAddr("127.0.1.1")
-		from := netip.MustParseAddrPort("127.0.1.2:55410")
+		local := testkit.Addr(1) // GSIReceive opens no socket
+		from := netip.AddrPortFrom(testkit.Addr(2), 55410)
 		rcvd, dropped, want, err := verbs.GSIReceive(&p, from, local, &r)
 		n, _ := r.count()
 		switch {

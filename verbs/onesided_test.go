@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -15,10 +17,10 @@ import (
 // and runs both atomics against it with the region's builders and
 // PostSendWait, with one CQ for its sends and receives.
 func TestRemoteRegionOneSided(t *testing.T) {
-	server, client := connectSides(t, sideOpts{addr: "127.0.1.30"}, sideOpts{addr: "127.0.1.31"})
-	ctx := testCtx(t)
+	server, client := rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{})
+	ctx := testkit.Context(t)
 
-	priv, err := server.mr.Remote().MarshalBinary() // what cm private data would carry
+	priv, err := server.MR.Remote().MarshalBinary() // what cm private data would carry
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,80 +28,80 @@ func TestRemoteRegionOneSided(t *testing.T) {
 	if err := remote.UnmarshalBinary(priv); err != nil {
 		t.Fatal(err)
 	}
-	if remote.Addr != server.mr.IOVA() || remote.RKey != server.mr.RKey() || remote.Length != uint64(server.mr.Len()) {
-		t.Fatalf("remote %v, want the server's MR %v", remote, server.mr)
+	if remote.Addr != server.MR.IOVA() || remote.RKey != server.MR.RKey() || remote.Length != uint64(server.MR.Len()) {
+		t.Fatalf("remote %v, want the server's MR %v", remote, server.MR)
 	}
 
 	msg := []byte("one-sided, no hand-made encoding")
-	copy(client.buf, msg)
-	wr, err := remote.Write(1000, client.mr.SGE(0, len(msg)))
+	copy(client.Buf, msg)
+	wr, err := remote.Write(1000, client.MR.SGE(0, len(msg)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	wr.WRID = 41
-	wc, err := client.qp.PostSendWait(ctx, &wr)
+	wc, err := client.QP.PostSendWait(ctx, &wr)
 	if err != nil || wc.WRID != 41 || wc.Opcode != verbs.WCRDMAWrite {
 		t.Fatalf("WRITE: %+v, %v", wc, err)
 	}
-	if !bytes.Equal(server.buf[1000:1000+len(msg)], msg) {
-		t.Fatalf("server holds %q", server.buf[1000:1000+len(msg)])
+	if !bytes.Equal(server.Buf[1000:1000+len(msg)], msg) {
+		t.Fatalf("server holds %q", server.Buf[1000:1000+len(msg)])
 	}
 
 	// A READ of the same bytes into two SGEs.
-	wr, err = remote.Read(1000, client.mr.SGE(4096, 10), client.mr.SGE(8192, len(msg)-10))
+	wr, err = remote.Read(1000, client.MR.SGE(4096, 10), client.MR.SGE(8192, len(msg)-10))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.qp.PostSendWait(ctx, &wr); err != nil {
+	if _, err := client.QP.PostSendWait(ctx, &wr); err != nil {
 		t.Fatal(err)
 	}
-	if got := append(client.buf[4096:4106:4106], client.buf[8192:8192+len(msg)-10]...); !bytes.Equal(got, msg) {
+	if got := append(client.Buf[4096:4106:4106], client.Buf[8192:8192+len(msg)-10]...); !bytes.Equal(got, msg) {
 		t.Fatalf("READ got %q", got)
 	}
 
 	// Atomics on the word at 64.
-	binary.NativeEndian.PutUint64(server.buf[64:], 100)
-	wr, err = remote.FetchAdd(64, client.mr.SGE(256, 8), 5)
+	binary.NativeEndian.PutUint64(server.Buf[64:], 100)
+	wr, err = remote.FetchAdd(64, client.MR.SGE(256, 8), 5)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.qp.PostSendWait(ctx, &wr); err != nil {
+	if _, err := client.QP.PostSendWait(ctx, &wr); err != nil {
 		t.Fatal(err)
 	}
-	if old := binary.NativeEndian.Uint64(client.buf[256:]); old != 100 {
+	if old := binary.NativeEndian.Uint64(client.Buf[256:]); old != 100 {
 		t.Fatalf("FETCH_ADD returned %d, want 100", old)
 	}
-	wr, err = remote.CompareSwap(64, client.mr.SGE(256, 8), 105, 7)
+	wr, err = remote.CompareSwap(64, client.MR.SGE(256, 8), 105, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.qp.PostSendWait(ctx, &wr); err != nil {
+	if _, err := client.QP.PostSendWait(ctx, &wr); err != nil {
 		t.Fatal(err)
 	}
-	if old, now := binary.NativeEndian.Uint64(client.buf[256:]), binary.NativeEndian.Uint64(server.buf[64:]); old != 105 || now != 7 {
+	if old, now := binary.NativeEndian.Uint64(client.Buf[256:]), binary.NativeEndian.Uint64(server.Buf[64:]); old != 105 || now != 7 {
 		t.Fatalf("CMP_SWAP: old %d, now %d; want 105, 7", old, now)
 	}
 
 	// WRITE with immediate: the server's receive completes after the bytes.
-	if err := server.qp.PostRecv(&verbs.RecvWR{WRID: 9}); err != nil {
+	if err := server.QP.PostRecv(&verbs.RecvWR{WRID: 9}); err != nil {
 		t.Fatal(err)
 	}
-	copy(client.buf, "imm")
-	if wr, err = remote.WriteImm(2000, 0xbeef, client.mr.SGE(0, 3)); err != nil {
+	copy(client.Buf, "imm")
+	if wr, err = remote.WriteImm(2000, 0xbeef, client.MR.SGE(0, 3)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.qp.PostSendWait(ctx, &wr); err != nil {
+	if _, err := client.QP.PostSendWait(ctx, &wr); err != nil {
 		t.Fatal(err)
 	}
 	wcs := make([]verbs.WorkCompletion, 1)
-	if _, err := server.cq.Wait(ctx, wcs); err != nil {
+	if _, err := server.CQ.Wait(ctx, wcs); err != nil {
 		t.Fatal(err)
 	}
-	if wcs[0].Err() != nil || wcs[0].ImmData != 0xbeef || wcs[0].WRID != 9 || string(server.buf[2000:2003]) != "imm" {
-		t.Fatalf("server receive %+v, bytes %q", wcs[0], server.buf[2000:2003])
+	if wcs[0].Err() != nil || wcs[0].ImmData != 0xbeef || wcs[0].WRID != 9 || string(server.Buf[2000:2003]) != "imm" {
+		t.Fatalf("server receive %+v, bytes %q", wcs[0], server.Buf[2000:2003])
 	}
 	// Nothing of the client's leaked into its CQ.
-	if n, _ := client.cq.Poll(wcs); n != 0 {
+	if n, _ := client.CQ.Poll(wcs); n != 0 {
 		t.Fatalf("client CQ holds %+v", wcs[0])
 	}
 }
@@ -107,36 +109,35 @@ func TestRemoteRegionOneSided(t *testing.T) {
 // TestMWRemote describes a bound window for a peer, who reads through it
 // and is refused beyond it.
 func TestMWRemote(t *testing.T) {
-	server, client := connectSides(t,
-		sideOpts{addr: "127.0.1.30", mrAccess: verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessMWBind},
-		sideOpts{addr: "127.0.1.31"})
-	ctx := testCtx(t)
-	mw, err := server.pd.AllocMW(verbs.MWType1)
+	server, client := rdmatest.Pair(t,
+		rdmatest.EndOptions{MRAccess: verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessMWBind}, rdmatest.EndOptions{})
+	ctx := testkit.Context(t)
+	mw, err := server.PD.AllocMW(verbs.MWType1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := mw.Remote(); !errors.Is(err, verbs.ErrInvalidState) {
 		t.Fatalf("Remote of an unbound window: %v, want ErrInvalidState", err)
 	}
-	rkey, err := server.qp.BindMW(mw, verbs.MWBind{WRID: 1, SendFlags: verbs.SendSignaled, MR: server.mr,
-		Addr: server.mr.IOVA() + 512, Length: 128, Access: verbs.AccessRemoteRead})
+	rkey, err := server.QP.BindMW(mw, verbs.MWBind{WRID: 1, SendFlags: verbs.SendSignaled, MR: server.MR,
+		Addr: server.MR.IOVA() + 512, Length: 128, Access: verbs.AccessRemoteRead})
 	if err != nil {
 		t.Fatal(err)
 	}
 	wcs := make([]verbs.WorkCompletion, 1)
-	if _, err := server.cq.Wait(ctx, wcs); err != nil || wcs[0].Err() != nil {
+	if _, err := server.CQ.Wait(ctx, wcs); err != nil || wcs[0].Err() != nil {
 		t.Fatalf("bind: %+v, %v", wcs[0], err)
 	}
 	remote, err := mw.Remote()
-	if err != nil || remote != (verbs.RemoteRegion{Addr: server.mr.IOVA() + 512, RKey: rkey, Length: 128}) {
+	if err != nil || remote != (verbs.RemoteRegion{Addr: server.MR.IOVA() + 512, RKey: rkey, Length: 128}) {
 		t.Fatalf("window Remote = %v, %v", remote, err)
 	}
-	copy(server.buf[512:], "through the window")
-	wr, _ := remote.Read(0, client.mr.SGE(0, 18))
-	if _, err := client.qp.PostSendWait(ctx, &wr); err != nil || string(client.buf[:18]) != "through the window" {
-		t.Fatalf("READ through the window: %q, %v", client.buf[:18], err)
+	copy(server.Buf[512:], "through the window")
+	wr, _ := remote.Read(0, client.MR.SGE(0, 18))
+	if _, err := client.QP.PostSendWait(ctx, &wr); err != nil || string(client.Buf[:18]) != "through the window" {
+		t.Fatalf("READ through the window: %q, %v", client.Buf[:18], err)
 	}
-	if _, err := remote.Read(120, client.mr.SGE(0, 16)); err == nil {
+	if _, err := remote.Read(120, client.MR.SGE(0, 16)); err == nil {
 		t.Fatal("a READ past the window's end was built")
 	}
 }

@@ -9,20 +9,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
 
-// addQP gives s a second RC QP on the same PD, buffer and CQs.
-func (s *side) addQP(t *testing.T) *side {
+// addQP returns e with a second RC QP, in RESET, on the same PD, buffer
+// and CQ.
+func addQP(t *testing.T, e *rdmatest.End) *rdmatest.End {
 	t.Helper()
-	qp, err := s.pd.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: s.sendCQ, RecvCQ: s.cq,
-		Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s2 := *s
-	s2.qp = qp
-	return &s2
+	e2 := *e
+	e2.QP = rdmatest.QP(t, e.PD, verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: e.CQ, RecvCQ: e.CQ, Cap: rdmatest.DefaultCap})
+	return &e2
 }
 
 // TestPostSendWaitSharedCQ runs PostSendWait from several goroutines on two
@@ -30,19 +28,18 @@ func (s *side) addQP(t *testing.T) *side {
 // goroutine collects with Wait: each call gets its own completion, and the
 // receives all stay in the CQ for Wait.
 func TestPostSendWaitSharedCQ(t *testing.T) {
-	server, client := connectSides(t, sideOpts{addr: "127.0.1.34"}, sideOpts{addr: "127.0.1.35"})
-	server2, client2 := server.addQP(t), client.addQP(t)
-	server2.connect(t, client2)
-	client2.connect(t, server2)
-	ctx := testCtx(t)
-	for i := range server.buf {
-		server.buf[i] = byte(i * 7)
+	server, client := rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{})
+	server2, client2 := addQP(t, server), addQP(t, client)
+	rdmatest.Connect(t, server2, client2, rdmatest.DefaultLink(), rdmatest.DefaultLink())
+	ctx := testkit.Context(t)
+	for i := range server.Buf {
+		server.Buf[i] = byte(i * 7)
 	}
-	remote := server.mr.Remote()
+	remote := server.MR.Remote()
 
 	const recvs = 32
 	for i := range recvs {
-		if err := client.qp.PostRecv(&verbs.RecvWR{WRID: uint64(1000 + i), SGList: []verbs.SGE{client.mr.SGE(60000+i*16, 16)}}); err != nil {
+		if err := client.QP.PostRecv(&verbs.RecvWR{WRID: uint64(1000 + i), SGList: []verbs.SGE{client.MR.SGE(60000+i*16, 16)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -51,11 +48,11 @@ func TestPostSendWaitSharedCQ(t *testing.T) {
 	errs := make(chan error, 16)
 	const perCaller = 40
 	for g := range 4 {
-		qp := []*verbs.QP{client.qp, client2.qp}[g%2]
+		qp := []*verbs.QP{client.QP, client2.QP}[g%2]
 		wg.Go(func() {
 			for i := range perCaller {
 				off := (g*perCaller + i) * 64
-				wr, err := remote.Read(off, client.mr.SGE(off, 64))
+				wr, err := remote.Read(off, client.MR.SGE(off, 64))
 				if err != nil {
 					errs <- err
 					return
@@ -66,7 +63,7 @@ func TestPostSendWaitSharedCQ(t *testing.T) {
 					errs <- fmt.Errorf("caller %d read %d: %+v, %v", g, i, wc, err)
 					return
 				}
-				if !bytes.Equal(client.buf[off:off+64], server.buf[off:off+64]) {
+				if !bytes.Equal(client.Buf[off:off+64], server.Buf[off:off+64]) {
 					errs <- fmt.Errorf("caller %d read %d: wrong bytes", g, i)
 					return
 				}
@@ -77,7 +74,7 @@ func TestPostSendWaitSharedCQ(t *testing.T) {
 	wg.Go(func() {
 		wcs := make([]verbs.WorkCompletion, 8)
 		for len(received) < recvs {
-			n, err := client.cq.Wait(ctx, wcs)
+			n, err := client.CQ.Wait(ctx, wcs)
 			if err != nil {
 				errs <- err
 				return
@@ -92,9 +89,9 @@ func TestPostSendWaitSharedCQ(t *testing.T) {
 		}
 	})
 	for i := range recvs {
-		copy(server.buf[50000:], fmt.Sprintf("msg %02d", i))
-		wr := verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRSend, SGList: []verbs.SGE{server.mr.SGE(50000, 6)}}
-		if _, err := server.qp.PostSendWait(ctx, &wr); err != nil {
+		copy(server.Buf[50000:], fmt.Sprintf("msg %02d", i))
+		wr := verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRSend, SGList: []verbs.SGE{server.MR.SGE(50000, 6)}}
+		if _, err := server.QP.PostSendWait(ctx, &wr); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -103,7 +100,7 @@ func TestPostSendWaitSharedCQ(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if n, _ := client.cq.Poll(make([]verbs.WorkCompletion, 1)); n != 0 {
+	if n, _ := client.CQ.Poll(make([]verbs.WorkCompletion, 1)); n != 0 {
 		t.Error("a claimed completion reached the CQ")
 	}
 }
@@ -111,15 +108,15 @@ func TestPostSendWaitSharedCQ(t *testing.T) {
 // rnrStall posts, through PostSendWait on its own goroutine, a SEND that
 // the server, which has no receive posted, answers with RNR NAKs forever
 // (rnr_retry 7). It returns once the server has refused it at least once.
-func rnrStall(t *testing.T, ctx context.Context, server, client *side) <-chan error {
+func rnrStall(t *testing.T, ctx context.Context, server, client *rdmatest.End) <-chan error {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() {
-		wr := verbs.SendWR{WRID: 77, Opcode: verbs.WRSend, SGList: []verbs.SGE{client.mr.SGE(0, 8)}}
-		_, err := client.qp.PostSendWait(ctx, &wr)
+		wr := verbs.SendWR{WRID: 77, Opcode: verbs.WRSend, SGList: []verbs.SGE{client.MR.SGE(0, 8)}}
+		_, err := client.QP.PostSendWait(ctx, &wr)
 		done <- err
 	}()
-	for server.qp.Counters().SendRNRErr == 0 {
+	for server.QP.Counters().SendRNRErr == 0 {
 		select {
 		case err := <-done:
 			t.Fatalf("PostSendWait returned before any RNR NAK: %v", err)
@@ -134,19 +131,19 @@ func rnrStall(t *testing.T, ctx context.Context, server, client *side) <-chan er
 // TestPostSendWaitCancel ends a PostSendWait with its context: the request
 // stays posted, and its completion goes to the CQ with the caller's WRID.
 func TestPostSendWaitCancel(t *testing.T) {
-	server, client := connectSides(t, sideOpts{addr: "127.0.1.34"}, sideOpts{addr: "127.0.1.35"})
-	ctx := testCtx(t)
+	server, client := rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{})
+	ctx := testkit.Context(t)
 	waitCtx, cancel := context.WithCancel(ctx)
 	done := rnrStall(t, waitCtx, server, client)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("PostSendWait after cancel: %v", err)
 	}
-	if err := server.qp.PostRecv(&verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{server.mr.SGE(0, 64)}}); err != nil {
+	if err := server.QP.PostRecv(&verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{server.MR.SGE(0, 64)}}); err != nil {
 		t.Fatal(err)
 	}
 	wcs := make([]verbs.WorkCompletion, 1)
-	if _, err := client.cq.Wait(ctx, wcs); err != nil || wcs[0].WRID != 77 || wcs[0].Err() != nil || wcs[0].Opcode != verbs.WCSend {
+	if _, err := client.CQ.Wait(ctx, wcs); err != nil || wcs[0].WRID != 77 || wcs[0].Err() != nil || wcs[0].Opcode != verbs.WCSend {
 		t.Fatalf("the abandoned SEND's completion: %+v, %v", wcs[0], err)
 	}
 }
@@ -165,9 +162,9 @@ func TestPostSendWaitQPGone(t *testing.T) {
 		{"destroy", (*verbs.QP).Destroy, verbs.ErrClosed},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			server, client := connectSides(t, sideOpts{addr: "127.0.1.34"}, sideOpts{addr: "127.0.1.35"})
-			done := rnrStall(t, testCtx(t), server, client)
-			if err := c.end(client.qp); err != nil {
+			server, client := rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{})
+			done := rnrStall(t, testkit.Context(t), server, client)
+			if err := c.end(client.QP); err != nil {
 				t.Fatal(err)
 			}
 			if err := <-done; !errors.Is(err, c.want) {
@@ -179,12 +176,12 @@ func TestPostSendWaitQPGone(t *testing.T) {
 
 // TestPostSendWaitPostError returns PostSend's error as it is.
 func TestPostSendWaitPostError(t *testing.T) {
-	s := openSide(t, sideOpts{addr: "127.0.1.34"})
+	s := newEnd(t, 1, rdmatest.EndOptions{})
 	wr := verbs.SendWR{Opcode: verbs.WRSend}
-	if _, err := s.qp.PostSendWait(testCtx(t), &wr); !errors.Is(err, verbs.ErrInvalidState) {
+	if _, err := s.QP.PostSendWait(testkit.Context(t), &wr); !errors.Is(err, verbs.ErrInvalidState) {
 		t.Fatalf("PostSendWait on a QP in RESET: %v", err)
 	}
-	if _, err := s.qp.PostSendWait(testCtx(t), nil); !errors.Is(err, verbs.ErrInvalidArgument) {
+	if _, err := s.QP.PostSendWait(testkit.Context(t), nil); !errors.Is(err, verbs.ErrInvalidArgument) {
 		t.Fatalf("PostSendWait(nil): %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -36,7 +37,7 @@ func TestRemoteWriteWait(t *testing.T) {
 			got <- nil
 		}
 	}()
-	time.Sleep(10 * time.Millisecond) // let it park
+	testkit.WaitFor(t, "the waiter parked", func() bool { return verbs.RemoteWriteWaiters(b.MR) == 1 })
 	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, n)},
 		RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA(), RKey: b.MR.RKey()}})
 	if err := <-got; err != nil {
@@ -89,7 +90,7 @@ func TestRemoteWriteWaiters(t *testing.T) {
 			done <- err
 		}()
 	}
-	time.Sleep(10 * time.Millisecond) // let them park
+	testkit.WaitFor(t, "the waiters parked", func() bool { return verbs.RemoteWriteWaiters(b.MR) == waiters })
 	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 8)},
 		RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA(), RKey: b.MR.RKey()}})
 	for i := range waiters {

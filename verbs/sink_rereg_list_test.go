@@ -1,85 +1,28 @@
 package verbs_test
 
 import (
-	"context"
 	"errors"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
 
 // These tests use only the public API: CompletionSink with the solicited
 // bit, MR.ReregWith and QP.PostRecvList, the hooks goroce-nic builds on.
 
-// sinkEnd is one side of an RC connection for these tests.
-type sinkEnd struct {
-	dev *verbs.Device
-	pd  *verbs.PD
-	buf []byte
-	mr  *verbs.MR
-	cq  *verbs.CQ
-	qp  *verbs.QP
-}
-
-func openSinkEnd(t *testing.T, addr string) *sinkEnd {
+// sinkPair opens two ends with small queues (16 WRs of 2 SGEs, 8 CQ
+// entries, 8 KiB registered for local and remote writes) and connects
+// their RC QPs.
+func sinkPair(t *testing.T) (*rdmatest.End, *rdmatest.End) {
 	t.Helper()
-	dev, err := verbs.Open(verbs.DeviceConfig{Addr: netip.MustParseAddr(addr)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
-	e := &sinkEnd{dev: dev, buf: make([]byte, 8192)}
-	if e.pd, err = dev.AllocPD(); err != nil {
-		t.Fatal(err)
-	}
-	if e.mr, err = e.pd.RegMR(e.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
-		t.Fatal(err)
-	}
-	if e.cq, err = dev.CreateCQ(8, nil, 0); err != nil {
-		t.Fatal(err)
-	}
-	e.qp, err = e.pd.CreateQP(verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: e.cq, RecvCQ: e.cq,
-		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e
-}
-
-func (e *sinkEnd) connect(t *testing.T, peer *sinkEnd) {
-	t.Helper()
-	gid, _ := peer.dev.QueryGID(1, 1)
-	steps := []struct {
-		attr verbs.QPAttr
-		mask verbs.QPAttrMask
-	}{
-		{verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite},
-			verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
-		{verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: verbs.MTU1024, DestQPNum: peer.qp.QPN(), RQPSN: 0x10,
-			MaxDestRdAtomic: 1, MinRNRTimer: 12,
-			AHAttr: verbs.AddressVector{DGID: gid, SGIDIndex: 1, HopLimit: 1, IsGlobal: true, PortNum: 1}},
-			verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN |
-				verbs.QPAttrRQPSN | verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer},
-		{verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: 0x10, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
-			verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt |
-				verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic},
-	}
-	for _, s := range steps {
-		if err := e.qp.Modify(&s.attr, s.mask); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func connectedPair(t *testing.T, a, b string) (*sinkEnd, *sinkEnd) {
-	x, y := openSinkEnd(t, a), openSinkEnd(t, b)
-	x.connect(t, y)
-	y.connect(t, x)
-	return x, y
+	o := rdmatest.EndOptions{Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2},
+		CQE: 8, BufSize: 8192, MRAccess: verbs.AccessLocalWrite | verbs.AccessRemoteWrite}
+	return rdmatest.Pair(t, o, o)
 }
 
 // boundedSink keeps up to room completions and refuses the rest.
@@ -108,10 +51,11 @@ func (s *boundedSink) DeliverCompletion(wc verbs.WorkCompletion) bool {
 	return true
 }
 
-// await returns the first n completions delivered, failing after 10 s.
+// await returns the first n completions delivered, failing after
+// testkit.Timeout.
 func (s *boundedSink) await(t *testing.T, n int) []verbs.WorkCompletion {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(testkit.Timeout)
 	for {
 		s.mu.Lock()
 		if len(s.got) >= n {
@@ -129,19 +73,19 @@ func (s *boundedSink) await(t *testing.T, n int) []verbs.WorkCompletion {
 }
 
 func TestCompletionSinkTakesCompletionsWithSolicitedBit(t *testing.T) {
-	snd, rcv := connectedPair(t, "127.0.1.31", "127.0.1.32")
+	snd, rcv := sinkPair(t)
 	sink := newBoundedSink(2)
-	if err := rcv.cq.SetSink(sink); err != nil {
+	if err := rcv.CQ.SetSink(sink); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		if err := rcv.qp.PostRecv(&verbs.RecvWR{WRID: uint64(10 + i), SGList: []verbs.SGE{rcv.mr.SGE(i*64, 64)}}); err != nil {
+		if err := rcv.QP.PostRecv(&verbs.RecvWR{WRID: uint64(10 + i), SGList: []verbs.SGE{rcv.MR.SGE(i*64, 64)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i, flags := range []verbs.SendFlags{verbs.SendSolicited, 0} {
-		if err := snd.qp.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRSend, SendFlags: flags | verbs.SendSignaled,
-			SGList: []verbs.SGE{snd.mr.SGE(0, 16)}}); err != nil {
+		if err := snd.QP.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRSend, SendFlags: flags | verbs.SendSignaled,
+			SGList: []verbs.SGE{snd.MR.SGE(0, 16)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -149,51 +93,50 @@ func TestCompletionSinkTakesCompletionsWithSolicitedBit(t *testing.T) {
 	if got[0].WRID != 10 || !got[0].Solicited || got[1].WRID != 11 || got[1].Solicited {
 		t.Fatalf("delivered %+v, want WR 10 solicited then WR 11 not", got)
 	}
-	if n, _ := rcv.cq.Poll(make([]verbs.WorkCompletion, 4)); n != 0 {
+	if n, _ := rcv.CQ.Poll(make([]verbs.WorkCompletion, 4)); n != 0 {
 		t.Fatalf("Poll found %d completions the sink took", n)
 	}
 
 	// A third message finds the sink full: the CQ overruns as with a full
 	// ring.
-	if err := snd.qp.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, SGList: []verbs.SGE{snd.mr.SGE(0, 16)}}); err != nil {
+	if err := snd.QP.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, SGList: []verbs.SGE{snd.MR.SGE(0, 16)}}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ctx := testkit.Context(t)
 	for {
-		ev, err := rcv.dev.GetAsyncEvent(ctx)
+		ev, err := rcv.Dev.GetAsyncEvent(ctx)
 		if err != nil {
 			t.Fatalf("no CQ_ERR after the sink refused a completion: %v", err)
 		}
-		if ev.Type == verbs.EventCQErr && ev.CQ == rcv.cq {
+		if ev.Type == verbs.EventCQErr && ev.CQ == rcv.CQ {
 			break
 		}
 	}
-	if err := rcv.cq.SetSink(nil); err != nil {
+	if err := rcv.CQ.SetSink(nil); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestReregWithIOVAKeepsKeysAndMovesMemory(t *testing.T) {
-	writer, owner := connectedPair(t, "127.0.1.33", "127.0.1.34")
+	writer, owner := sinkPair(t)
 	wsink := newBoundedSink(16)
-	if err := writer.cq.SetSink(wsink); err != nil {
+	if err := writer.CQ.SetSink(wsink); err != nil {
 		t.Fatal(err)
 	}
-	lkey, rkey := owner.mr.LKey(), owner.mr.RKey()
+	lkey, rkey := owner.MR.LKey(), owner.MR.RKey()
 	moved := make([]byte, 4096)
 	const iova = 0x7f0000001000
-	err := owner.mr.ReregWith(verbs.ReregAttr{Flags: verbs.ReregChangeTranslation, Buf: moved, IOVA: iova, KeepKeys: true})
+	err := owner.MR.ReregWith(verbs.ReregAttr{Flags: verbs.ReregChangeTranslation, Buf: moved, IOVA: iova, KeepKeys: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if owner.mr.LKey() != lkey || owner.mr.RKey() != rkey || owner.mr.IOVA() != iova || owner.mr.Len() != len(moved) {
+	if owner.MR.LKey() != lkey || owner.MR.RKey() != rkey || owner.MR.IOVA() != iova || owner.MR.Len() != len(moved) {
 		t.Fatalf("after ReregWith: keys %#x/%#x iova %#x len %d, want %#x/%#x %#x %d",
-			owner.mr.LKey(), owner.mr.RKey(), owner.mr.IOVA(), owner.mr.Len(), lkey, rkey, uint64(iova), len(moved))
+			owner.MR.LKey(), owner.MR.RKey(), owner.MR.IOVA(), owner.MR.Len(), lkey, rkey, uint64(iova), len(moved))
 	}
-	copy(writer.buf, "moved")
-	if err := writer.qp.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
-		SGList: []verbs.SGE{writer.mr.SGE(0, 5)}, RDMA: verbs.RDMAParams{RemoteAddr: iova + 100, RKey: rkey}}); err != nil {
+	copy(writer.Buf, "moved")
+	if err := writer.QP.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{writer.MR.SGE(0, 5)}, RDMA: verbs.RDMAParams{RemoteAddr: iova + 100, RKey: rkey}}); err != nil {
 		t.Fatal(err)
 	}
 	if wc := wsink.await(t, 1)[0]; wc.Status != verbs.WCSuccess {
@@ -204,14 +147,14 @@ func TestReregWithIOVAKeepsKeysAndMovesMemory(t *testing.T) {
 	}
 
 	// Without KeepKeys the key changes and the old rkey is refused.
-	if err := owner.mr.ReregWith(verbs.ReregAttr{Flags: verbs.ReregChangeAccess, Access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite}); err != nil {
+	if err := owner.MR.ReregWith(verbs.ReregAttr{Flags: verbs.ReregChangeAccess, Access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite}); err != nil {
 		t.Fatal(err)
 	}
-	if owner.mr.RKey() == rkey {
+	if owner.MR.RKey() == rkey {
 		t.Fatalf("rkey %#x kept without KeepKeys", rkey)
 	}
-	if err := writer.qp.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
-		SGList: []verbs.SGE{writer.mr.SGE(0, 5)}, RDMA: verbs.RDMAParams{RemoteAddr: iova, RKey: rkey}}); err != nil {
+	if err := writer.QP.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{writer.MR.SGE(0, 5)}, RDMA: verbs.RDMAParams{RemoteAddr: iova, RKey: rkey}}); err != nil {
 		t.Fatal(err)
 	}
 	if wc := wsink.await(t, 2)[1]; wc.Status != verbs.WCRemAccessErr {
@@ -220,30 +163,29 @@ func TestReregWithIOVAKeepsKeysAndMovesMemory(t *testing.T) {
 }
 
 func TestPostRecvListStopsAtTheBadRequest(t *testing.T) {
-	snd, rcv := connectedPair(t, "127.0.1.35", "127.0.1.36")
-	three := []verbs.SGE{rcv.mr.SGE(0, 8), rcv.mr.SGE(8, 8), rcv.mr.SGE(16, 8)}
+	snd, rcv := sinkPair(t)
+	three := []verbs.SGE{rcv.MR.SGE(0, 8), rcv.MR.SGE(8, 8), rcv.MR.SGE(16, 8)}
 	wrs := []verbs.RecvWR{
-		{WRID: 1, SGList: []verbs.SGE{rcv.mr.SGE(0, 64)}},
-		{WRID: 2, SGList: []verbs.SGE{rcv.mr.SGE(64, 64)}},
+		{WRID: 1, SGList: []verbs.SGE{rcv.MR.SGE(0, 64)}},
+		{WRID: 2, SGList: []verbs.SGE{rcv.MR.SGE(64, 64)}},
 		{WRID: 3, SGList: three}, // more SGEs than max_recv_sge
-		{WRID: 4, SGList: []verbs.SGE{rcv.mr.SGE(128, 64)}},
+		{WRID: 4, SGList: []verbs.SGE{rcv.MR.SGE(128, 64)}},
 	}
-	n, err := rcv.qp.PostRecvList(wrs)
+	n, err := rcv.QP.PostRecvList(wrs)
 	if n != 2 || !errors.Is(err, verbs.ErrInvalidArgument) {
 		t.Fatalf("PostRecvList = %d, %v; want 2, ErrInvalidArgument", n, err)
 	}
 	for i := range 2 {
-		if err := snd.qp.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
-			SGList: []verbs.SGE{snd.mr.SGE(0, 32)}}); err != nil {
+		if err := snd.QP.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
+			SGList: []verbs.SGE{snd.MR.SGE(0, 32)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	wc := make([]verbs.WorkCompletion, 8)
 	var recvs []uint64
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ctx := testkit.Context(t)
 	for len(recvs) < 2 {
-		k, err := rcv.cq.Wait(ctx, wc)
+		k, err := rcv.CQ.Wait(ctx, wc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -258,11 +200,11 @@ func TestPostRecvListStopsAtTheBadRequest(t *testing.T) {
 		t.Fatalf("receives completed %v, want [1 2]", recvs)
 	}
 	// The list posted nothing after the bad request.
-	if k, _ := rcv.cq.Poll(wc); k != 0 {
+	if k, _ := rcv.CQ.Poll(wc); k != 0 {
 		t.Fatalf("%d more completions", k)
 	}
 	// An empty list posts nothing.
-	if n, err := rcv.qp.PostRecvList(nil); n != 0 || err != nil {
+	if n, err := rcv.QP.PostRecvList(nil); n != 0 || err != nil {
 		t.Fatalf("PostRecvList(nil) = %d, %v", n, err)
 	}
 }
@@ -272,29 +214,18 @@ type feederFunc func()
 
 func (f feederFunc) FeedRecv() { f() }
 
-// openUDFeederEnd opens a device with a UD QP in RTS whose RecvFeeder is
-// feed (may be nil).
-func openUDFeederEnd(t *testing.T, addr string, feed func(*sinkEnd)) *sinkEnd {
+// openUDFeederEnd opens a device on testkit.Addr(host) with a UD QP in
+// RTS whose RecvFeeder is feed (may be nil).
+func openUDFeederEnd(t *testing.T, host int, feed func(*rdmatest.End)) *rdmatest.End {
 	t.Helper()
-	dev, err := verbs.Open(verbs.DeviceConfig{Addr: netip.MustParseAddr(addr)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
-	e := &sinkEnd{dev: dev, buf: make([]byte, 8192)}
-	if e.pd, err = dev.AllocPD(); err != nil {
-		t.Fatal(err)
-	}
-	if e.mr, err = e.pd.RegMR(e.buf, verbs.AccessLocalWrite); err != nil {
-		t.Fatal(err)
-	}
-	if e.cq, err = dev.CreateCQ(8, nil, 0); err != nil {
-		t.Fatal(err)
-	}
-	init := verbs.QPInitAttr{QPType: verbs.QPTypeUD, SendCQ: e.cq, RecvCQ: e.cq,
+	e := &rdmatest.End{Dev: rdmatest.OpenDevice(t, verbs.DeviceConfig{Addr: testkit.Addr(host)}), Buf: make([]byte, 8192)}
+	e.PD = rdmatest.PD(t, e.Dev)
+	e.MR = rdmatest.MR(t, e.PD, e.Buf, verbs.AccessLocalWrite)
+	e.CQ = rdmatest.CQ(t, e.Dev, 8)
+	init := verbs.QPInitAttr{QPType: verbs.QPTypeUD, SendCQ: e.CQ, RecvCQ: e.CQ,
 		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}
 	// The receive goroutine may call the feeder as soon as the QP exists
-	// (a stray datagram for its number); until e.qp is set, and visibly
+	// (a stray datagram for its number); until e.QP is set, and visibly
 	// so to that goroutine, it does nothing.
 	var ready atomic.Bool
 	if feed != nil {
@@ -304,23 +235,9 @@ func openUDFeederEnd(t *testing.T, addr string, feed func(*sinkEnd)) *sinkEnd {
 			}
 		})
 	}
-	if e.qp, err = e.pd.CreateQP(init); err != nil {
-		t.Fatal(err)
-	}
+	e.QP = rdmatest.QP(t, e.PD, init)
 	ready.Store(true)
-	for _, s := range []struct {
-		attr verbs.QPAttr
-		mask verbs.QPAttrMask
-	}{
-		{verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QKey: 0x11111111},
-			verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey},
-		{verbs.QPAttr{QPState: verbs.QPStateRTR}, verbs.QPAttrState},
-		{verbs.QPAttr{QPState: verbs.QPStateRTS}, verbs.QPAttrState | verbs.QPAttrSQPSN},
-	} {
-		if err := e.qp.Modify(&s.attr, s.mask); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rdmatest.LinkQP(t, e.QP, rdmatest.DefaultLink(), 0, rdmatest.Peer{})
 	return e
 }
 
@@ -329,34 +246,33 @@ func openUDFeederEnd(t *testing.T, addr string, feed func(*sinkEnd)) *sinkEnd {
 func TestRecvFeederPostsBeforeTheMessageIsHandled(t *testing.T) {
 	var mu sync.Mutex
 	queued := []uint64{77}
-	rcv := openUDFeederEnd(t, "127.0.1.37", func(e *sinkEnd) {
+	rcv := openUDFeederEnd(t, 1, func(e *rdmatest.End) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, id := range queued {
-			if err := e.qp.PostRecv(&verbs.RecvWR{WRID: id, SGList: []verbs.SGE{e.mr.SGE(0, 40+64)}}); err != nil {
+			if err := e.QP.PostRecv(&verbs.RecvWR{WRID: id, SGList: []verbs.SGE{e.MR.SGE(0, 40+64)}}); err != nil {
 				t.Error(err)
 			}
 		}
 		queued = nil
 	})
-	snd := openUDFeederEnd(t, "127.0.1.38", nil)
-	gid, _ := rcv.dev.QueryGID(1, 1)
-	ah, err := snd.pd.CreateAH(verbs.AddressVector{DGID: gid, SGIDIndex: 1, HopLimit: 64, IsGlobal: true, PortNum: 1})
+	snd := openUDFeederEnd(t, 2, nil)
+	gid, _ := rcv.Dev.QueryGID(1, 1)
+	ah, err := snd.PD.CreateAH(verbs.AddressVector{DGID: gid, SGIDIndex: 1, HopLimit: 64, IsGlobal: true, PortNum: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	copy(snd.buf, "fed")
-	if err := snd.qp.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SGList: []verbs.SGE{snd.mr.SGE(0, 3)},
-		UD: verbs.UDParams{AH: ah, RemoteQPN: rcv.qp.QPN(), RemoteQKey: 0x11111111}}); err != nil {
+	copy(snd.Buf, "fed")
+	if err := snd.QP.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SGList: []verbs.SGE{snd.MR.SGE(0, 3)},
+		UD: verbs.UDParams{AH: ah, RemoteQPN: rcv.QP.QPN(), RemoteQKey: 0x11111111}}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ctx := testkit.Context(t)
 	wc := make([]verbs.WorkCompletion, 1)
-	if _, err := rcv.cq.Wait(ctx, wc); err != nil {
+	if _, err := rcv.CQ.Wait(ctx, wc); err != nil {
 		t.Fatalf("the datagram was not received: %v", err)
 	}
-	if wc[0].WRID != 77 || wc[0].Status != verbs.WCSuccess || string(rcv.buf[40:43]) != "fed" {
-		t.Fatalf("completion %+v, payload %q", wc[0], rcv.buf[40:43])
+	if wc[0].WRID != 77 || wc[0].Status != verbs.WCSuccess || string(rcv.Buf[40:43]) != "fed" {
+		t.Fatalf("completion %+v, payload %q", wc[0], rcv.Buf[40:43])
 	}
 }

@@ -8,44 +8,46 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
 
 // TestStrings prints every object as a log line would and checks each says
 // what it is, and nothing of its insides (no pointers, no struct dumps).
 func TestStrings(t *testing.T) {
-	server, client := connectSides(t, sideOpts{addr: "127.0.1.36"}, sideOpts{addr: "127.0.1.37"})
-	mw, err := server.pd.AllocMW(verbs.MWType2)
+	server, client := rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{})
+	mw, err := server.PD.AllocMW(verbs.MWType2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srq, err := server.pd.CreateSRQ(verbs.SRQInitAttr{MaxWR: 16})
+	srq, err := server.PD.CreateSRQ(verbs.SRQInitAttr{MaxWR: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := srq.PostRecv(&verbs.RecvWR{WRID: 1}); err != nil {
 		t.Fatal(err)
 	}
-	gid, _ := client.dev.QueryGID(1, 1)
-	ah, err := server.pd.CreateAH(verbs.AddressVector{DGID: gid, SGIDIndex: 1, IsGlobal: true, PortNum: 1, HopLimit: 64})
+	gid, _ := client.Dev.QueryGID(1, 1)
+	ah, err := server.PD.CreateAH(verbs.AddressVector{DGID: gid, SGIDIndex: 1, IsGlobal: true, PortNum: 1, HopLimit: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pdNum := regexp.MustCompile(`PD \d+`).FindString(server.pd.String())
-	rkey := fmt.Sprintf("%#x", server.mr.RKey())
+	pdNum := regexp.MustCompile(`PD \d+`).FindString(server.PD.String())
+	rkey := fmt.Sprintf("%#x", server.MR.RKey())
 	cases := []struct {
 		obj  fmt.Stringer
 		want []string
 	}{
-		{server.dev, []string{"goroce0 at 127.0.1.36:4791"}},
-		{server.pd, []string{pdNum + " on goroce0"}},
-		{server.mr, []string{"MR rkey " + rkey, fmt.Sprintf("[%#x, +65536)", server.mr.IOVA()), "LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC", pdNum}},
+		{server.Dev, []string{"goroce0 at " + server.Dev.Addr().String() + ":4791"}},
+		{server.PD, []string{pdNum + " on goroce0"}},
+		{server.MR, []string{"MR rkey " + rkey, fmt.Sprintf("[%#x, +65536)", server.MR.IOVA()), "LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC", pdNum}},
 		{mw, []string{"MW type2 rkey", "unbound", pdNum}},
-		{server.cq, []string{"CQ ", "on goroce0: 0 of 256 completions queued"}},
+		{server.CQ, []string{"CQ ", "on goroce0: 0 of 512 completions queued"}},
 		{srq, []string{"SRQ ", pdNum, "1 of 16 receives posted"}},
-		{ah, []string{"AH to 127.0.1.37:4791 (GID index 1)", pdNum}},
-		{server.qp, []string{fmt.Sprintf("QP %#x RC RTS", server.qp.QPN()), pdNum,
-			fmt.Sprintf("peer QP %#x at 127.0.1.37:4791", client.qp.QPN()), "access REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC"}},
+		{ah, []string{"AH to " + client.Dev.Addr().String() + ":4791 (GID index 1)", pdNum}},
+		{server.QP, []string{fmt.Sprintf("QP %#x RC RTS", server.QP.QPN()), pdNum,
+			fmt.Sprintf("peer QP %#x at %v:4791", client.QP.QPN(), client.Dev.Addr()), "access REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC"}},
 	}
 	for _, c := range cases {
 		s := c.obj.String()
@@ -60,7 +62,7 @@ func TestStrings(t *testing.T) {
 		t.Log(s)
 	}
 	// %v of a pointer uses String too.
-	if s := fmt.Sprintf("%v", server.qp); !strings.HasPrefix(s, "QP 0x") {
+	if s := fmt.Sprintf("%v", server.QP); !strings.HasPrefix(s, "QP 0x") {
 		t.Errorf("%%v of a QP = %q", s)
 	}
 
@@ -68,24 +70,24 @@ func TestStrings(t *testing.T) {
 	if err := mw.Dealloc(); err != nil {
 		t.Fatal(err)
 	}
-	if err := client.qp.Destroy(); err != nil {
+	if err := client.QP.Destroy(); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
 		obj  fmt.Stringer
 		want string
-	}{{mw, "(deallocated)"}, {client.qp, fmt.Sprintf("QP %#x RC destroyed", client.qp.QPN())}} {
+	}{{mw, "(deallocated)"}, {client.QP, fmt.Sprintf("QP %#x RC destroyed", client.QP.QPN())}} {
 		if s := c.obj.String(); !strings.Contains(s, c.want) {
 			t.Errorf("%T prints as %q, which lacks %q", c.obj, s, c.want)
 		}
 	}
-	if err := server.dev.Close(); err != nil {
+	if err := server.Dev.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if s := server.dev.String(); !strings.HasSuffix(s, "(closed)") {
+	if s := server.Dev.String(); !strings.HasSuffix(s, "(closed)") {
 		t.Errorf("closed device prints as %q", s)
 	}
-	if s := server.mr.String(); !strings.HasSuffix(s, "(deregistered)") {
+	if s := server.MR.String(); !strings.HasSuffix(s, "(deregistered)") {
 		t.Errorf("deregistered MR prints as %q", s)
 	}
 }
@@ -93,7 +95,7 @@ func TestStrings(t *testing.T) {
 // TestOpenAddressInUse opens a second device on an address and port in use:
 // ErrBusy, with the address, the port and how to choose another.
 func TestOpenAddressInUse(t *testing.T) {
-	addr := netip.MustParseAddr("127.0.1.38")
+	addr := testkit.Addr(1)
 	first, err := verbs.Open(verbs.DeviceConfig{Addr: addr})
 	if err != nil {
 		t.Fatal(err)
@@ -104,13 +106,13 @@ func TestOpenAddressInUse(t *testing.T) {
 	if !errors.Is(err, verbs.ErrBusy) || !errors.As(err, &e) || e.Field != "Port" {
 		t.Fatalf("second Open: %v, want a *verbs.Error on Port wrapping ErrBusy", err)
 	}
-	for _, w := range []string{"127.0.1.38:4791 is in use", "DeviceConfig.Addr", "DeviceConfig.Port"} {
+	for _, w := range []string{addr.String() + ":4791 is in use", "DeviceConfig.Addr", "DeviceConfig.Port"} {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("%q lacks %q", err, w)
 		}
 	}
 	// Another port, as the message says, works between goroce devices.
-	second, err := verbs.Open(verbs.DeviceConfig{Addr: addr, Port: 4792})
+	second, err := verbs.Open(verbs.DeviceConfig{Addr: addr, Port: 4792}) // on this process's own address
 	if err != nil {
 		t.Fatalf("Open on another port: %v", err)
 	}

@@ -137,12 +137,9 @@ func (e *endpoint) setup(buf []byte, wrs int) error {
 	}); err != nil {
 		return err
 	}
-	// A QP takes receive work requests from INIT on. Moving it there now
-	// lets us post receives before connecting; the connection manager
-	// takes it on from INIT. Its access flags stay 0: SENDs need no
-	// remote right, and peers may not READ or WRITE our memory.
-	return e.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
+	// Ready for receives before connecting (the peer's first SEND must
+	// find one); the connection manager takes the QP on from there.
+	return cm.PrepareQP(e.qp)
 }
 
 // postRecv posts a receive into slot i (of the given size) of the buffer. The

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,39 +39,27 @@ func openConn(t testing.TB, cfg Config) *Conn {
 	return c
 }
 
-// openPair opens two Conns for a test, on the default port when it is free
-// and on another otherwise (goroce peers may use any port).
+// openPair opens two Conns for a test. On two of this process's
+// addresses, each pair gets ports of its own (a test may hold several;
+// goroce peers may use any port), counted from 25,000 by pairs. On one
+// address every process shares (::1), one pair at a time gets two ports
+// of this process's own: testkit.Port (20,000 to 29,999) and the same plus
+// 10,000.
 func openPair(t testing.TB, a, b netip.Addr, cfg Config) (*Conn, *Conn) {
 	t.Helper()
-	ports := [][2]uint16{{wire.RoCEv2Port, wire.RoCEv2Port}, {24791, 24792}, {34791, 34792}}
+	ca, cb := cfg, cfg
+	ca.Addr, cb.Addr = a, b
 	if a == b {
-		ports = ports[1:]
+		ca.Port, cb.Port = testkit.Port(), testkit.Port()+10000
+	} else {
+		k := uint16(pairs.Add(1) % 5000)
+		ca.Port, cb.Port = 25000+2*k, 25001+2*k
 	}
-	var lastErr error
-	for _, p := range ports {
-		ca, cb := cfg, cfg
-		ca.Addr, ca.Port = a, p[0]
-		cb.Addr, cb.Port = b, p[1]
-		c1, err := Open(ca)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		c2, err := Open(cb)
-		if err != nil {
-			c1.Close()
-			lastErr = err
-			continue
-		}
-		t.Cleanup(func() { c1.Close(); c2.Close() })
-		return c1, c2
-	}
-	if a.Is6() && errors.Is(lastErr, errAddrNotAvail) {
-		t.Skipf("no IPv6 loopback: %v", lastErr)
-	}
-	t.Fatalf("cannot open a pair of Conns: %v", lastErr)
-	return nil, nil
+	return openConn(t, ca), openConn(t, cb)
 }
+
+// pairs counts the pairs openPair opened on two addresses.
+var pairs atomic.Uint32
 
 // received is a copy of what a Handler saw.
 type received struct {
