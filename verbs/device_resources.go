@@ -1,0 +1,75 @@
+package verbs
+
+// What a device hands out and counts: objects against its limits, and QP
+// numbers.
+
+import "sync/atomic"
+
+// resources counts objects against the device limits.
+type resources struct {
+	pd, mr, mw, cq, qp, srq, ah resource
+}
+
+// resource is one counted kind of object. acquire and release are
+// lock-free.
+type resource struct {
+	name  string // the DeviceAttr limit, as ibv_device_attr spells it
+	limit int64
+	n     atomic.Int64
+}
+
+func (r *resource) acquire(op string) error {
+	for {
+		n := r.n.Load()
+		if n >= r.limit {
+			return errorf(op, r.name, ErrResourceLimit, "all %d in use", r.limit)
+		}
+		if r.n.CompareAndSwap(n, n+1) {
+			return nil
+		}
+	}
+}
+
+func (r *resource) release() { r.n.Add(-1) }
+
+// QP numbers: 24 bits, never 0 or 1 (QP0 and QP1 are the subnet management
+// and general services QPs).
+const (
+	qpnMin = 2
+	qpnMax = 0xFFFFFF
+)
+
+// addQP assigns qp a QP number unique among the device's live QPs and makes
+// it visible to lookupQP. Numbers are the images of a counter (from a
+// random start) under a secret permutation (perm24): unpredictable from
+// the numbers seen before (an off-path attacker must guess the 24 bits),
+// and not reused before 2^24 more QPs were created, so stale packets find
+// no QP.
+func (d *Device) addQP(op string, qp *QP) error {
+	d.qpnMu.Lock()
+	defer d.qpnMu.Unlock()
+	if d.isClosed() {
+		return closedError(op, "device")
+	}
+	for {
+		qpn := d.qpnPerm.encrypt(d.qpnCounter)
+		d.qpnCounter = (d.qpnCounter + 1) & 0xFFFFFF
+		if qpn < qpnMin {
+			continue
+		}
+		if _, taken := d.qps.Load(qpn); !taken {
+			qp.qpn = qpn
+			d.qps.Store(qpn, qp)
+			return nil
+		}
+	}
+}
+
+// lookupQP returns the live QP with number qpn, or nil. It takes no lock.
+func (d *Device) lookupQP(qpn uint32) *QP {
+	v, ok := d.qps.Load(qpn)
+	if !ok {
+		return nil
+	}
+	return v.(*QP)
+}
