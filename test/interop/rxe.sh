@@ -817,16 +817,28 @@ else
 fi
 
 # rxe counters: packets: rxe counted every RoCEv2 packet on the wire, so it
-# dropped none of goroce's (a bad ICRC is dropped without a counter)
+# dropped none of goroce's (a bad ICRC is dropped without a counter). One
+# exception per connection: goroce's ACK of the peer tool's last request
+# races that tool's teardown (rping's server destroys its QP right after
+# posting its last SEND, without waiting for the ACK), and rxe counts no
+# packet for a QP that is gone. So the uncounted packets may be at most
+# the connections whose last packet from goroce is an ACKNOWLEDGE (seen in
+# the goroce-rping scenarios: ACKs sent 0.2 ms after rxe's final SEND).
 captured=$(tshark -r "$CAP" -Y 'udp.dstport == 4791' -T fields -e frame.number 2>/dev/null | wc -l)
 rxe_pkts=$(counter_deltas "$WORK/counters.0" "$WORK/counters.1" |
     awk '$1 == "sent_pkts" || $1 == "rcvd_pkts" { n += $2 } END { print n + 0 }')
-echo "captured RoCEv2 packets: $captured; rxe sent_pkts+rcvd_pkts: $rxe_pkts"
-if [ "$captured" -gt 0 ] && [ "$captured" = "$rxe_pkts" ]; then
+final_acks=$(tshark -r "$CAP" -Y "udp.dstport == 4791 && ip.src == $HOST_IP && infiniband" \
+    -T fields -e infiniband.bth.destqp -e infiniband.bth.opcode 2>/dev/null |
+    awk '{ last[$1] = $2 } END { n = 0; for (q in last) if (last[q] == 17) n++; print n }')
+uncounted=$((captured - rxe_pkts))
+echo "captured RoCEv2 packets: $captured; rxe sent_pkts+rcvd_pkts: $rxe_pkts;" \
+    "connections ending with goroce's ACK: $final_acks"
+if [ "$captured" -gt 0 ] && [ "$uncounted" -ge 0 ] && [ "$uncounted" -le "$final_acks" ]; then
+    [ "$uncounted" = 0 ] || echo "($uncounted final ACKs reached a QP its tool had destroyed)"
     pass "rxe counters: packets"
 else
     {
-        echo "captured $captured RoCEv2 packets, rxe counted $rxe_pkts"
+        echo "captured $captured RoCEv2 packets, rxe counted $rxe_pkts ($final_acks connections end with goroce's ACK)"
         grep 'dropped by kernel' "$LOGS/tcpdump.log"
         [ "$FAILED" = 0 ] || echo "(after a failed scenario this follows: rxe does not count" \
             "packets that reach a QP its tool destroyed when it stopped)"
