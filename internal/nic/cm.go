@@ -217,9 +217,7 @@ func (s *session) cmDestroyChannel(body []byte, _ []int) (reply, error) {
 		return reply{}, errInval
 	}
 	st := s.cmState()
-	st.mu.Lock()
-	c := st.chans[req.ID]
-	st.mu.Unlock()
+	c := st.channel(req.ID)
 	if c == nil {
 		return reply{}, errInval
 	}
@@ -235,6 +233,13 @@ func (s *session) cmDestroyChannel(body []byte, _ []int) (reply, error) {
 	st.mu.Unlock()
 	c.stop(false)
 	return cmEmpty, nil
+}
+
+// channel returns the session's event channel with handle h, or nil.
+func (st *cmState) channel(h uint32) *cmChan {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.chans[h]
 }
 
 // stop ends the pump, which may be blocked writing to a client that does
@@ -255,9 +260,7 @@ func (s *session) cmCreateID(body []byte, _ []int) (reply, error) {
 		return reply{}, errInval
 	}
 	st := s.cmState()
-	st.mu.Lock()
-	c := st.chans[req.Arg]
-	st.mu.Unlock()
+	c := st.channel(req.Arg)
 	if c == nil {
 		return reply{}, errInval
 	}
@@ -447,9 +450,7 @@ func (s *session) cmSetOption(body []byte, _ []int) (reply, error) {
 func (s *session) cmMigrate(body []byte, _ []int) (reply, error) {
 	st := s.cmState()
 	return s.cmCall(body, func(id *cm.ID, r *nicproto.CMReq) error {
-		st.mu.Lock()
-		c := st.chans[r.Arg]
-		st.mu.Unlock()
+		c := st.channel(r.Arg)
 		if c == nil {
 			return errInval
 		}
