@@ -30,10 +30,11 @@ import (
 //     device's own port, 4791, as one GSO datagram per peer
 //     (transmitRepliesToLocked, replyBatch). With 1,000 active QPs, an ACK
 //     from each QP's own socket cost one sendmmsg per WRITE, and the
-//     requester's receive got no GRO. Receivers do not look at the source
-//     port (rxe matches a packet to its QP by the destination port and the
-//     BTH's QPN, and checks addresses, not ports), and nothing answers a
-//     response.
+//     requester's receive got no GRO. rxe matches a packet to its QP by
+//     the destination port and the BTH's QPN and checks addresses, not
+//     ports; a goroce receiver pins a connection's source port but takes
+//     an ACKNOWLEDGE from the peer's RoCE port too (acceptSourcePort in
+//     engine_recv.go). Nothing answers a response.
 //  5. Ordering. Each QP's own packets go before the shared replies, and
 //     only the replies after its last other response join them
 //     (firstReply); ATOMIC_ACKNOWLEDGE keeps the QP's port (take). So on
