@@ -60,7 +60,7 @@ func TestAttackSpoofedSourcePort(t *testing.T) {
 	}
 	d := h.sendAll(t, spoof, pkts...)
 	if d.DroppedWrongPort != n {
-		t.Errorf("dropped_wrong_port %d for %d spoofed packets", d.DroppedWrongPort, n)
+		t.Errorf("dropped_wrong_port %d for %d spoofed packets; device counters: %+v", d.DroppedWrongPort, n, d)
 	}
 	// (The QP may still see a late copy of the fence's READ, which the
 	// fence sends until answered: a duplicate, answered again.)

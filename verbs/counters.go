@@ -20,7 +20,9 @@ type Counters struct {
 	// RcvdPkts counts packets received (rcvd_pkts). For a device, the
 	// packets that parsed and passed the ICRC check, including those then
 	// dropped for an unknown QP or a wrong source; for a QP, the packets
-	// handed to its transport.
+	// handed to its transport. A packet is counted here after the device
+	// handled it: once RcvdPkts includes it, the drop counters include
+	// what became of it (they may run ahead of RcvdPkts meanwhile).
 	RcvdPkts uint64
 	// DuplicateRequest counts requests behind the expected PSN, which the
 	// responder acknowledges or answers again (duplicate_request).
@@ -262,14 +264,11 @@ func (d *Device) Counters() Counters {
 	}
 	e.cmu.Unlock()
 
-	// The engine's drops first: the socket counters, read after, then
-	// include every packet they dropped.
-	c.DroppedUnknownQP = e.unknownQP.Load()
-	c.DroppedWrongSource = e.wrongSource.Load()
-	c.DroppedWrongPort = e.wrongPort.Load()
-	if g := d.gsi.Load(); g != nil {
-		c.GSIRcvd, c.GSISent, c.GSIDropped = g.rcvd.Load(), g.sent.Load(), g.dropped.Load()
-	}
+	// The socket's counters first, then the engine's drops: the receive
+	// loop adds a batch's counts after its packets were handled (netio's
+	// Counters), so a reader that sees RcvdPkts include a packet sees the
+	// drop counters include what the engine did with it. (The other order
+	// let a waiter see 1,000 packets received and 999 dropped.)
 	n := e.conn.Counters()
 	c.SentPkts = n.TxPackets.Load()
 	c.SentBytes = n.TxBytes.Load()
@@ -285,6 +284,12 @@ func (d *Device) Counters() Counters {
 	c.RxPolled = n.Polled.Load()
 	c.SendErr = n.SendErrors.Load()
 	c.CaptureErrors = n.CaptureErrors.Load()
+	c.DroppedUnknownQP = e.unknownQP.Load()
+	c.DroppedWrongSource = e.wrongSource.Load()
+	c.DroppedWrongPort = e.wrongPort.Load()
+	if g := d.gsi.Load(); g != nil {
+		c.GSIRcvd, c.GSISent, c.GSIDropped = g.rcvd.Load(), g.sent.Load(), g.dropped.Load()
+	}
 	return c
 }
 
