@@ -319,6 +319,9 @@ GR_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	id_unlink(p);
 	/* rdma_destroy_id returns once every event reported for the ID has
 	 * been acknowledged. */
+	if (p->events_completed != p->events_reported)
+		gr_debug("rdma_destroy_id: id %u waits for %u of %u events to be acknowledged",
+			 p->handle, p->events_reported - p->events_completed, p->events_reported);
 	while (p->events_completed != p->events_reported)
 		pthread_cond_wait(&p->cond, &gr_cm_mu);
 	pthread_mutex_unlock(&gr_cm_mu);

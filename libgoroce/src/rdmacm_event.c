@@ -126,6 +126,8 @@ GR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_
 		}
 		if (!p) { /* an ID destroyed meanwhile */
 			pthread_mutex_unlock(&gr_cm_mu);
+			gr_debug("rdma_get_cm_event: dropped %s of destroyed id %u",
+				 rdma_event_str((enum rdma_cm_event_type)w.type), w.info.id);
 			free(e);
 			continue;
 		}
