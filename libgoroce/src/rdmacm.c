@@ -194,6 +194,16 @@ GR_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 	req.id = ch->handle;
 	pthread_mutex_lock(&gr_cm_mu);
 	gr_cm_call(GR_OP_CM_DESTROY_CHANNEL, &req, NULL, NULL);
+	/* A thread still reading the channel (rping's CM thread, which older
+	 * rpings never stop) keeps waiting, as on a kernel rdma_cm file that a
+	 * blocked read holds open: the socket is not closed under it, where
+	 * its next read would fail with EBADF or read whatever file took the
+	 * number. The readers own the channel now (rdmacm_event.c). */
+	if (ch->readers > 0) {
+		ch->orphaned = 1;
+		pthread_mutex_unlock(&gr_cm_mu);
+		return;
+	}
 	pthread_mutex_unlock(&gr_cm_mu);
 	close(ch->ch.fd);
 	free(ch);
