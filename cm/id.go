@@ -100,6 +100,8 @@ type ID struct {
 	parent       *ID
 	requestEvent *Event
 	req          *mad.REQ
+	// sec is the active side's handshake until the REP (secure.go).
+	sec *securing
 
 	// Events handed out and not acknowledged; Destroy waits on ackWait.
 	unacked int

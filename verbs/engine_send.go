@@ -177,6 +177,9 @@ func (qp *QP) transmitRepliesToLocked(replies *replyBatch) {
 	if qp.out != nil { // nil: nothing was built since the last transmission
 		pkts = qp.out.Packets()
 	}
+	if qp.sealer != nil {
+		replies = nil // sealed replies are longer than replyLen: the QP's port
+	}
 	if len(pkts) > 0 && qp.sender != nil {
 		msgs := qp.msgs[:0]
 		from := len(pkts)
@@ -195,6 +198,9 @@ func (qp *QP) transmitRepliesToLocked(replies *replyBatch) {
 				continue
 			}
 			msgs = append(msgs, netio.Message{Dst: dst, Packet: pkts[i].Bytes, Payload: pkts[i].Payload})
+		}
+		if qp.sealer != nil {
+			qp.sealLocked(msgs)
 		}
 		if len(msgs) > 0 {
 			_, _ = qp.sender.SendBatch(msgs)
