@@ -213,7 +213,7 @@ func (r *Request) Accept(ctx context.Context, qp *verbs.QP, p *Params) (*Conn, e
 	c, err := r.accept(ctx, qp, p)
 	if err != nil {
 		r.release()
-		return nil, fmt.Errorf("cm: accept request from %v: %w", r.remote.Addr, err)
+		return nil, fmt.Errorf("cm: accept request from %v: %w", r.remote.Addr, explainReject(err))
 	}
 	return c, nil
 }
