@@ -78,7 +78,8 @@ ip netns add "$NS_A" && ip netns add "$NS_B" &&
 	ip netns exec "$NS_A" ip link set lo up && ip netns exec "$NS_B" ip link set lo up ||
 	{ echo "seal.sh: cannot build the veth pair" >&2; exit 2; }
 
-# run MODE TEST ARGS...: one server/client run; prints the client's JSON.
+# run MODE TEST ARGS...: one server/client run; prints the client's JSON
+# result with "srv_cpu" set to the server's CPU seconds per GB.
 run() {
 	local mode=$1 t=$2
 	shift 2
@@ -98,20 +99,24 @@ run() {
 		echo "seal.sh: $t $mode failed: $(tail -3 "$base.cli.err")" >&2
 		return 1
 	fi
-	jq -c 'select(.side == "client")' "$base.cli"
+	local srv_cpu
+	srv_cpu=$(jq -r 'select(.side == "server") | .cpu_sec_per_gb' "$base.srv" | head -1)
+	jq -c --argjson s "${srv_cpu:-null}" 'select(.side == "client") | .srv_cpu = $s' "$base.cli"
 }
 
-printf '%-6s %-7s %-9s %12s %10s %8s\n' round mode test result unit load1
+printf '%-6s %-7s %-9s %12s %10s %8s %s\n' round mode test result unit load1 'CPU s/GB client/server'
+row() { printf '%-6s %-7s %-9s %12.2f %10s %8s %s\n' "$@"; }
 for ((round = 1; round <= ROUNDS; round++)); do
 	modes=(plain sealed)
 	((round % 2 == 0)) && modes=(sealed plain)
 	for mode in "${modes[@]}"; do
 		load=$(cut -d' ' -f1 /proc/loadavg)
-		bw=$(run "$mode" write_bw -s 65536 -D "$DURATION" | jq -r '.bw_average' | head -1)
-		printf '%-6s %-7s %-9s %12s %10s %8s\n' "$round" "$mode" write_bw "$bw" MB/s "$load" | tee -a "$OUT/table"
+		r=$(run "$mode" write_bw -s 65536 -D "$DURATION") || continue
+		row "$round" "$mode" write_bw "$(jq -r .bw_average <<<"$r")" MB/s "$load" \
+			"$(jq -r '"\(.cpu_sec_per_gb*100|round/100)/\(.srv_cpu*100|round/100)"' <<<"$r")" | tee -a "$OUT/table"
 		load=$(cut -d' ' -f1 /proc/loadavg)
-		lat=$(run "$mode" write_lat -s 8 -n "$LAT_ITERS" | jq -r '.t_typical_usec' | head -1)
-		printf '%-6s %-7s %-9s %12s %10s %8s\n' "$round" "$mode" write_lat "$lat" usec "$load" | tee -a "$OUT/table"
+		r=$(run "$mode" write_lat -s 8 -n "$LAT_ITERS") || continue
+		row "$round" "$mode" write_lat "$(jq -r .t_typical_usec <<<"$r")" usec "$load" | tee -a "$OUT/table"
 	done
 done
 
@@ -119,11 +124,15 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]
 col() { awk -v m="$1" -v t="$2" '$2 == m && $3 == t { print $4 }' "$OUT/table"; }
 bp=$(col plain write_bw | median)
 bs=$(col sealed write_bw | median)
+cpu() { awk -v m="$1" '$2 == m && $3 == "write_bw" { split($7, c, "/"); print c[1] + c[2] }' "$OUT/table"; }
+cp=$(cpu plain | median)
+cs=$(cpu sealed | median)
 lp=$(col plain write_lat | median)
 ls=$(col sealed write_lat | median)
 echo
 echo "medians over $ROUNDS rounds:"
-awk -v bp="$bp" -v bs="$bs" -v lp="$lp" -v ls="$ls" 'BEGIN {
+awk -v bp="$bp" -v bs="$bs" -v cp="$cp" -v cs="$cs" -v lp="$lp" -v ls="$ls" 'BEGIN {
 	printf "  write_bw 64 KiB: plain %.0f MB/s, sealed %.0f MB/s: %+.1f %% (goal >= -20 %%)\n", bp, bs, (bs - bp) / bp * 100
+	printf "  write_bw CPU, client + server: plain %.2f s/GB, sealed %.2f s/GB: %+.0f %%\n", cp, cs, (cs - cp) / cp * 100
 	printf "  write_lat 8 B typical: plain %.2f usec, sealed %.2f usec: %+.2f usec (goal <= +2)\n", lp, ls, ls - lp
 }'

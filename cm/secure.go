@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/goroce/goroce/internal/ibcm"
 	"github.com/goroce/goroce/internal/mad"
 	"github.com/goroce/goroce/internal/seal"
 	"github.com/goroce/goroce/verbs"
@@ -109,6 +110,7 @@ func (id *ID) finishActive(rep *mad.REP) ([]byte, error) {
 	if err := id.qp.SetPacketKeys(keysFrom(keys)); err != nil {
 		return nil, err
 	}
+	id.discKey = &keys.Disconnect
 	return rep.PrivateData[:MaxAcceptPrivateData-SecurityLen], nil
 }
 
@@ -140,6 +142,9 @@ func (r *Request) respond(s *Security, qp *verbs.QP, user []byte) ([]byte, error
 	if err := qp.SetPacketKeys(keysFrom(keys)); err != nil {
 		return nil, err
 	}
+	lock()
+	r.id.discKey = &keys.Disconnect
+	unlock()
 	pd := make([]byte, MaxAcceptPrivateData)
 	copy(pd, user)
 	copy(pd[room:], answer[:])
@@ -157,4 +162,26 @@ func explainReject(err error) error {
 		}
 	}
 	return err
+}
+
+// disconnectData is the private data of the ID's DREQ or DREP: the tag
+// that shows a secured connection's peer it comes from this side. The
+// caller holds state.mu.
+func (id *ID) disconnectData() []byte {
+	if id.discKey == nil || id.qp == nil {
+		return nil
+	}
+	return seal.DisconnectData(id.discKey, id.qp.QPN(), id.attrs.DestQPN)
+}
+
+// disconnecting is the Manager's Disconnecting: a secured connection
+// takes only a DREQ tagged by its peer, so that whoever learnt the comm
+// IDs and QP number (an on-path attacker) cannot tear it down; a refused
+// DREQ is counted by the Manager. The caller holds state.mu.
+func (a *agent) disconnecting(cmID ibcm.ID, privateData []byte) bool {
+	id := a.ids[cmID]
+	if id == nil || id.discKey == nil || id.qp == nil {
+		return true
+	}
+	return seal.CheckDisconnect(id.discKey, privateData, id.attrs.DestQPN, id.qp.QPN())
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/goroce/goroce/internal/mad"
 	"github.com/goroce/goroce/internal/rdmatest"
 	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
@@ -141,5 +142,73 @@ func TestSecureParams(t *testing.T) {
 		if !errors.Is(err, verbs.ErrInvalidArgument) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Dial with %+v: %v", c.p, err)
 		}
+	}
+}
+
+// TestForgedDREQ: a DREQ forged by someone who knows the comm IDs and the
+// QP number (an on-path attacker saw them in the REQ and REP), sent from
+// another address, tears down a plain connection (as rdma_cm's would be)
+// but not a secured one: there it is refused and counted, the data path
+// stays up, and the peer's own Close still ends the connection.
+func TestForgedDREQ(t *testing.T) {
+	checkLeaks(t)
+	for _, secured := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "secured"}[secured], func(t *testing.T) {
+			a, b := newHost(t, 1), newHost(t, 2)
+			var p *Params
+			if secured {
+				p = &Params{Security: &Security{PSK: testPSK, Require: true}}
+			}
+			ca, cb, qa, qb := dialPair(t, a, b, p, p)
+			lock()
+			dreq := &mad.DREQ{LocalCommID: uint32(ca.id.cmID), RemoteCommID: uint32(cb.id.cmID), RemoteQPN: qb.QPN(),
+				PrivateData: make([]byte, 220)}
+			unlock()
+			h := mad.CMHeader(mad.AttrDREQ, 0x5151)
+			forged, err := mad.AppendMAD(nil, &h, dreq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ab := agentOf(t, b.dev)
+			refused := func() uint64 { return ab.counters().Refused }
+			seen := func() uint64 { return ab.counters().Received[mad.AttrDREQ-mad.AttrREQ] }
+			r0, s0 := refused(), seen()
+			newRawPeer(t, 101).send(t, b.dev.Addr(), forged)
+			testkit.WaitFor(t, "the DREQ read", func() bool { return seen() > s0 })
+			if !secured {
+				select {
+				case <-cb.Done():
+				case <-testkit.Context(t).Done():
+					t.Fatal("the forged DREQ did not tear the plain connection down: the test proves nothing")
+				}
+				_ = ca.Close()
+				_ = cb.Close()
+				testkit.WaitFor(t, "records", func() bool { return records(a.dev) == 0 && records(b.dev) == 0 })
+				return
+			}
+			if refused() != r0+1 {
+				t.Errorf("refused DREQs %d, want %d", refused(), r0+1)
+			}
+			select {
+			case <-cb.Done():
+				t.Fatalf("the forged DREQ tore the secured connection down: %v", cb.Err())
+			default:
+			}
+			if qb.State() != verbs.QPStateRTS {
+				t.Fatalf("passive QP in %v", qb.State())
+			}
+			writeOver(t, a, b, qa, "still up")
+			_ = ca.Close()
+			select {
+			case <-cb.Done():
+			case <-testkit.Context(t).Done():
+				t.Fatal("the peer's own DREQ did not end the secured connection")
+			}
+			if refused() != r0+1 {
+				t.Errorf("the genuine DREQ was refused")
+			}
+			_ = cb.Close()
+			testkit.WaitFor(t, "records", func() bool { return records(a.dev) == 0 && records(b.dev) == 0 })
+		})
 	}
 }

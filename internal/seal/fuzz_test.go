@@ -55,5 +55,8 @@ func FuzzRespond(f *testing.F) {
 			t.Fatal("a forged offer was accepted")
 		}
 		_, _ = ParseReject(b)
+		if CheckDisconnect(&testKey, b, 1, 2) && !bytes.Equal(b[:DisconnectLen], DisconnectData(&testKey, 1, 2)) {
+			t.Fatal("a forged disconnect tag was accepted")
+		}
 	})
 }

@@ -289,3 +289,33 @@ func (c RejectCode) String() string {
 	}
 	return fmt.Sprintf("reject code %d", uint8(c))
 }
+
+// disconnectMagic marks a DREQ's or DREP's private data as carrying a
+// disconnect tag.
+var disconnectMagic = [4]byte{'G', 'R', 'S', 'D'}
+
+// DisconnectLen is the size of DisconnectData.
+const DisconnectLen = 4 + tagLen
+
+// DisconnectData returns the private data that authenticates a DREQ (or
+// DREP) sent from QP from to QP to under the connection's disconnect key:
+// the magic and HMAC-SHA256(key, "disconnect" | from | to), truncated.
+// It is the same for every DREQ of the connection in that direction: a
+// replay can only repeat a disconnect the peer asked for.
+func DisconnectData(key *[KeyLen]byte, from, to uint32) []byte {
+	var qpns [8]byte
+	binary.BigEndian.PutUint32(qpns[:], from)
+	binary.BigEndian.PutUint32(qpns[4:], to)
+	t := mac(key[:], []byte("disconnect"), qpns[:])
+	return append(disconnectMagic[:], t[:]...)
+}
+
+// CheckDisconnect reports whether the private data of a DREQ holds the
+// tag of DisconnectData(key, from, to).
+func CheckDisconnect(key *[KeyLen]byte, privateData []byte, from, to uint32) bool {
+	if len(privateData) < DisconnectLen {
+		return false
+	}
+	want := DisconnectData(key, from, to)
+	return subtle.ConstantTimeCompare(want, privateData[:DisconnectLen]) == 1
+}

@@ -65,6 +65,27 @@ func TestSealOpenRoundTrip(t *testing.T) {
 	}
 }
 
+// TestSealMiddle: a packet without extension headers or pad is encrypted
+// straight from its payload, which stays unchanged.
+func TestSealMiddle(t *testing.T) {
+	s, o := NewSealer(&testKey), NewOpener(&testKey)
+	h := writeFirst(0)[:wire.BTHLen]
+	h[0] = byte(wire.RCRDMAWriteMiddle)
+	payload := bytes.Repeat([]byte("middle!!"), 128)
+	orig := bytes.Clone(payload)
+	pkt := seal1(s, h, payload, 0)
+	if !bytes.Equal(payload, orig) || bytes.Contains(pkt, payload[:8]) {
+		t.Fatal("the payload was changed, or sent in clear")
+	}
+	plain, err := o.Open(pkt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(plain[:wire.BTHLen], h) || !bytes.Equal(plain[wire.BTHLen:len(plain)-wire.ICRCLen], orig) {
+		t.Fatal("opened MIDDLE packet differs")
+	}
+}
+
 func TestOpenRefusesReplayAndForgery(t *testing.T) {
 	s, o := NewSealer(&testKey), NewOpener(&testKey)
 	h := writeFirst(0)
@@ -218,6 +239,11 @@ func TestHandshake(t *testing.T) {
 		if got, ok := ParseReject(append(RejectData(c), make([]byte, 100)...)); !ok || got != c {
 			t.Fatalf("reject code %d round trip: %d %v", c, got, ok)
 		}
+	}
+	d := append(DisconnectData(&ak.Disconnect, 0x12, 0x34), make([]byte, 200)...)
+	if !CheckDisconnect(&pk.Disconnect, d, 0x12, 0x34) || CheckDisconnect(&pk.Disconnect, d, 0x34, 0x12) ||
+		CheckDisconnect(&testKey, d, 0x12, 0x34) || CheckDisconnect(&pk.Disconnect, make([]byte, 220), 0x12, 0x34) {
+		t.Fatal("disconnect tags")
 	}
 	if _, ok := ParseReject(make([]byte, 148)); ok {
 		t.Fatal("zero REJ data parsed as a code")
