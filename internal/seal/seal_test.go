@@ -265,3 +265,20 @@ func BenchmarkSealOpen(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSealOpenSmall seals and opens an 8-byte WRITE Only, what
+// write_lat sends.
+func BenchmarkSealOpenSmall(b *testing.B) {
+	s, o := NewSealer(&testKey), NewOpener(&testKey)
+	h := writeFirst(0)
+	h[0] = byte(wire.RCRDMAWriteOnly)
+	payload := make([]byte, 8)
+	buf := make([]byte, 0, 256)
+	for b.Loop() {
+		buf = s.Append(buf[:0], h, payload, 0)
+		buf = append(buf, 0, 0, 0, 0)
+		if _, err := o.Open(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
