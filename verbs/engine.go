@@ -48,8 +48,10 @@ type engine struct {
 	// goroutine only.
 	replies *replyBatch
 
-	// outputs lends QPs the buffers the transport builds packets in.
+	// outputs lends QPs the buffers the transport builds packets in,
+	// seals those sealed packets wait in (seal.go).
 	outputs outputPool
+	seals   sealPool
 	// now and nowUses are rxNow's clock reading and how many packets
 	// used it. Receive goroutine only.
 	now     time.Time

@@ -199,12 +199,14 @@ func (qp *QP) transmitRepliesToLocked(replies *replyBatch) {
 			}
 			msgs = append(msgs, netio.Message{Dst: dst, Packet: pkts[i].Bytes, Payload: pkts[i].Payload})
 		}
+		var sealed []byte
 		if qp.sealer != nil {
-			qp.sealLocked(msgs)
+			sealed = qp.sealLocked(msgs)
 		}
 		if len(msgs) > 0 {
 			_, _ = qp.sender.SendBatch(msgs)
 		}
+		qp.dev.eng.seals.put(sealed)
 		if replies != nil {
 			replies.mu.Unlock()
 		}

@@ -85,10 +85,8 @@ type QP struct {
 	// that of the first packet from the peer after RTR, 0 until then
 	// (acceptSourcePort); connectLocked clears it.
 	peerSrcPort uint16
-	// sealer seals what the QP sends, sealBuf holds the sealed packets
-	// until they are sent (seal.go); nil without keys.
-	sealer  *seal.Sealer
-	sealBuf []byte
+	// sealer seals what the QP sends (seal.go); nil without keys.
+	sealer *seal.Sealer
 	// opener opens what the QP receives; the receive goroutine uses it
 	// (Unseal), SetPacketKeys swaps it under xmu.
 	opener atomic.Pointer[seal.Opener]

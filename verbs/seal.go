@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"net/netip"
+	"sync"
 
 	"github.com/goroce/goroce/internal/netio"
 	"github.com/goroce/goroce/internal/seal"
@@ -15,10 +16,11 @@ import (
 // its peer's key, replays refused. Without keys a QP speaks plain RoCEv2,
 // as rxe and RDMA NICs do.
 //
-//   - Send: transmitRepliesToLocked seals the transport's packets into the
-//     QP's sealBuf (sealLocked), the payload copied out of the MR by the
-//     cipher, each with a fresh counter, retransmissions included. Sealed
-//     replies leave from the QP's own port, not the device's batch.
+//   - Send: transmitRepliesToLocked seals the transport's packets into a
+//     buffer lent by the engine (sealLocked, sealPool), the payload read
+//     out of the MR by the cipher, each with a fresh counter,
+//     retransmissions included. Sealed replies leave from the QP's own
+//     port, not the device's batch.
 //   - Receive: netio asks the engine whether a datagram is for a sealed QP
 //     (Sealed: one atomic load while no QP is sealed), checks its ICRC,
 //     and has it opened in place in its receive buffer (Unseal), before
@@ -70,13 +72,43 @@ func (qp *QP) dropKeysLocked() {
 		qp.dev.eng.sealedQPs.Add(-1)
 	}
 	qp.sealer = nil
-	qp.sealBuf = nil
 }
 
-// sealLocked seals the packets of msgs in place of their plain forms. The
-// caller holds xmu and sends msgs before the next call reuses sealBuf.
-func (qp *QP) sealLocked(msgs []netio.Message) {
-	buf := qp.sealBuf[:0]
+// sealPool lends the buffers sealed packets wait in until they are sent:
+// held by each QP, a window of 4 KiB packets would keep hundreds of KiB
+// per sealed QP (the reason for outputPool too). The last returned is lent
+// first. Its lock is taken under a QP's xmu.
+type sealPool struct {
+	mu   sync.Mutex
+	free [][]byte // LIFO
+}
+
+func (p *sealPool) get() []byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.free); n > 0 {
+		b := p.free[n-1]
+		p.free[n-1] = nil
+		p.free = p.free[:n-1]
+		return b
+	}
+	return nil // grown by the Sealer
+}
+
+func (p *sealPool) put(b []byte) {
+	if cap(b) == 0 {
+		return
+	}
+	p.mu.Lock()
+	p.free = append(p.free, b[:0])
+	p.mu.Unlock()
+}
+
+// sealLocked seals the packets of msgs in place of their plain forms, into
+// a buffer from the engine's sealPool, which it returns: the caller gives
+// it back once msgs are sent. The caller holds xmu.
+func (qp *QP) sealLocked(msgs []netio.Message) []byte {
+	buf := qp.dev.eng.seals.get()
 	for i := range msgs {
 		m := &msgs[i]
 		pad := 0
@@ -92,7 +124,7 @@ func (qp *QP) sealLocked(msgs []netio.Message) {
 		m.Packet, m.Payload = buf[n:end:end+wire.ICRCLen], nil
 		buf = buf[:end+wire.ICRCLen]
 	}
-	qp.sealBuf = buf
+	return buf
 }
 
 // Sealed implements netio.Unsealer: is the datagram for a sealed QP? It
