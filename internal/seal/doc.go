@@ -47,8 +47,8 @@
 //     K_confirm and the disconnect key.
 //
 // What it guarantees: both sides know the PSK (the passive side checks
-// tag_a before it answers, the active side tag_p before its QP leaves
-// INIT); the packet keys are fresh per connection and bound to its QPs
+// tag_a before it answers, the active side tag_p before its QP goes to
+// RTR); the packet keys are fresh per connection and bound to its QPs
 // and PSNs; forward secrecy, since they come from ephemeral keys that are
 // forgotten once the keys are derived (a PSK stolen later does not open
 // recorded traffic). What it does not: identity hiding (QP numbers and
