@@ -63,6 +63,11 @@ type Params struct {
 	// MaxConnectPrivateData, 56 bytes) or the REP (MaxAcceptPrivateData,
 	// 196 bytes). The peer receives the whole field, zero-padded.
 	PrivateData []byte
+
+	// Security, when set, offers (Dial) or accepts (Request.Accept)
+	// authenticated, encrypted RDMA with a goroce peer; see Security.
+	// With it PrivateData shrinks by SecurityLen bytes.
+	Security *Security
 }
 
 // NoRetry, as Params.RetryCount or Params.RNRRetryCount, asks for zero

@@ -59,8 +59,16 @@ func TestE2EOpcodesLateDuplicates(t *testing.T) {
 // FETCH_ADDs, most of them several packets long, between two devices that
 // both drop, duplicate, corrupt, delay and reorder what they receive: every
 // work request must complete exactly once, successfully, with the right
-// data, and each atomic must have run exactly once.
+// data, and each atomic must have run exactly once. Sealed, the same
+// holds: retransmissions take fresh counters, the tap's duplicates are
+// dropped as replays, its corruptions by the ICRC before authentication.
 func TestE2EFaults(t *testing.T) {
+	for _, sealed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "sealed"}[sealed], func(t *testing.T) { e2eFaults(t, sealed) })
+	}
+}
+
+func e2eFaults(t *testing.T, sealed bool) {
 	f := verbs.Faults{Drop: 0.05, Duplicate: 0.05, Corrupt: 0.02, Reorder: 0.05, Jitter: 100 * time.Microsecond}
 	fa, fb := f, f
 	fa.Seed, fb.Seed = 1, 2
@@ -71,6 +79,14 @@ func TestE2EFaults(t *testing.T) {
 	// ms for a CPU on a loaded machine ended the run in RETRY_EXC_ERR.
 	link := rdmatest.DefaultLink()
 	link.Timeout = 14
+	if sealed {
+		if err := a.QP.SetPacketKeys(&testKeys); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.QP.SetPacketKeys(mirror(testKeys)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	rdmatest.Connect(t, a, b, link, link)
 
 	// Each work request of a round has a slot: 4 KiB in each area.
@@ -198,6 +214,10 @@ func TestE2EFaults(t *testing.T) {
 			t.Errorf("ICRCErrors %d + Malformed %d, want the %d corrupted packets", c.ICRCErrors, c.Malformed, fc.Corrupted)
 		}
 		icrc += c.ICRCErrors
+		if sealed && (c.DroppedReplay == 0 || c.DroppedAuthFail != 0) {
+			t.Errorf("%v sealed: dropped_replay %d (the tap's duplicates), dropped_auth_fail %d (want 0)",
+				e.Dev.Addr(), c.DroppedReplay, c.DroppedAuthFail)
+		}
 	}
 	if icrc == 0 {
 		t.Error("no corrupted packet was caught by the ICRC")
