@@ -137,3 +137,29 @@ func wantSendDone(t *testing.T, a *rdmatest.End) {
 		t.Fatalf("the SEND whose receive completed did not succeed: %+v", wc)
 	}
 }
+
+// TestDestroyRightAfterSRQReceiveStillAcks: the same for a QP that
+// receives through a shared receive queue (goroce-srq-pingpong's ends).
+func TestDestroyRightAfterSRQReceiveStillAcks(t *testing.T) {
+	a := newEnd(t, 1, rdmatest.EndOptions{})
+	b := newEnd(t, 2, rdmatest.EndOptions{SRQ: &verbs.SRQInitAttr{MaxWR: 4, MaxSGE: 1}})
+	oa := rdmatest.DefaultLink()
+	oa.Timeout = 0 // no retransmission timer
+	rdmatest.Connect(t, a, b, oa, rdmatest.DefaultLink())
+	held, release := holdBatch(t, b.Dev, verbs.BatchStart)
+	if err := b.SRQ.PostRecv(&verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{b.MR.SGE(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.MR.SGE(0, 64)}})
+	if wc := rdmatest.WaitN(t, b.CQ, 1)[0]; wc.Status != verbs.WCSuccess {
+		t.Fatalf("receive: %+v", wc)
+	}
+	<-held
+	if err := b.QP.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	wantAckSent(t, b, "Destroy")
+	release()
+	wantSendDone(t, a)
+}

@@ -175,8 +175,9 @@ static int get_event(struct gr_cm_channel *ch, struct rdma_cm_event **event)
 		default:
 			break;
 		}
-		gr_debug("rdma_get_cm_event: %s, status %d, id %u", rdma_event_str(e->ev.event),
-			 e->ev.status, p->handle);
+		gr_debug("rdma_get_cm_event: %s, status %d, id %u (%u reported, %u acknowledged)",
+			 rdma_event_str(e->ev.event), e->ev.status, p->handle, p->events_reported,
+			 p->events_completed);
 		*event = &e->ev;
 		return 0;
 	}
