@@ -1,0 +1,384 @@
+package rsocket
+
+import (
+	"context"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/verbs"
+)
+
+// Conn is an rsocket stream connection: a net.Conn whose bytes move by
+// RDMA WRITE WITH IMMEDIATE into the peer's receive buffer. One goroutine
+// may Read while another Writes; Read, Write and the rest are safe for
+// concurrent use, as net.Conn's are.
+type Conn struct {
+	ep      *endpoint
+	cmc     *cm.Conn
+	release func() // the device
+	local   Addr
+	remote  Addr
+	peerBE  bool // the peer is big-endian: ring SGEs go to it byte-swapped
+	sbuf    []byte
+	rbuf    []byte
+	tbuf    []byte
+
+	stop     context.CancelFunc // ends the progress goroutine
+	progress chan struct{}      // closed when it has returned
+
+	mu      sync.Mutex
+	snd     sender
+	rcv     receiver
+	ctrlSeq int // control messages posted
+	ctrlMax int // ... and allowed: completed plus ctrlSlots
+	ctrlWR  verbs.SendWR
+	ctrlSGE [1]verbs.SGE
+	recvWR  verbs.RecvWR
+	rdEOF   bool  // the peer shut its side down: reads end after the data queued
+	wrShut  bool  // CloseWrite or Close: no more writes
+	peerGone bool // the peer disconnected: writes fail
+	discSent bool // RS_CTRL_DISCONNECT went out
+	closed  bool
+	err     error // the connection broke
+	rdDL    time.Time
+	wrDL    time.Time
+	rdWake  chan struct{}
+	wrWake  chan struct{}
+
+	rdMu    sync.Mutex // one Read at a time, and rdTimer
+	rdTimer *time.Timer
+	wrMu    sync.Mutex // one Write at a time, and what follows
+	wrTimer *time.Timer
+	dataWR  verbs.SendWR
+	dataSGE [2]verbs.SGE
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var (
+	_ net.Conn = (*Conn)(nil)
+	// errReset is what a write finds once the peer disconnected.
+	errReset = syscall.ECONNRESET
+)
+
+// newConn starts a connected endpoint's connection: the sender and
+// receiver from the peer's announcement, the progress goroutine, and the
+// first credits (rsockets returns the second half of its buffer at once).
+func newConn(ep *endpoint, cmc *cm.Conn, release func(), peer *connData) *Conn {
+	c := &Conn{ep: ep, cmc: cmc, release: release,
+		local: Addr{cmc.LocalAddr()}, remote: Addr{cmc.Remote().Addr},
+		peerBE: peer.flags&connFlagNet != 0,
+		sbuf:   ep.smr.Buf(), rbuf: ep.rmr.Buf(), tbuf: ep.tmr.Buf(),
+		snd:    newSender(ep.sq, ep.sbufSz, peer), rcv: newReceiver(ep.rq, ep.rbufSz, peer),
+		ctrlMax: ctrlSlots, recvWR: verbs.RecvWR{WRID: recvFlag},
+		rdWake: make(chan struct{}, 1), wrWake: make(chan struct{}, 1),
+		rdTimer: stoppedTimer(), wrTimer: stoppedTimer(), progress: make(chan struct{})}
+	c.ctrlWR.SGList = c.ctrlSGE[:0]
+	ctx, stop := context.WithCancel(context.Background())
+	c.stop = stop
+	c.mu.Lock()
+	c.updateCredits()
+	c.mu.Unlock()
+	go c.run(ctx)
+	return c
+}
+
+func stoppedTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}
+
+// LocalAddr returns this side's address (an Addr).
+func (c *Conn) LocalAddr() net.Addr { return c.local }
+
+// RemoteAddr returns the peer's address (an Addr).
+func (c *Conn) RemoteAddr() net.Addr { return c.remote }
+
+// opError wraps err as package net does.
+func (c *Conn) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: "rdma", Source: c.local, Addr: c.remote, Err: err}
+}
+
+// wake tells a waiting Read and Write that something changed.
+func (c *Conn) wake() {
+	for _, ch := range []chan struct{}{c.rdWake, c.wrWake} {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// wait releases mu until wake is signalled or the deadline passes
+// (os.ErrDeadlineExceeded), then takes mu again. A deadline already past
+// returns at once.
+func (c *Conn) wait(wake chan struct{}, t *time.Timer, deadline time.Time) error {
+	if !deadline.IsZero() {
+		d := time.Until(deadline)
+		if d <= 0 {
+			return os.ErrDeadlineExceeded
+		}
+		t.Reset(d)
+	}
+	c.mu.Unlock()
+	var err error
+	select {
+	case <-wake:
+	case <-t.C:
+		err = os.ErrDeadlineExceeded
+	}
+	t.Stop()
+	c.mu.Lock()
+	return err
+}
+
+// Read reads the data that arrived, up to len(b) bytes, waiting for some
+// if there is none. After the peer's CloseWrite or Close it returns the
+// data still queued, then io.EOF.
+func (c *Conn) Read(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	c.rdMu.Lock()
+	defer c.rdMu.Unlock()
+	c.mu.Lock()
+	for c.rcv.queued == 0 && !c.rdEOF && c.err == nil && !c.closed {
+		if err := c.wait(c.rdWake, c.rdTimer, c.rdDL); err != nil {
+			c.mu.Unlock()
+			return 0, c.opError("read", err)
+		}
+	}
+	switch {
+	case c.closed:
+		c.mu.Unlock()
+		return 0, c.opError("read", net.ErrClosed)
+	case c.rcv.queued == 0 && c.rdEOF:
+		c.mu.Unlock()
+		return 0, io.EOF
+	case c.rcv.queued == 0:
+		err := c.err
+		c.mu.Unlock()
+		return 0, c.opError("read", err)
+	}
+	// The queued bytes are the reader's: the peer writes there again only
+	// once consume has returned them, so the copy needs no lock.
+	n, off := min(len(b), c.rcv.queued), c.rcv.readOff
+	c.mu.Unlock()
+	k := copy(b[:n], c.rbuf[off:])
+	copy(b[k:n], c.rbuf)
+	c.mu.Lock()
+	c.rcv.consume(n)
+	c.updateCredits()
+	c.mu.Unlock()
+	return n, nil
+}
+
+// Write writes b in messages of up to 64 KiB, each copied into the send
+// buffer and written into the peer's receive buffer, waiting for buffer
+// space and credits as the peer reads. It returns when every message is
+// posted (the data is then the transport's to deliver, as a socket's send
+// buffer is the kernel's).
+func (c *Conn) Write(b []byte) (int, error) {
+	c.wrMu.Lock()
+	defer c.wrMu.Unlock()
+	done, olen := 0, olapStart
+	for done < len(b) {
+		c.mu.Lock()
+		for !c.snd.canSend() && c.writable() == nil {
+			if err := c.wait(c.wrWake, c.wrTimer, c.wrDL); err != nil {
+				c.mu.Unlock()
+				return done, c.opError("write", err)
+			}
+		}
+		if err := c.writable(); err != nil {
+			c.mu.Unlock()
+			return done, c.opError("write", err)
+		}
+		seg := c.snd.reserve(len(b)-done, olen)
+		c.mu.Unlock()
+		if olen < maxTransfer {
+			olen *= 2
+		}
+		if err := c.postData(b[done:done+seg.n], seg); err != nil {
+			c.fail(err)
+			return done, c.opError("write", err)
+		}
+		done += seg.n
+	}
+	return done, nil
+}
+
+// writable says why no write may start, if one may not. The caller holds
+// mu.
+func (c *Conn) writable() error {
+	switch {
+	case c.closed:
+		return net.ErrClosed
+	case c.wrShut:
+		return syscall.EPIPE
+	case c.err != nil:
+		return c.err
+	case c.peerGone:
+		return errReset
+	}
+	return nil
+}
+
+// postData copies p into the send buffer at seg.off (in two pieces if it
+// wraps) and posts the write with its message.
+func (c *Conn) postData(p []byte, seg segment) error {
+	lkey := c.ep.smr.LKey()
+	base := c.ep.smr.IOVA()
+	k := copy(c.sbuf[seg.off:c.ep.sbufSz], p)
+	c.dataSGE[0] = verbs.SGE{Addr: base + uint64(seg.off), Length: uint32(k), LKey: lkey}
+	c.dataWR.SGList = c.dataSGE[:1]
+	if k < len(p) {
+		copy(c.sbuf, p[k:])
+		c.dataSGE[1] = verbs.SGE{Addr: base, Length: uint32(len(p) - k), LKey: lkey}
+		c.dataWR.SGList = c.dataSGE[:2]
+	}
+	m := msg(opData, uint32(len(p)))
+	c.dataWR.WRID, c.dataWR.ImmData, c.dataWR.Opcode = uint64(m), m, verbs.WRRDMAWriteWithImm
+	c.dataWR.RDMA = verbs.RDMAParams{RemoteAddr: seg.dst.addr, RKey: seg.dst.key}
+	return c.ep.qp.PostSend(&c.dataWR)
+}
+
+// fail records that the connection broke, once, and wakes the waiters.
+func (c *Conn) fail(err error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = err
+	}
+	c.mu.Unlock()
+	c.wake()
+}
+
+// SetDeadline sets the read and write deadlines.
+func (c *Conn) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.rdDL, c.wrDL = t, t
+	c.mu.Unlock()
+	c.wake()
+	return nil
+}
+
+// SetReadDeadline sets the deadline of Read calls, those blocked now
+// included: past it they return an error wrapping os.ErrDeadlineExceeded.
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.rdDL = t
+	c.mu.Unlock()
+	c.wake()
+	return nil
+}
+
+// SetWriteDeadline sets the deadline of Write calls, those blocked now
+// included.
+func (c *Conn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.wrDL = t
+	c.mu.Unlock()
+	c.wake()
+	return nil
+}
+
+// closeTimeout bounds how long Close and CloseWrite wait for the
+// messages already posted to complete.
+const closeTimeout = 10 * time.Second
+
+// CloseWrite shuts the sending side down (shutdown(SHUT_WR), rsockets'
+// RS_CTRL_SHUTDOWN, or RS_CTRL_DISCONNECT once the peer's side is shut
+// too): the peer reads the data already written, then io.EOF. It waits
+// for the writes posted to complete.
+func (c *Conn) CloseWrite() error {
+	c.wrMu.Lock()
+	defer c.wrMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return c.opError("close", net.ErrClosed)
+	}
+	if c.wrShut {
+		return nil
+	}
+	c.wrShut = true
+	ctrl := uint32(ctrlShutdown)
+	if c.rdEOF {
+		ctrl = ctrlDisconnect
+	}
+	return c.shutdown(ctrl, "close")
+}
+
+// shutdown posts a control message and waits for every send to complete.
+// The caller holds wrMu and mu.
+func (c *Conn) shutdown(ctrl uint32, op string) error {
+	if c.err != nil || c.peerGone {
+		return nil
+	}
+	deadline := time.Now().Add(closeTimeout)
+	for c.ctrlSeq == c.ctrlMax && c.err == nil && !c.peerGone {
+		if err := c.wait(c.wrWake, c.wrTimer, deadline); err != nil {
+			return c.opError(op, err)
+		}
+	}
+	if c.err != nil || c.peerGone {
+		return nil
+	}
+	if err := c.postCtrl(msg(opCtrl, ctrl), false, 0, 0); err != nil {
+		return c.opError(op, err)
+	}
+	c.discSent = ctrl == ctrlDisconnect
+	for !c.sendsDone() && c.err == nil {
+		if err := c.wait(c.wrWake, c.wrTimer, deadline); err != nil {
+			return c.opError(op, err)
+		}
+	}
+	return nil
+}
+
+// sendsDone is rs_conn_all_sends_done.
+func (c *Conn) sendsDone() bool {
+	return c.ctrlMax-c.ctrlSeq+c.snd.sqeAvail == c.ep.sq
+}
+
+// Close sends the peer RS_CTRL_DISCONNECT (when the connection is still
+// up), waits for the messages posted to complete, disconnects through the
+// CM and releases the connection's verbs objects. Blocked Reads and
+// Writes return net.ErrClosed. The peer reads the data it received, then
+// io.EOF; data not read here is dropped.
+func (c *Conn) Close() error {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		c.mu.Unlock()
+		c.wake()
+		c.wrMu.Lock() // a Write in progress posts its message first
+		c.mu.Lock()
+		c.wrShut = true
+		if !c.discSent {
+			c.closeErr = c.shutdown(ctrlDisconnect, "close")
+		}
+		c.mu.Unlock()
+		c.wrMu.Unlock()
+		if err := c.cmc.Close(); err != nil && c.closeErr == nil {
+			c.closeErr = c.opError("close", err)
+		}
+		c.stop()
+		<-c.progress
+		c.rdMu.Lock() // no Read copies from the buffer any more
+		if err := c.ep.destroy(); err != nil && c.closeErr == nil {
+			c.closeErr = c.opError("close", err)
+		}
+		c.rdMu.Unlock()
+		c.release()
+	})
+	return c.closeErr
+}
+
