@@ -31,24 +31,24 @@ type Conn struct {
 	stop     context.CancelFunc // ends the progress goroutine
 	progress chan struct{}      // closed when it has returned
 
-	mu      sync.Mutex
-	snd     sender
-	rcv     receiver
-	ctrlSeq int // control messages posted
-	ctrlMax int // ... and allowed: completed plus ctrlSlots
-	ctrlWR  verbs.SendWR
-	ctrlSGE [1]verbs.SGE
-	recvWR  verbs.RecvWR
-	rdEOF   bool  // the peer shut its side down: reads end after the data queued
-	wrShut  bool  // CloseWrite or Close: no more writes
+	mu       sync.Mutex
+	snd      sender
+	rcv      receiver
+	ctrlSeq  int // control messages posted
+	ctrlMax  int // ... and allowed: completed plus ctrlSlots
+	ctrlWR   verbs.SendWR
+	ctrlSGE  [1]verbs.SGE
+	recvWR   verbs.RecvWR
+	rdEOF    bool // the peer shut its side down: reads end after the data queued
+	wrShut   bool // CloseWrite or Close: no more writes
 	peerGone bool // the peer disconnected: writes fail
 	discSent bool // RS_CTRL_DISCONNECT went out
-	closed  bool
-	err     error // the connection broke
-	rdDL    time.Time
-	wrDL    time.Time
-	rdWake  chan struct{}
-	wrWake  chan struct{}
+	closed   bool
+	err      error // the connection broke
+	rdDL     time.Time
+	wrDL     time.Time
+	rdWake   chan struct{}
+	wrWake   chan struct{}
 
 	rdMu    sync.Mutex // one Read at a time, and rdTimer
 	rdTimer *time.Timer
@@ -75,7 +75,7 @@ func newConn(ep *endpoint, cmc *cm.Conn, release func(), peer *connData) *Conn {
 		local: Addr{cmc.LocalAddr()}, remote: Addr{cmc.Remote().Addr},
 		peerBE: peer.flags&connFlagNet != 0,
 		sbuf:   ep.smr.Buf(), rbuf: ep.rmr.Buf(), tbuf: ep.tmr.Buf(),
-		snd:    newSender(ep.sq, ep.sbufSz, peer), rcv: newReceiver(ep.rq, ep.rbufSz, peer),
+		snd: newSender(ep.sq, ep.sbufSz, peer), rcv: newReceiver(ep.rq, ep.rbufSz, peer),
 		ctrlMax: ctrlSlots, recvWR: verbs.RecvWR{WRID: recvFlag},
 		rdWake: make(chan struct{}, 1), wrWake: make(chan struct{}, 1),
 		rdTimer: stoppedTimer(), wrTimer: stoppedTimer(), progress: make(chan struct{})}
@@ -381,4 +381,3 @@ func (c *Conn) Close() error {
 	})
 	return c.closeErr
 }
-

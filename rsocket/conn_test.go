@@ -247,3 +247,34 @@ func TestCloseUnblocks(t *testing.T) {
 		testkit.WantErr(t, <-errc, net.ErrClosed)
 	}
 }
+
+// The peer's device closes under its connection: no RS_CTRL_DISCONNECT,
+// only the CM's DREQ. A Write fails (connection reset), and a blocked
+// Read fails with it rather than hang or report a clean EOF.
+func TestPeerDeviceCloses(t *testing.T) {
+	client, server := pair(t, 11, 12, Config{})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := client.Read(make([]byte, 1))
+		errc <- err
+	}()
+	if err := server.ep.dev.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	for err == nil {
+		_, err = client.Write(make([]byte, 64<<10))
+	}
+	if errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) {
+		t.Fatalf("write: %v, want the transport's failure", err)
+	}
+	t.Logf("write: %v", err)
+	select {
+	case rerr := <-errc:
+		if rerr == nil || rerr == io.EOF {
+			t.Fatalf("read: %v, want an error", rerr)
+		}
+	case <-time.After(testkit.Timeout):
+		t.Fatal("read still blocked after the write failed")
+	}
+}

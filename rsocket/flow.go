@@ -107,7 +107,7 @@ type receiver struct {
 // free, the peer's ring written from entry 1 on.
 func newReceiver(rq, rbufSize int, peer *connData) receiver {
 	return receiver{rbufSize: rbufSize, rqSize: rq, avail: rbufSize / 2, freeOff: rbufSize / 2,
-		seqComp: uint16(rq / 2), msgs: make([]int, rq+1), remote: peer.targetSGL, slot: 1}
+		seqComp: uint16(rq / 2), msgs: make([]int, rq), remote: peer.targetSGL, slot: 1}
 }
 
 // arrived queues a data message of n bytes. It refuses (false) what the

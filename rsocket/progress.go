@@ -145,4 +145,3 @@ func (c *Conn) postCtrl(m uint32, region bool, off int, slotAddr uint64) error {
 	c.ctrlSeq++
 	return c.ep.qp.PostSend(&c.ctrlWR)
 }
-
