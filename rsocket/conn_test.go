@@ -21,7 +21,7 @@ import (
 // device this package opens.
 
 // pair listens on address a, dials it from b and returns both ends.
-func pair(t *testing.T, a, b int, cfg Config) (client, server *Conn) {
+func pair(t testing.TB, a, b int, cfg Config) (client, server *Conn) {
 	t.Helper()
 	lc := ListenConfig{Config: cfg}
 	l, err := lc.Listen(context.Background(), "rdma", net.JoinHostPort(testkit.Addr(a).String(), strconv.Itoa(int(testkit.Port()))))
