@@ -1,7 +1,6 @@
 package rsocket
 
 import (
-	"context"
 	"io"
 	"net"
 	"os"
@@ -28,8 +27,8 @@ type Conn struct {
 	rbuf    []byte
 	tbuf    []byte
 
-	stop     context.CancelFunc // ends the progress goroutine
-	progress chan struct{}      // closed when it has returned
+	cq       *completions
+	wcs      [32]verbs.WorkCompletion // progress's batch (mu)
 
 	mu       sync.Mutex
 	snd      sender
@@ -68,7 +67,7 @@ var (
 )
 
 // newConn starts a connected endpoint's connection: the sender and
-// receiver from the peer's announcement, the progress goroutine, and the
+// receiver from the peer's announcement, the completion sink, and the
 // first credits (rsockets returns the second half of its buffer at once).
 func newConn(ep *endpoint, cmc *cm.Conn, release func(), peer *connData) *Conn {
 	c := &Conn{ep: ep, cmc: cmc, release: release,
@@ -78,14 +77,29 @@ func newConn(ep *endpoint, cmc *cm.Conn, release func(), peer *connData) *Conn {
 		snd: newSender(ep.sq, ep.sbufSz, peer), rcv: newReceiver(ep.rq, ep.rbufSz, peer),
 		ctrlMax: ctrlSlots, recvWR: verbs.RecvWR{WRID: recvFlag},
 		rdWake: make(chan struct{}, 1), wrWake: make(chan struct{}, 1),
-		rdTimer: stoppedTimer(), wrTimer: stoppedTimer(), progress: make(chan struct{})}
+		rdTimer: stoppedTimer(), wrTimer: stoppedTimer()}
+	c.cq = &completions{ring: make([]verbs.WorkCompletion, ep.sq+ep.rq), wake: c.wake}
 	c.ctrlWR.SGList = c.ctrlSGE[:0]
-	ctx, stop := context.WithCancel(context.Background())
-	c.stop = stop
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	// Messages the peer wrote before the sink took over are in the CQ.
+	if err := ep.cq.SetSink(c.cq); err != nil {
+		c.err = err
+		return c
+	}
+	for {
+		n, err := ep.cq.Poll(c.wcs[:])
+		if err != nil {
+			c.err = err
+		}
+		for i := range c.wcs[:n] {
+			c.complete(&c.wcs[i])
+		}
+		if n < len(c.wcs) {
+			break
+		}
+	}
 	c.updateCredits()
-	c.mu.Unlock()
-	go c.run(ctx)
 	return c
 }
 
@@ -136,6 +150,7 @@ func (c *Conn) wait(wake chan struct{}, t *time.Timer, deadline time.Time) error
 	}
 	t.Stop()
 	c.mu.Lock()
+	c.progress()
 	return err
 }
 
@@ -149,6 +164,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 	c.rdMu.Lock()
 	defer c.rdMu.Unlock()
 	c.mu.Lock()
+	c.progress()
 	for c.rcv.queued == 0 && !c.rdEOF && c.err == nil && !c.closed {
 		if err := c.wait(c.rdWake, c.rdTimer, c.rdDL); err != nil {
 			c.mu.Unlock()
@@ -191,6 +207,9 @@ func (c *Conn) Write(b []byte) (int, error) {
 	done, olen := 0, olapStart
 	for done < len(b) {
 		c.mu.Lock()
+		if !c.snd.canSend() {
+			c.progress()
+		}
 		for !c.snd.canSend() && c.writable() == nil {
 			if err := c.wait(c.wrWake, c.wrTimer, c.wrDL); err != nil {
 				c.mu.Unlock()
@@ -319,6 +338,7 @@ func (c *Conn) CloseWrite() error {
 // shutdown posts a control message and waits for every send to complete.
 // The caller holds wrMu and mu.
 func (c *Conn) shutdown(ctrl uint32, op string) error {
+	c.progress()
 	if c.err != nil || c.peerGone {
 		return nil
 	}
@@ -370,8 +390,6 @@ func (c *Conn) Close() error {
 		if err := c.cmc.Close(); err != nil && c.closeErr == nil {
 			c.closeErr = c.opError("close", err)
 		}
-		c.stop()
-		<-c.progress
 		c.rdMu.Lock() // no Read copies from the buffer any more
 		if err := c.ep.destroy(); err != nil && c.closeErr == nil {
 			c.closeErr = c.opError("close", err)

@@ -1,45 +1,84 @@
 package rsocket
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/goroce/goroce/verbs"
 )
 
-// The progress goroutine: the one waiter on a connection's CQ. It applies
-// each completion to the flow state, reposts the receives consumed,
-// returns credits when they are due, and wakes Read and Write. Data and
-// ring SGEs land in memory before their completion is queued, so what a
-// completion announces may be read once it is polled.
+// Completions reach a connection through a sink (verbs.CompletionSink)
+// that queues them on the device's goroutine and wakes Read and Write;
+// whichever of them runs next applies them to the flow state under mu
+// (progress), reposts the receives consumed and returns credits when due,
+// as rsockets does in its calls (rs_process_cq). A message thus wakes the
+// reader directly, with no goroutine of the connection's own in between.
+// Data and ring SGEs land in memory before their completion is queued,
+// so what a completion announces may be read once it is taken.
 
 // errProtocol is wrapped by the errors of a peer that breaks rsockets'
 // rules (writes beyond its credits, reserved operations).
 var errProtocol = errors.New("rsocket: protocol violation")
 
-func (c *Conn) run(ctx context.Context) {
-	defer close(c.progress)
-	wcs := make([]verbs.WorkCompletion, 32)
+// completions is the sink: a ring as deep as the CQ. Its lock is never
+// held while calling verbs, so the device may deliver at any time.
+type completions struct {
+	mu   sync.Mutex
+	ring []verbs.WorkCompletion
+	head int
+	n    int
+	wake func()
+}
+
+// DeliverCompletion queues wc (called with the CQ's lock held).
+func (q *completions) DeliverCompletion(wc verbs.WorkCompletion) bool {
+	q.mu.Lock()
+	if q.n == len(q.ring) {
+		q.mu.Unlock()
+		return false
+	}
+	q.ring[(q.head+q.n)%len(q.ring)] = wc
+	q.n++
+	q.mu.Unlock()
+	q.wake()
+	return true
+}
+
+// take moves up to len(dst) completions into dst.
+func (q *completions) take(dst []verbs.WorkCompletion) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k := min(q.n, len(dst))
+	for i := range k {
+		dst[i] = q.ring[(q.head+i)%len(q.ring)]
+	}
+	q.head = (q.head + k) % len(q.ring)
+	q.n -= k
+	return k
+}
+
+// progress applies the completions queued, then returns credits if due.
+// The caller holds mu.
+func (c *Conn) progress() {
 	for {
-		n, err := c.ep.cq.Wait(ctx, wcs)
-		if err != nil {
-			if ctx.Err() == nil {
-				c.fail(fmt.Errorf("rsocket: completion queue: %w", err))
-			}
-			return
+		n := c.cq.take(c.wcs[:])
+		for i := range c.wcs[:n] {
+			c.complete(&c.wcs[i])
 		}
-		c.mu.Lock()
-		for i := range wcs[:n] {
-			if wcs[i].WRID&recvFlag != 0 {
-				c.received(&wcs[i])
-			} else {
-				c.sendDone(&wcs[i])
-			}
+		if n < len(c.wcs) {
+			break
 		}
-		c.updateCredits()
-		c.mu.Unlock()
-		c.wake()
+	}
+	c.updateCredits()
+}
+
+// complete applies one completion. The caller holds mu.
+func (c *Conn) complete(wc *verbs.WorkCompletion) {
+	if wc.WRID&recvFlag != 0 {
+		c.received(wc)
+	} else {
+		c.sendDone(wc)
 	}
 }
 
