@@ -27,8 +27,8 @@ type Conn struct {
 	rbuf    []byte
 	tbuf    []byte
 
-	cq       *completions
-	wcs      [32]verbs.WorkCompletion // progress's batch (mu)
+	cq  *completions
+	wcs [32]verbs.WorkCompletion // progress's batch (mu)
 
 	mu       sync.Mutex
 	snd      sender
