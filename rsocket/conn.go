@@ -196,7 +196,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 	return n, nil
 }
 
-// Write writes b in messages of up to 64 KiB, each copied into the send
+// Write writes b in messages of up to 256 KiB, each copied into the send
 // buffer and written into the peer's receive buffer, waiting for buffer
 // space and credits as the peer reads. It returns when every message is
 // posted (the data is then the transport's to deliver, as a socket's send
@@ -204,7 +204,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 func (c *Conn) Write(b []byte) (int, error) {
 	c.wrMu.Lock()
 	defer c.wrMu.Unlock()
-	done, olen := 0, olapStart
+	done := 0
 	for done < len(b) {
 		c.mu.Lock()
 		if !c.snd.canSend() {
@@ -220,11 +220,8 @@ func (c *Conn) Write(b []byte) (int, error) {
 			c.mu.Unlock()
 			return done, c.opError("write", err)
 		}
-		seg := c.snd.reserve(len(b)-done, olen)
+		seg := c.snd.reserve(len(b) - done)
 		c.mu.Unlock()
-		if olen < maxTransfer {
-			olen *= 2
-		}
 		if err := c.postData(b[done:done+seg.n], seg); err != nil {
 			c.fail(err)
 			return done, c.opError("write", err)
