@@ -25,3 +25,28 @@ func FuzzConnData(f *testing.F) {
 		}
 	})
 }
+
+// FuzzMsg: any immediate data and write length a peer sends is refused or
+// parsed into what it says, never more.
+func FuzzMsg(f *testing.F) {
+	f.Add(msg(opData, 65536), uint32(65536))
+	f.Add(msg(opSGL, 400), uint32(sgeLen))
+	f.Add(msg(opSGL, 400), uint32(0))
+	f.Add(msg(opCtrl, ctrlShutdown), uint32(0))
+	f.Add(msg(1, 5), uint32(5))
+	f.Fuzz(func(t *testing.T, imm, byteLen uint32) {
+		m, err := parseMsg(imm, byteLen)
+		if err != nil {
+			return
+		}
+		if msg(m.op, m.data) != imm {
+			t.Fatalf("%#x parsed as %+v", imm, m)
+		}
+		if m.op == opData && (m.data == 0 || m.data != byteLen) {
+			t.Fatalf("data message %+v of %d bytes accepted", m, byteLen)
+		}
+		if m.region != (m.op == opSGL && byteLen == sgeLen) {
+			t.Fatalf("%+v of %d bytes", m, byteLen)
+		}
+	})
+}

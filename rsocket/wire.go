@@ -133,3 +133,38 @@ func msg(op, data uint32) uint32 { return op<<29 | data&msgDataMask }
 // msgOp and msgData split one.
 func msgOp(m uint32) uint32   { return m >> 29 }
 func msgData(m uint32) uint32 { return m & msgDataMask }
+
+// peerMsg is a message from the peer: its immediate data split, and for
+// RS_OP_SGL whether the write carried an SGE for the target ring.
+type peerMsg struct {
+	op, data uint32
+	region   bool
+}
+
+// parseMsg checks a message the peer wrote with immediate data against
+// the length of its write (byteLen): data messages carry as many bytes as
+// they announce (at least one), credits none or one SGE, the reserved
+// operations are refused. Unknown control values pass (rsockets ignores
+// them, as keepalives).
+func parseMsg(imm, byteLen uint32) (peerMsg, error) {
+	m := peerMsg{op: msgOp(imm), data: msgData(imm)}
+	switch m.op {
+	case opData:
+		if m.data == 0 || byteLen != m.data {
+			return m, fmt.Errorf("%w: data message of %d bytes announcing %d", errProtocol, byteLen, m.data)
+		}
+	case opSGL:
+		if byteLen != 0 && byteLen != sgeLen {
+			return m, fmt.Errorf("%w: credits with %d bytes", errProtocol, byteLen)
+		}
+		m.region = byteLen == sgeLen
+	case opCtrl, opWrite, opIOMapSGL:
+	default:
+		return m, fmt.Errorf("%w: reserved operation %d", errProtocol, m.op)
+	}
+	return m, nil
+}
+
+// errProtocol is wrapped by the errors of a peer that breaks rsockets'
+// rules (writes beyond its credits, reserved operations).
+var errProtocol = errors.New("rsocket: protocol violation")
