@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/goroce/goroce/cm"
@@ -85,6 +86,7 @@ type Listener struct {
 	cfg     Config
 	ctx     context.Context
 	stop    context.CancelFunc
+	refused atomic.Uint64
 }
 
 var _ net.Listener = (*Listener)(nil)
@@ -122,6 +124,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 func (l *Listener) accept(req *cm.Request) (*Conn, error) {
 	peer, err := parseConnData(req.PrivateData())
 	if err != nil {
+		l.refused.Add(1) // before the peer learns it
 		_ = req.Reject(nil)
 		return nil, err
 	}
@@ -147,6 +150,10 @@ func (l *Listener) accept(req *cm.Request) (*Conn, error) {
 	}
 	return newConn(ep, cmc, release, &peer), nil
 }
+
+// Refused returns how many connection requests Accept rejected because
+// their private data was not rsockets' rs_conn_data version 1.
+func (l *Listener) Refused() uint64 { return l.refused.Load() }
 
 // Close stops listening; connections accepted stay up. A blocked Accept
 // returns an error wrapping net.ErrClosed.

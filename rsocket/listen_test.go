@@ -47,6 +47,9 @@ func TestListenerRejectsOthers(t *testing.T) {
 	if err := ep.destroy(); err != nil {
 		t.Fatal(err)
 	}
+	if n := l.Refused(); n != 1 {
+		t.Fatalf("Refused() = %d, want 1", n)
+	}
 	d := Dialer{LocalAddr: testkit.Addr(31)}
 	c, err := d.DialContext(testkit.Context(t), "rdma", addr)
 	if err != nil {
