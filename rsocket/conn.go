@@ -61,7 +61,8 @@ type Conn struct {
 }
 
 var (
-	_ net.Conn = (*Conn)(nil)
+	_ net.Conn    = (*Conn)(nil)
+	_ io.WriterTo = (*Conn)(nil)
 	// errReset is what a write finds once the peer disconnected.
 	errReset = syscall.ECONNRESET
 )
@@ -163,37 +164,75 @@ func (c *Conn) Read(b []byte) (int, error) {
 	}
 	c.rdMu.Lock()
 	defer c.rdMu.Unlock()
+	n, off, err := c.arrived()
+	if err != nil {
+		return 0, err
+	}
+	// The queued bytes are the reader's: the peer writes there again only
+	// once consume has returned them, so the copy needs no lock.
+	n = min(n, len(b))
+	k := copy(b[:n], c.rbuf[off:])
+	copy(b[k:n], c.rbuf)
+	c.consumed(n)
+	return n, nil
+}
+
+// WriteTo writes the data arriving to w, straight from the registered
+// receive buffer (one copy less than Read into a buffer of one's own, as
+// io.Copy does), until the peer's CloseWrite or Close (then it returns
+// nil) or an error.
+func (c *Conn) WriteTo(w io.Writer) (int64, error) {
+	c.rdMu.Lock()
+	defer c.rdMu.Unlock()
+	var total int64
+	for {
+		n, off, err := c.arrived()
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+		// Up to the buffer's end; what wraps goes on the next round.
+		k, werr := w.Write(c.rbuf[off : off+min(n, c.ep.rbufSz-off)])
+		total += int64(k)
+		c.consumed(k)
+		if werr != nil {
+			return total, werr
+		}
+	}
+}
+
+// arrived waits until data is queued and returns how much, from where in
+// the receive buffer; or io.EOF once the peer shut its side down, or why
+// no data will come. The caller holds rdMu.
+func (c *Conn) arrived() (n, off int, err error) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.progress()
 	for c.rcv.queued == 0 && !c.rdEOF && c.err == nil && !c.closed {
 		if err := c.wait(c.rdWake, c.rdTimer, c.rdDL); err != nil {
-			c.mu.Unlock()
-			return 0, c.opError("read", err)
+			return 0, 0, c.opError("read", err)
 		}
 	}
 	switch {
 	case c.closed:
-		c.mu.Unlock()
-		return 0, c.opError("read", net.ErrClosed)
+		return 0, 0, c.opError("read", net.ErrClosed)
 	case c.rcv.queued == 0 && c.rdEOF:
-		c.mu.Unlock()
-		return 0, io.EOF
+		return 0, 0, io.EOF
 	case c.rcv.queued == 0:
-		err := c.err
-		c.mu.Unlock()
-		return 0, c.opError("read", err)
+		return 0, 0, c.opError("read", c.err)
 	}
-	// The queued bytes are the reader's: the peer writes there again only
-	// once consume has returned them, so the copy needs no lock.
-	n, off := min(len(b), c.rcv.queued), c.rcv.readOff
-	c.mu.Unlock()
-	k := copy(b[:n], c.rbuf[off:])
-	copy(b[k:n], c.rbuf)
+	return c.rcv.queued, c.rcv.readOff, nil
+}
+
+// consumed returns n bytes read to the receive buffer, and credits to
+// the peer when due. The caller holds rdMu.
+func (c *Conn) consumed(n int) {
 	c.mu.Lock()
 	c.rcv.consume(n)
 	c.updateCredits()
 	c.mu.Unlock()
-	return n, nil
 }
 
 // Write writes b in messages of up to 256 KiB, each copied into the send

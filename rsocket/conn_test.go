@@ -278,3 +278,21 @@ func TestPeerDeviceCloses(t *testing.T) {
 		t.Fatal("read still blocked after the write failed")
 	}
 }
+
+// WriteTo hands the data to a writer straight from the receive buffer,
+// across its wrap, until the peer's CloseWrite.
+func TestWriteTo(t *testing.T) {
+	testkit.CheckLeaks(t)
+	client, server := pair(t, 13, 14, Config{ReceiveBuffer: 16 << 10})
+	want := pattern(3, 1<<20+5)
+	go func() {
+		if _, err := client.Write(want); err == nil {
+			_ = client.CloseWrite()
+		}
+	}()
+	var got bytes.Buffer
+	n, err := server.WriteTo(&got)
+	if err != nil || n != int64(len(want)) || !bytes.Equal(got.Bytes(), want) {
+		t.Fatalf("WriteTo: %d, %v; data equal: %v", n, err, bytes.Equal(got.Bytes(), want))
+	}
+}
