@@ -1,6 +1,7 @@
 package rsocket
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -52,6 +53,7 @@ type Conn struct {
 	rdMu    sync.Mutex // one Read at a time, and rdTimer
 	rdTimer *time.Timer
 	wrMu    sync.Mutex // one Write at a time, and what follows
+	postMu  sync.Mutex // held from a message's reservation to its post (Close waits)
 	wrTimer *time.Timer
 	dataWR  verbs.SendWR
 	dataSGE [2]verbs.SGE
@@ -61,8 +63,9 @@ type Conn struct {
 }
 
 var (
-	_ net.Conn    = (*Conn)(nil)
-	_ io.WriterTo = (*Conn)(nil)
+	_ net.Conn      = (*Conn)(nil)
+	_ io.WriterTo   = (*Conn)(nil)
+	_ io.ReaderFrom = (*Conn)(nil)
 	// errReset is what a write finds once the peer disconnected.
 	errReset = syscall.ECONNRESET
 )
@@ -245,29 +248,100 @@ func (c *Conn) Write(b []byte) (int, error) {
 	defer c.wrMu.Unlock()
 	done := 0
 	for done < len(b) {
+		c.postMu.Lock()
 		c.mu.Lock()
-		if !c.snd.canSend() {
-			c.progress()
-		}
-		for !c.snd.canSend() && c.writable() == nil {
-			if err := c.wait(c.wrWake, c.wrTimer, c.wrDL); err != nil {
-				c.mu.Unlock()
-				return done, c.opError("write", err)
-			}
-		}
-		if err := c.writable(); err != nil {
+		if err := c.sendable(); err != nil {
 			c.mu.Unlock()
-			return done, c.opError("write", err)
+			c.postMu.Unlock()
+			return done, err
 		}
 		seg := c.snd.reserve(len(b) - done)
 		c.mu.Unlock()
-		if err := c.postData(b[done:done+seg.n], seg); err != nil {
+		err := c.postData(b[done:done+seg.n], seg)
+		c.postMu.Unlock()
+		if err != nil {
 			c.fail(err)
 			return done, c.opError("write", err)
 		}
 		done += seg.n
 	}
 	return done, nil
+}
+
+// ReadFrom writes what it reads from r until io.EOF, reading straight
+// into the registered send buffer (one copy less than Write from a
+// buffer of one's own, as io.Copy does): each Read of r becomes one
+// message.
+func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
+	c.wrMu.Lock()
+	defer c.wrMu.Unlock()
+	var total int64
+	for {
+		c.mu.Lock()
+		if err := c.sendable(); err != nil {
+			c.mu.Unlock()
+			return total, err
+		}
+		// Room for one message, contiguous in the send buffer: what
+		// reserve grants a write of that length, as long as the peer
+		// keeps to the protocol (only completions change it meanwhile).
+		room := min(c.snd.sbufAvail, c.ep.sbufSz-c.snd.sbufPos, int(c.snd.target[c.snd.targetIdx].length), maxMessage)
+		pos := c.snd.sbufPos
+		c.mu.Unlock()
+		// Not under postMu: Close does not wait for r.
+		n, rerr := r.Read(c.sbuf[pos : pos+room])
+		if n > 0 {
+			if err := c.postRead(n); err != nil {
+				return total, err
+			}
+			total += int64(n)
+		}
+		if rerr == io.EOF {
+			return total, nil
+		}
+		if rerr != nil {
+			return total, rerr
+		}
+	}
+}
+
+// postRead sends the n bytes ReadFrom read into the send buffer.
+func (c *Conn) postRead(n int) error {
+	c.postMu.Lock()
+	defer c.postMu.Unlock()
+	c.mu.Lock()
+	if err := c.writable(); err != nil {
+		c.mu.Unlock()
+		return c.opError("write", err)
+	}
+	seg := c.snd.reserve(n)
+	c.mu.Unlock()
+	err := c.postData(nil, seg)
+	if err == nil && seg.n < n {
+		err = fmt.Errorf("%w: the peer rewrote the region being filled", errProtocol)
+	}
+	if err != nil {
+		c.fail(err)
+		return c.opError("write", err)
+	}
+	return nil
+}
+
+// sendable waits until a message may be sent. The caller holds wrMu and
+// mu.
+func (c *Conn) sendable() error {
+	if !c.snd.canSend() {
+		c.progress()
+	}
+	for !c.snd.canSend() && c.writable() == nil {
+		if err := c.wait(c.wrWake, c.wrTimer, c.wrDL); err != nil {
+			return c.opError("write", err)
+		}
+	}
+	if err := c.writable(); err != nil {
+		return c.opError("write", err)
+	}
+	return nil
 }
 
 // writable says why no write may start, if one may not. The caller holds
@@ -287,19 +361,21 @@ func (c *Conn) writable() error {
 }
 
 // postData copies p into the send buffer at seg.off (in two pieces if it
-// wraps) and posts the write with its message.
+// wraps; nothing when p is nil: ReadFrom read the data there) and posts
+// the write of seg.n bytes with its message.
 func (c *Conn) postData(p []byte, seg segment) error {
 	lkey := c.ep.smr.LKey()
 	base := c.ep.smr.IOVA()
-	k := copy(c.sbuf[seg.off:c.ep.sbufSz], p)
+	k := min(seg.n, c.ep.sbufSz-seg.off)
+	copy(c.sbuf[seg.off:seg.off+k], p)
 	c.dataSGE[0] = verbs.SGE{Addr: base + uint64(seg.off), Length: uint32(k), LKey: lkey}
 	c.dataWR.SGList = c.dataSGE[:1]
-	if k < len(p) {
+	if k < seg.n {
 		copy(c.sbuf, p[k:])
-		c.dataSGE[1] = verbs.SGE{Addr: base, Length: uint32(len(p) - k), LKey: lkey}
+		c.dataSGE[1] = verbs.SGE{Addr: base, Length: uint32(seg.n - k), LKey: lkey}
 		c.dataWR.SGList = c.dataSGE[:2]
 	}
-	m := msg(opData, uint32(len(p)))
+	m := msg(opData, uint32(seg.n))
 	c.dataWR.WRID, c.dataWR.ImmData, c.dataWR.Opcode = uint64(m), m, verbs.WRRDMAWriteWithImm
 	c.dataWR.RDMA = verbs.RDMAParams{RemoteAddr: seg.dst.addr, RKey: seg.dst.key}
 	return c.ep.qp.PostSend(&c.dataWR)
@@ -368,19 +444,19 @@ func (c *Conn) CloseWrite() error {
 	if c.rdEOF {
 		ctrl = ctrlDisconnect
 	}
-	return c.shutdown(ctrl, "close")
+	return c.shutdown(ctrl, "close", c.wrTimer)
 }
 
-// shutdown posts a control message and waits for every send to complete.
-// The caller holds wrMu and mu.
-func (c *Conn) shutdown(ctrl uint32, op string) error {
+// shutdown posts a control message and waits for every send to complete,
+// on timer t. The caller holds mu, and wrMu or postMu.
+func (c *Conn) shutdown(ctrl uint32, op string, t *time.Timer) error {
 	c.progress()
 	if c.err != nil || c.peerGone {
 		return nil
 	}
 	deadline := time.Now().Add(closeTimeout)
 	for c.ctrlSeq == c.ctrlMax && c.err == nil && !c.peerGone {
-		if err := c.wait(c.wrWake, c.wrTimer, deadline); err != nil {
+		if err := c.wait(c.wrWake, t, deadline); err != nil {
 			return c.opError(op, err)
 		}
 	}
@@ -392,7 +468,7 @@ func (c *Conn) shutdown(ctrl uint32, op string) error {
 	}
 	c.discSent = ctrl == ctrlDisconnect
 	for !c.sendsDone() && c.err == nil {
-		if err := c.wait(c.wrWake, c.wrTimer, deadline); err != nil {
+		if err := c.wait(c.wrWake, t, deadline); err != nil {
 			return c.opError(op, err)
 		}
 	}
@@ -415,14 +491,14 @@ func (c *Conn) Close() error {
 		c.closed = true
 		c.mu.Unlock()
 		c.wake()
-		c.wrMu.Lock() // a Write in progress posts its message first
+		c.postMu.Lock() // a message reserved is posted first
 		c.mu.Lock()
 		c.wrShut = true
 		if !c.discSent {
-			c.closeErr = c.shutdown(ctrlDisconnect, "close")
+			c.closeErr = c.shutdown(ctrlDisconnect, "close", stoppedTimer())
 		}
 		c.mu.Unlock()
-		c.wrMu.Unlock()
+		c.postMu.Unlock()
 		if err := c.cmc.Close(); err != nil && c.closeErr == nil {
 			c.closeErr = c.opError("close", err)
 		}

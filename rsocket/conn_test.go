@@ -296,3 +296,56 @@ func TestWriteTo(t *testing.T) {
 		t.Fatalf("WriteTo: %d, %v; data equal: %v", n, err, bytes.Equal(got.Bytes(), want))
 	}
 }
+
+// ReadFrom reads into the send buffer, across its wrap, one message per
+// Read of its source.
+func TestReadFrom(t *testing.T) {
+	testkit.CheckLeaks(t)
+	client, server := pair(t, 15, 16, Config{SendBuffer: 16 << 10})
+	want := pattern(4, 1<<20+7)
+	errc := make(chan error, 1)
+	go func() {
+		// A reader that is not an io.WriterTo, of odd-sized reads.
+		n, err := client.ReadFrom(io.LimitReader(iotestOdd{bytes.NewReader(want)}, int64(len(want))))
+		if err == nil && n != int64(len(want)) {
+			err = errors.New("short ReadFrom")
+		}
+		if err == nil {
+			err = client.CloseWrite()
+		}
+		errc <- err
+	}()
+	got, err := io.ReadAll(server)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read %d bytes, %v; equal: %v", len(got), err, bytes.Equal(got, want))
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// iotestOdd reads at most 3001 bytes at a time.
+type iotestOdd struct{ r io.Reader }
+
+func (o iotestOdd) Read(p []byte) (int, error) { return o.r.Read(p[:min(len(p), 3001)]) }
+
+// Close does not wait for the source of a ReadFrom in progress; the
+// ReadFrom then fails with net.ErrClosed on its next message.
+func TestCloseDuringReadFrom(t *testing.T) {
+	testkit.CheckLeaks(t)
+	client, _ := pair(t, 17, 18, Config{})
+	pr, pw := io.Pipe()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := client.ReadFrom(pr)
+		errc <- err
+	}()
+	if _, err := pw.Write([]byte("first")); err != nil { // ReadFrom is reading now
+		t.Fatal(err)
+	}
+	if err := client.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = pw.Write([]byte("after Close"))
+	testkit.WantErr(t, <-errc, net.ErrClosed)
+}
