@@ -1,8 +1,8 @@
 // Package rsocket is a stream socket over goroce: net.Conn and
 // net.Listener (Dialer.DialContext, ListenConfig.Listen) whose bytes move
 // by RDMA, wire-compatible with librdmacm's rsockets, so that a Go program
-// and rstream, riostream's stream path or any C program under
-// librspreload talk to each other.
+// and rstream, or a C program's sockets under librspreload, talk to each
+// other.
 //
 // # The protocol, as rsockets speaks it
 //
