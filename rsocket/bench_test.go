@@ -8,7 +8,7 @@ import (
 // BenchmarkStream64K: one side writes 64 KiB at a time, the other reads,
 // over loopback between two devices of this process.
 func BenchmarkStream64K(b *testing.B) {
-	client, server := pair(b, 20, 21, Config{SendBuffer: 1 << 20, ReceiveBuffer: 1 << 20})
+	client, server := pair(b, 40, 41, Config{SendBuffer: 1 << 20, ReceiveBuffer: 1 << 20})
 	buf := make([]byte, 64<<10)
 	done := make(chan error, 1)
 	go func() {
@@ -32,7 +32,7 @@ func BenchmarkStream64K(b *testing.B) {
 
 // BenchmarkPingPong: 64-byte round trips.
 func BenchmarkPingPong(b *testing.B) {
-	client, server := pair(b, 22, 23, Config{})
+	client, server := pair(b, 42, 43, Config{})
 	go func() { _, _ = io.CopyBuffer(server, server, make([]byte, 64)) }()
 	buf := make([]byte, 64)
 	b.ResetTimer()

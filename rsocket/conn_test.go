@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/rdmatest/testkit"
+	"github.com/goroce/goroce/verbs"
 )
 
 // The tests connect goroce to goroce in this process: a listener on one
@@ -348,4 +349,30 @@ func TestCloseDuringReadFrom(t *testing.T) {
 	}
 	_, _ = pw.Write([]byte("after Close"))
 	testkit.WantErr(t, <-errc, net.ErrClosed)
+}
+
+// The peer's QP vanishes without a word (no RS_CTRL_DISCONNECT, no DREQ):
+// a Write fails when the transport's retries run out, and a blocked Read
+// fails with it, rather than hang.
+func TestPeerVanishes(t *testing.T) {
+	client, server := pair(t, 19, 20, Config{})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := client.Read(make([]byte, 1))
+		errc <- err
+	}()
+	if err := server.ep.qp.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	for err == nil {
+		_, err = client.Write(make([]byte, 64<<10))
+	}
+	testkit.WantErr(t, err, verbs.ErrRetryExceeded)
+	select {
+	case rerr := <-errc:
+		testkit.WantErr(t, rerr, verbs.ErrRetryExceeded)
+	case <-time.After(testkit.Timeout):
+		t.Fatal("read still blocked after the write failed")
+	}
 }
