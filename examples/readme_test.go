@@ -21,9 +21,11 @@ var imports = map[string]string{
 	"context": "context",
 	"errors":  "errors",
 	"fmt":     "fmt",
+	"io":      "io",
 	"log":     "log",
 	"netip":   "net/netip",
 	"os":      "os",
+	"rsocket": "github.com/goroce/goroce/rsocket",
 	"time":    "time",
 	"verbs":   "github.com/goroce/goroce/verbs",
 }

@@ -20,6 +20,9 @@
 #   goroce-perf write_bw, read_bw, send_bw -R, write_lat -R
 #                                            vs the same perftest tests -R (rdma_cm:
 #                                            no TCP; 1024 B, 65536 B, 64 B)
+#   goroce-rstream -T v                      vs rstream -T v (rsockets over rdma_cm:
+#                                            64 B, 1000 B, 65536 B, 1 MiB, 3 MiB + 1;
+#                                            data verified by both)
 #   a connect to a port nobody listens on    refused with REJ "invalid service ID"
 #                                            (8), goroce-rping and rping each way
 #   libgoroce: Debian's ib_write_bw, ib_read_bw, ib_send_bw (1025 B, 65536 B),
@@ -312,7 +315,7 @@ selected() { [ -z "$ONLY" ] || [[ $1 =~ $ONLY ]]; }
 # ----------------------------------------------------------------------------- setup
 log "building goroce-perf, the goroce-*pingpong commands, goroce-dump into $BIN"
 (cd "$ROOT" && go build -o "$BIN/" ./cmd/goroce-perf ./cmd/goroce-rping ./cmd/goroce-pingpong ./cmd/goroce-uc-pingpong \
-    ./cmd/goroce-ud-pingpong ./cmd/goroce-srq-pingpong ./cmd/goroce-dump) \
+    ./cmd/goroce-ud-pingpong ./cmd/goroce-srq-pingpong ./cmd/goroce-dump ./cmd/goroce-rstream) \
     || die "go build failed"
 
 # libgoroce's scenarios run Debian's perftest, ibv_rc_pingpong and
@@ -553,6 +556,7 @@ finish() {
 P="$BIN/goroce-perf"
 PP="$BIN/goroce-pingpong"
 R="$BIN/goroce-rping"
+RS="$BIN/goroce-rstream"
 CM_PORT= # set for the rdma_cm scenarios: no TCP to wait for
 CM_READY=
 
@@ -692,6 +696,31 @@ vm_server "write_lat_rdma_cm/s=64/goroce-client" "has_result 64 $ITERS" \
     "ib_write_lat -d rxe0 $args" "$P write_lat --bind $HOST_IP -u 18 $args $VM_IP"
 host_server "write_lat_rdma_cm/s=64/goroce-server" "has_result 64 $ITERS" \
     "$P write_lat --bind $HOST_IP -u 18 $args" "ib_write_lat -d rxe0 $args $HOST_IP"
+
+# rsockets: goroce-rstream (package rsocket) against librdmacm's rstream,
+# both roles: the stream over rdma_cm, rs_conn_data in the REQ and REP,
+# data and credits as RDMA WRITE WITH IMMEDIATE. rstream's custom test,
+# -T v: each side checks every byte it receives against its counter and
+# exits 1 on a mismatch; both print the "custom" line of the size and
+# count. rstream's default buffers (SO_SNDBUF/SO_RCVBUF 512 KiB, doubled
+# by rsockets), and -B 8192 (16 KiB buffers: every transfer crosses the
+# buffer's wrap and waits for credits).
+# has_rstream SIZE XFERS FILE: the result line of the custom test
+has_rstream() {
+    grep -Eq "^custom +$1 +$2 +1 +[0-9]" "$3"
+}
+CM_PORT=7471 CM_READY="name "
+for t in "64 64 200" "1000 1000 200" "65536 64k 20" "1048576 1m 5" "3145729 3m 2" "100000/B=8192 97k 20"; do
+    read -r sz shown xfers <<<"$t"
+    s=${sz%%/*} extra=
+    [ "$sz" = "$s" ] || extra="-B ${sz#*/B=}"
+    args="-S $s -C $xfers -T v $extra"
+    vm_server "rstream/s=$sz/goroce-client" "has_rstream $shown $xfers" \
+        "rstream -b $VM_IP $args" "$RS -s $VM_IP -b $HOST_IP $args"
+    host_server "rstream/s=$sz/goroce-server" "has_rstream $shown $xfers" \
+        "$RS -b $HOST_IP $args" "rstream -s $HOST_IP -b $VM_IP $args"
+done
+CM_PORT= CM_READY=
 
 # A connect to a port nobody listens on is refused with REJ reason 8
 # ("invalid service ID", as the kernel answers). Each side's server listens

@@ -1,0 +1,280 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/goroce/goroce/rsocket"
+)
+
+// testSize is rstream's table of sizes: option 1 only with -S all.
+var testSizes = []struct{ size, option int }{
+	{1 << 6, 0},
+	{1 << 7, 1}, {1<<7 + 1<<6, 1},
+	{1 << 8, 1}, {1<<8 + 1<<7, 1},
+	{1 << 9, 1}, {1<<9 + 1<<8, 1},
+	{1 << 10, 1}, {1<<10 + 1<<9, 1},
+	{1 << 11, 1}, {1<<11 + 1<<10, 1},
+	{1 << 12, 0}, {1<<12 + 1<<11, 1},
+	{1 << 13, 1}, {1<<13 + 1<<12, 1},
+	{1 << 14, 1}, {1<<14 + 1<<13, 1},
+	{1 << 15, 1}, {1<<15 + 1<<14, 1},
+	{1 << 16, 0}, {1<<16 + 1<<15, 1},
+	{1 << 17, 1}, {1<<17 + 1<<16, 1},
+	{1 << 18, 1}, {1<<18 + 1<<17, 1},
+	{1 << 19, 1}, {1<<19 + 1<<18, 1},
+	{1 << 20, 0}, {1<<20 + 1<<19, 1},
+	{1 << 21, 1}, {1<<21 + 1<<20, 1},
+	{1 << 22, 1}, {1<<22 + 1<<21, 1},
+}
+
+// tester runs rstream's tests on one side.
+type tester struct {
+	cfg    *config
+	out    io.Writer
+	client bool
+	ln     net.Listener
+	conn   net.Conn
+	buf    []byte
+
+	name       string
+	size       int
+	count      int
+	iterations int
+
+	sendByte, recvByte byte  // rstream's format_buf and verify_buf counters
+	verified           int64 // bytes verified (verify_buf's total_bytes)
+}
+
+func newTester(cfg *config, out io.Writer) *tester {
+	t := &tester{cfg: cfg, out: out, client: cfg.server != "", name: "custom",
+		size: cfg.size, count: cfg.count, iterations: cfg.iterations}
+	n := testSizes[len(testSizes)-1].size
+	if cfg.custom {
+		n = cfg.size
+	}
+	t.buf = make([]byte, max(n, 16))
+	return t
+}
+
+func (t *tester) run(ctx context.Context) error {
+	if !t.client {
+		if err := t.listen(ctx); err != nil {
+			return err
+		}
+		defer t.ln.Close()
+		defer context.AfterFunc(ctx, func() { t.ln.Close() })()
+	}
+	fmt.Fprintf(t.out, "%-10s%-8s%-8s%-8s%-8s%8s %10s%13s\n", "name", "bytes", "xfers", "iters", "total", "time", "Gb/sec", "usec/xfer")
+	if t.cfg.custom {
+		if err := t.connect(ctx); err != nil {
+			return err
+		}
+		defer t.conn.Close()
+		return t.runTest()
+	}
+	for _, phase := range []func(size int){t.initLatency, t.initBandwidth} {
+		if err := t.connect(ctx); err != nil {
+			return err
+		}
+		for _, s := range testSizes {
+			if s.option > 0 && !t.cfg.allSizes {
+				continue
+			}
+			phase(s.size)
+			if err := t.runTest(); err != nil {
+				t.conn.Close()
+				return err
+			}
+		}
+		if err := t.conn.Close(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// initLatency and initBandwidth are rstream's init_latency_test and
+// init_bandwidth_test.
+func (t *tester) initLatency(size int) {
+	t.name = fmt.Sprintf("%.4s_lat", sizeStr(int64(size)))
+	t.count, t.size, t.iterations = 1, size, sizeToCount(size)
+}
+
+func (t *tester) initBandwidth(size int) {
+	t.name = fmt.Sprintf("%.4s_bw", sizeStr(int64(size)))
+	t.iterations, t.size, t.count = 1, size, sizeToCount(size)
+}
+
+// listen opens the server's listener.
+func (t *tester) listen(ctx context.Context) error {
+	var err error
+	if t.cfg.tcp {
+		var lc net.ListenConfig
+		t.ln, err = lc.Listen(ctx, "tcp", hostPort(t.cfg.bind, t.cfg.port))
+		return err
+	}
+	lc := rsocket.ListenConfig{UDPPort: uint16(t.cfg.udpPort), Config: t.buffers()}
+	t.ln, err = lc.Listen(ctx, "rdma", hostPort(t.cfg.bind, t.cfg.port))
+	return err
+}
+
+// buffers are rstream's: -B, or 512 KiB, which rsockets doubles.
+func (t *tester) buffers() rsocket.Config {
+	n := t.cfg.bufSize
+	if n == 0 {
+		n = 1 << 19
+	}
+	return rsocket.Config{SendBuffer: 2 * n, ReceiveBuffer: 2 * n}
+}
+
+// connect accepts the next connection (server) or dials (client).
+func (t *tester) connect(ctx context.Context) error {
+	var err error
+	switch {
+	case !t.client:
+		t.conn, err = t.ln.Accept()
+	case t.cfg.tcp:
+		var d net.Dialer
+		if t.cfg.bind != "" {
+			d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(t.cfg.bind)}
+		}
+		t.conn, err = d.DialContext(ctx, "tcp", hostPort(t.cfg.server, t.cfg.port))
+	default:
+		d := rsocket.Dialer{UDPPort: uint16(t.cfg.udpPort), Config: t.buffers()}
+		if t.cfg.bind != "" {
+			d.LocalAddr = netip.MustParseAddr(t.cfg.bind) // parseArgs checked it
+		}
+		t.conn, err = d.DialContext(ctx, "rdma", hostPort(t.cfg.server, t.cfg.port))
+	}
+	if c, ok := t.conn.(*net.TCPConn); ok && err == nil {
+		err = c.SetNoDelay(true)
+	}
+	return err
+}
+
+// runTest is rstream's run_test: a 16-byte exchange, then the timed
+// iterations, each count transfers from the client and count back.
+func (t *tester) runTest() error {
+	if err := t.exchange(16, 1); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := t.exchange(t.size, t.count); err != nil {
+		return err
+	}
+	for i := 1; i < t.iterations; i++ {
+		if err := t.exchange(t.size, t.count); err != nil {
+			return err
+		}
+	}
+	t.showPerf(time.Since(start))
+	return nil
+}
+
+// exchange sends count transfers of size bytes one way, then receives
+// as many back (the client sends first).
+func (t *tester) exchange(size, count int) error {
+	for _, sending := range []bool{t.client, !t.client} {
+		for range count {
+			var err error
+			if sending {
+				err = t.send(size)
+			} else {
+				err = t.recv(size)
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (t *tester) send(size int) error {
+	b := t.buf[:size]
+	if t.cfg.verify {
+		for i := range b {
+			b[i] = t.sendByte
+			t.sendByte++
+		}
+	}
+	_, err := t.conn.Write(b)
+	return err
+}
+
+func (t *tester) recv(size int) error {
+	b := t.buf[:size]
+	if _, err := io.ReadFull(t.conn, b); err != nil {
+		return fmt.Errorf("rrecv: %w", err)
+	}
+	if !t.cfg.verify {
+		return nil
+	}
+	for i := range b {
+		if b[i] != t.recvByte {
+			return fmt.Errorf("data verification failed byte %d", t.verified)
+		}
+		t.recvByte++
+		t.verified++
+	}
+	return nil
+}
+
+// showPerf prints rstream's line for the test just run.
+func (t *tester) showPerf(d time.Duration) {
+	usec := float64(d.Microseconds())
+	bytes := int64(t.iterations) * int64(t.count) * int64(t.size) * 2
+	fmt.Fprintf(t.out, "%-10s%-8s%-8s%-8s%-8s%8.2fs%10.2f%11.2f\n", t.name, sizeStr(int64(t.size)),
+		cntStr(int64(t.count)), cntStr(int64(t.iterations)), sizeStr(bytes),
+		usec/1e6, float64(bytes*8)/(1000*usec), usec/float64(t.iterations)/float64(t.count*2))
+}
+
+// sizeStr is librdmacm's size_str: 1.5k, 64k, 3m, ...
+func sizeStr(size int64) string {
+	base, mag := int64(1), ""
+	switch {
+	case size >= 1<<30:
+		base, mag = 1<<30, "g"
+	case size >= 1<<20:
+		base, mag = 1<<20, "m"
+	case size >= 1<<10:
+		base, mag = 1<<10, "k"
+	}
+	if size/base < 10 {
+		if f := (size % base) * 10 / base; f != 0 {
+			return fmt.Sprintf("%d.%d%s", size/base, f, mag)
+		}
+	}
+	return fmt.Sprintf("%d%s", size/base, mag)
+}
+
+// cntStr is librdmacm's cnt_str: 100k, 1m, ...
+func cntStr(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%db", n/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%dm", n/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%dk", n/1e3)
+	}
+	return fmt.Sprintf("%d", n)
+}
+
+// sizeToCount is librdmacm's size_to_count.
+func sizeToCount(size int) int {
+	switch {
+	case size >= 1<<20:
+		return 100
+	case size >= 1<<16:
+		return 1000
+	case size >= 1<<10:
+		return 10000
+	}
+	return 100000
+}
