@@ -163,3 +163,24 @@ func TestDestroyRightAfterSRQReceiveStillAcks(t *testing.T) {
 	release()
 	wantSendDone(t, a)
 }
+
+// TestStateIsErrWhenErrorCompletionPolled: a requester whose WRITE was
+// refused (remote access error) is in ERR by the time the application
+// polls that completion, as on a NIC, even while the receive batch that
+// took the NAK has not ended yet (the batch is held there).
+func TestStateIsErrWhenErrorCompletionPolled(t *testing.T) {
+	a, b := ackPair(t)
+	_, release := holdBatch(t, a.Dev, verbs.BatchStart)
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 6, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.MR.SGE(0, 8)},
+		RDMA:   verbs.RDMAParams{RemoteAddr: b.MR.IOVA(), RKey: b.MR.RKey() ^ 0x80}})
+	wc := rdmatest.WaitN(t, a.CQ, 1)[0]
+	st := a.QP.State()
+	release()
+	if wc.Status != verbs.WCRemAccessErr || wc.WRID != 6 {
+		t.Fatalf("bad rkey completion %+v", wc)
+	}
+	if st != verbs.QPStateErr {
+		t.Fatalf("QP in %v when its error completion was polled, want ERR", st)
+	}
+}

@@ -58,10 +58,13 @@ type QP struct {
 
 	// state (a QPState) is read atomically. Modify changes it with mu
 	// and xmu held; the transport's own move to ERR (an error
-	// completion) is mirrored into it with xmu held
-	// (noteTransportErrorLocked).
+	// completion) is mirrored into it with xmu held, before the error's
+	// completions reach the CQ (transport.Config.EnteringError).
 	state  atomic.Int32
 	closed atomic.Bool
+	// errNoted: the events of the QP's current ERR have been raised
+	// (noteTransportErrorLocked, or the Modify that entered it); xmu.
+	errNoted bool
 
 	// xmu serialises everything that touches the transport state
 	// machines (posting, packet handling, timers and the effects of

@@ -226,6 +226,10 @@ func (qp *QP) transportConfig() transport.Config {
 		RecvCQ:      (*cqSink)(qp.recvCQ),
 		SQSigAll:    qp.sqSigAll,
 		AtomicLocks: &qp.dev.eng.atomics,
+		// The state an application queries after polling an error
+		// completion is ERR already, as on a NIC; the asynchronous
+		// events follow in noteTransportErrorLocked.
+		EnteringError: func() { qp.state.Store(int32(QPStateErr)) },
 	}
 	if qp.srq != nil {
 		cfg.SRQ = (*srqSource)(qp.srq)

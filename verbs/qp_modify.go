@@ -219,6 +219,10 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	if next == QPStateErr && cur != QPStateErr {
 		qp.raiseQPEventsLocked(false)
 	}
+	// This move raised the events of an ERR it enters (the transport's
+	// own errors raise theirs in noteTransportErrorLocked); leaving ERR
+	// lets the next error raise them again.
+	qp.errNoted = next == QPStateErr
 	// IBA 11.6.3: SQ Drained is raised when asked for by the move to SQD.
 	qp.sqDraining = next == QPStateSQD && (qp.sqDraining ||
 		cur != QPStateSQD && mask&QPAttrEnSQDAsyncNotify != 0 && attr.EnSQDAsyncNotify)
@@ -548,8 +552,9 @@ func (qp *QP) applyTransportLocked(op string, a *QPAttr, mask QPAttrMask, cur, n
 // QP's state, so that State and Query report ERR afterwards, as
 // ibv_query_qp does on rxe. The caller holds xmu.
 func (qp *QP) noteTransportErrorLocked() {
-	if qp.tq != nil && qp.tq.State() == QPStateErr && qp.State() != QPStateErr {
-		qp.state.Store(int32(QPStateErr))
+	if qp.tq != nil && qp.tq.State() == QPStateErr && !qp.errNoted {
+		qp.errNoted = true
+		qp.state.Store(int32(QPStateErr)) // already, from EnteringError
 		qp.raiseQPEventsLocked(true)
 	}
 }

@@ -369,6 +369,7 @@ func (qp *QP) fatal(st ibv.WCStatus) {
 	if qp.state == ibv.QPStateErr {
 		return
 	}
+	qp.announceError() // before the head's error completion can be polled
 	if qp.sq.len() > 0 {
 		qp.completeHead(st)
 	}

@@ -28,6 +28,12 @@ type Config struct {
 	// AtomicLocks serialises atomics on the device. All the QPs of a
 	// device must share one; nil gives the QP a private one.
 	AtomicLocks *AtomicLocks
+	// EnteringError, if set, is called when the transport moves the QP
+	// to ERR, before the error's completions are pushed: a NIC's QP is in
+	// ERR by the time its error completion can be polled, so the caller
+	// can show the new state first. It may be called more than once for
+	// one error, on the caller's goroutine.
+	EnteringError func()
 }
 
 // QP is the transport side of a reliable connected queue pair: requester,
@@ -50,9 +56,10 @@ type QP struct {
 	locks     *AtomicLocks
 	dest      any
 
-	state   ibv.QPState
-	cause   ErrorCause // why the transport itself moved the QP to ERR
-	refusal Refusal    // the responder's first refusal since reset (refusal.go)
+	state         ibv.QPState
+	enteringError func()     // Config.EnteringError
+	cause         ErrorCause // why the transport itself moved the QP to ERR
+	refusal       Refusal    // the responder's first refusal since reset (refusal.go)
 
 	// Attributes set by modify_qp.
 	mtu             uint32
@@ -92,24 +99,25 @@ func NewQP(cfg Config) *QP {
 		cfg.Type = ibv.QPTypeRC
 	}
 	qp := &QP{
-		typ:         cfg.Type,
-		qpn:         cfg.QPN & wire.QPNMask,
-		pd:          cfg.PD,
-		maxSGE:      max(cfg.MaxSGE, 1),
-		maxInline:   max(cfg.MaxInline, 0),
-		mem:         cfg.Memory,
-		scq:         cfg.SendCQ,
-		rcq:         cfg.RecvCQ,
-		srq:         cfg.SRQ,
-		sigAll:      cfg.SQSigAll,
-		locks:       cfg.AtomicLocks,
-		mtu:         DefaultPathMTU,
-		timeout:     DefaultTimeout,
-		retryCnt:    DefaultRetryCnt,
-		rnrRetry:    DefaultRNRRetry,
-		minRNRTimer: DefaultMinRNRTimer,
-		window:      DefaultMaxUnackedPSNs,
-		ackEvery:    DefaultAckEvery,
+		typ:           cfg.Type,
+		qpn:           cfg.QPN & wire.QPNMask,
+		pd:            cfg.PD,
+		maxSGE:        max(cfg.MaxSGE, 1),
+		maxInline:     max(cfg.MaxInline, 0),
+		mem:           cfg.Memory,
+		scq:           cfg.SendCQ,
+		rcq:           cfg.RecvCQ,
+		srq:           cfg.SRQ,
+		sigAll:        cfg.SQSigAll,
+		locks:         cfg.AtomicLocks,
+		mtu:           DefaultPathMTU,
+		enteringError: cfg.EnteringError,
+		timeout:       DefaultTimeout,
+		retryCnt:      DefaultRetryCnt,
+		rnrRetry:      DefaultRNRRetry,
+		minRNRTimer:   DefaultMinRNRTimer,
+		window:        DefaultMaxUnackedPSNs,
+		ackEvery:      DefaultAckEvery,
 	}
 	if qp.locks == nil {
 		qp.locks = new(AtomicLocks)
@@ -368,6 +376,7 @@ func (qp *QP) enterError() {
 	if qp.state == ibv.QPStateErr {
 		return
 	}
+	qp.announceError()
 	qp.state = ibv.QPStateErr
 	qp.comp.timerArmed = false
 	qp.req.rnrWait = false
@@ -390,6 +399,14 @@ func (qp *QP) enterError() {
 			qp.rq.head++
 			qp.complete(qp.rcq, s.wrid, ibv.WCWRFlushErr, ibv.WCRecv, 0)
 		}
+	}
+}
+
+// announceError tells the caller (Config.EnteringError) that the QP is
+// moving to ERR, before any completion of the error is pushed.
+func (qp *QP) announceError() {
+	if qp.enteringError != nil {
+		qp.enteringError()
 	}
 }
 
