@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: unit, property, simulation and fuzz-seed tests, with the
 # race detector, then the netio and verbs tests again with fault injection
-# built in (-tags goroce_faults). Pass -short to skip the slower cases; extra
+# built in (-tags goroce_faults), the socket path of other platforms
+# (-tags goroce_portable), and the Prometheus exporter's module. Pass -short to skip the slower cases; extra
 # args go to go test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,3 +18,8 @@ go test -count=1 -timeout 5m -tags purego "$@" ./internal/wire ./internal/netio
 # on purpose, which the race detector reports (it is built without -race
 # only): it runs here.
 go test -count=1 -timeout 5m -run 'TestVersionedRecordHammer' "$@" ./verbs
+# The plain-UDP socket path that macOS, FreeBSD and Windows take, tested on
+# Linux (see README "Platforms").
+go test -race -count=1 -timeout 10m -tags goroce_portable "$@" ./internal/netio ./verbs ./cm
+# The Prometheus exporter is a module of its own, which ./... above skips.
+(cd prometheus && go test -race -count=1 -timeout 5m "$@" ./...)

@@ -35,11 +35,20 @@ type DeviceConfig struct {
 	// Only goroce peers can be told to use another port.
 	Port uint16
 
-	// MTU is the port's active MTU, the largest path MTU peers should
-	// negotiate (tools such as perftest use the minimum of both ports'
-	// active MTUs). Default MTU4096 when Addr is a loopback address, else
-	// MTU1024: what rxe reports on a 1500-byte Ethernet link (1500 minus
-	// 80 bytes of RoCEv2 headers rounds down to 1024).
+	// MTU, when set, fixes the port's active MTU, the largest path MTU
+	// peers should negotiate (tools such as perftest use the minimum of
+	// both ports' active MTUs). By default the active MTU follows the
+	// link MTU of the interface carrying Addr, as rxe's does: the largest
+	// IB MTU that fits in a link frame with the RoCEv2 headers (80 bytes
+	// on IPv4, as rxe; 84 on IPv6), so 1500 gives MTU1024, 9000 and 4200
+	// MTU4096, loopback's 64 KiB MTU4096. A change of the link's MTU
+	// shows in QueryPort within a second (it is read again on query
+	// when older); QPs keep the path MTU they were given (RC, UC) or
+	// created with (UD), as rxe's do, so a QP whose path MTU exceeds a
+	// shrunken link loses its large packets to the kernel (EMSGSIZE,
+	// counted as send errors) until it fails with RETRY_EXC_ERR. When no
+	// interface carries Addr (the GOOS hides it), the default is MTU4096
+	// on loopback and MTU1024 elsewhere.
 	MTU MTU
 
 	// Limits, if not nil, overrides device limits (for tests, or to bound
@@ -110,7 +119,8 @@ type Device struct {
 	addr           netip.Addr
 	udpPort        uint16
 	attr           DeviceAttr // immutable after Open
-	port           PortAttr   // immutable after Open
+	port           PortAttr   // immutable after Open, but for ActiveMTU: see mtu
+	mtu            *activeMTU // the port's active MTU (QueryPort)
 	gids           []GIDEntry // immutable after Open
 	numCompVectors int
 
@@ -257,13 +267,10 @@ func buildDevice(op string, cfg DeviceConfig) (*Device, error) {
 	if udpPort == 0 {
 		udpPort = DefaultUDPPort
 	}
-	mtu := cfg.MTU
-	switch {
-	case mtu == 0:
-		mtu = defaultActiveMTU(addr)
-	case !mtu.Valid():
-		return nil, errorf(op, "MTU", ErrInvalidArgument, "%d is not an IB MTU (1..5)", int(mtu))
+	if cfg.MTU != 0 && !cfg.MTU.Valid() {
+		return nil, errorf(op, "MTU", ErrInvalidArgument, "%d is not an IB MTU (1..5)", int(cfg.MTU))
 	}
+	mtu := newActiveMTU(addr, cfg.MTU)
 	attr := defaultDeviceAttr()
 	if cfg.Limits != nil {
 		if err := applyLimits(op, &attr, cfg.Limits); err != nil {
@@ -284,7 +291,7 @@ func buildDevice(op string, cfg DeviceConfig) (*Device, error) {
 		port: PortAttr{
 			State:        PortActive,
 			MaxMTU:       MTU4096,
-			ActiveMTU:    mtu,
+			ActiveMTU:    mtu.cached(),
 			GIDTblLen:    len(gids),
 			PortCapFlags: PortCMSup | PortIPBasedGIDs,
 			MaxMsgSize:   1 << 31, // the IBA maximum; rxe reports 8 MiB but accepts 2 GiB
@@ -295,6 +302,7 @@ func buildDevice(op string, cfg DeviceConfig) (*Device, error) {
 			PhysState:    PhysPortStateLinkUp,
 			LinkLayer:    LinkLayerEthernet,
 		},
+		mtu:            mtu,
 		gids:           gids,
 		numCompVectors: runtime.NumCPU(),
 		keys:           keys,
@@ -319,9 +327,9 @@ func buildDevice(op string, cfg DeviceConfig) (*Device, error) {
 	}, nil
 }
 
-// defaultActiveMTU is the port's active MTU when the configuration leaves
-// it out: 4096 on loopback, whose link MTU is 64 KiB, and 1024 elsewhere,
-// what rxe derives from a 1500-byte Ethernet link.
+// defaultActiveMTU is the port's active MTU when neither the configuration
+// nor the interface says: 4096 on loopback, whose link MTU is 64 KiB, and
+// 1024 elsewhere, what rxe derives from a 1500-byte Ethernet link.
 func defaultActiveMTU(addr netip.Addr) MTU {
 	if addr.IsLoopback() {
 		return MTU4096
@@ -390,12 +398,14 @@ func (d *Device) NumCompVectors() int { return d.numCompVectors }
 func (d *Device) Query() DeviceAttr { return d.attr }
 
 // QueryPort returns the attributes of a port (ibv_query_port). The only port
-// is 1.
+// is 1. Its ActiveMTU follows the interface's link MTU (DeviceConfig.MTU).
 func (d *Device) QueryPort(port int) (PortAttr, error) {
 	if err := d.checkPort("QueryPort", "port_num", port); err != nil {
 		return PortAttr{}, err
 	}
-	return d.port, nil
+	p := d.port
+	p.ActiveMTU = d.mtu.get()
+	return p, nil
 }
 
 // QueryGID returns entry index of a port's GID table (ibv_query_gid).

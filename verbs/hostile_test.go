@@ -8,7 +8,6 @@ import (
 	"os"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -81,52 +80,6 @@ func icrcExact(src, dst netip.AddrPort, pkt []byte) uint32 {
 	udp := make([]byte, wire.UDPHeaderLen)
 	wire.UDP(udp).Encode(&wire.UDPFields{SrcPort: src.Port(), DstPort: dst.Port(), Length: uint16(udpLen)})
 	return wire.ICRC(ip, udp, pkt)
-}
-
-// drain returns the datagrams queued on the socket without waiting for
-// more, each parsed (ICRC stripped) and copied. It reads with
-// MSG_DONTWAIT: a read deadline in the past would not read at all.
-func (p *rawPeer) drain(t testing.TB) []*wire.Packet {
-	t.Helper()
-	var out []*wire.Packet
-	for _, b := range p.drainRaw(t) {
-		pkt := new(wire.Packet)
-		if err := pkt.Parse(b, 0); err != nil {
-			t.Fatalf("device sent a malformed packet: %v", err)
-		}
-		out = append(out, pkt)
-	}
-	return out
-}
-
-// drainRaw returns copies of the datagrams queued on the socket, without
-// waiting for more.
-func (p *rawPeer) drainRaw(t testing.TB) [][]byte {
-	t.Helper()
-	rc, err := p.conn.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out [][]byte
-	for {
-		var (
-			n    int
-			rerr error
-		)
-		if err := rc.Read(func(fd uintptr) bool {
-			n, _, rerr = syscall.Recvfrom(int(fd), p.buf, syscall.MSG_DONTWAIT)
-			return true
-		}); err != nil {
-			t.Fatal(err)
-		}
-		if rerr == syscall.EAGAIN {
-			return out
-		}
-		if rerr != nil {
-			t.Fatalf("peer receive: %v", rerr)
-		}
-		out = append(out, append([]byte(nil), p.buf[:n]...))
-	}
 }
 
 // The target's memory: one Go allocation holding every region, with

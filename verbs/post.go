@@ -136,8 +136,8 @@ func (qp *QP) checkSendWR(op string, wr *SendWR) (opcodeInfo, error) {
 			return opcodeInfo{}, closedError(op, "ud.ah")
 		case wr.UD.RemoteQPN > 0xFFFFFF:
 			return opcodeInfo{}, errorf(op, "ud.remote_qpn", ErrInvalidArgument, "%#x exceeds 24 bits", wr.UD.RemoteQPN)
-		case length > uint64(qp.dev.port.ActiveMTU.Bytes()):
-			return opcodeInfo{}, errorf(op, "sg_list", ErrInvalidArgument, "UD message of %d bytes exceeds the MTU %d: a datagram is one packet", length, qp.dev.port.ActiveMTU.Bytes())
+		case length > uint64(qp.udMTU.Bytes()):
+			return opcodeInfo{}, errorf(op, "sg_list", ErrInvalidArgument, "UD message of %d bytes exceeds the MTU %d: a datagram is one packet", length, qp.udMTU.Bytes())
 		}
 	}
 	return info, nil

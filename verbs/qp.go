@@ -45,6 +45,10 @@ type QP struct {
 	sqSigAll bool
 	feeder   RecvFeeder
 	cap      QPCap
+	// udMTU bounds a UD QP's datagrams: the port's active MTU when the
+	// QP was created (rxe takes the port's at send time; a QP keeps its
+	// own here, as RC and UC QPs keep their path MTU).
+	udMTU MTU
 
 	// mu serialises Modify, Query and Destroy and guards attr. Lock
 	// order: mu, then xmu.

@@ -92,7 +92,7 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	if qp.qpType == QPTypeUD {
 		// A UD QP has no path MTU attribute: a datagram is bounded
 		// by the port's active MTU (rxe takes the port's too).
-		_ = qp.tq.SetPathMTU(d.port.ActiveMTU.Bytes())
+		_ = qp.tq.SetPathMTU(qp.udMTU.Bytes())
 	}
 	return qp, nil
 }
@@ -187,6 +187,7 @@ func (pd *PD) acquireQPResources(op string, init *QPInitAttr) (rollback func(), 
 // scratch buffers; it has no number and no transport yet.
 func newQP(pd *PD, init *QPInitAttr, c QPCap) *QP {
 	d := pd.dev
+	udMTU := d.mtu.get()
 	return &QP{
 		dev:      d,
 		pd:       pd,
@@ -200,9 +201,10 @@ func newQP(pd *PD, init *QPInitAttr, c QPCap) *QP {
 		attr: QPAttr{
 			// UD has no PATH_MTU attribute; its messages are bounded by
 			// the port's active MTU, which is the default here.
-			PathMTU: d.port.ActiveMTU,
+			PathMTU: udMTU,
 			PortNum: 1,
 		},
+		udMTU:      udMTU,
 		timerIndex: -1,
 		sgl:        make([]transport.SGE, 0, max(c.MaxSendSGE, c.MaxRecvSGE, 1)),
 		inline:     make([]byte, 0, c.MaxInlineData),

@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"syscall"
 	"time"
 
+	"github.com/goroce/goroce/internal/cputime"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -223,11 +223,5 @@ func (p *pair) receive(ctx context.Context, size int) recvResult {
 	}
 }
 
-// cpuTime returns the user and system CPU time the process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+// cpuTime returns the process's user+system CPU time.
+func cpuTime() time.Duration { return cputime.Process() }

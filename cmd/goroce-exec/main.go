@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command goroce-exec runs an unmodified libibverbs or librdmacm program on goroce
 // devices, like torsocks runs a program over Tor:
 //

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command goroce-nic is the software NIC daemon behind libgoroce.so: it opens
 // goroce devices (goroce0, goroce1, ... one per bound address) and serves the
 // libibverbs calls of the programs that goroce-exec starts, on a Unix socket.

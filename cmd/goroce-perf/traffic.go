@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"syscall"
 	"time"
 
+	"github.com/goroce/goroce/internal/cputime"
 	"github.com/goroce/goroce/internal/oob"
 	"github.com/goroce/goroce/verbs"
 )
@@ -105,14 +105,8 @@ func pollAll(cq *verbs.CQ, wc []verbs.WorkCompletion) (int, error) {
 func (s *side) sendSlot(i int) int { return i * s.slot }
 func (s *side) recvSlot(i int) int { return (s.cfg.qps + i) * s.slot }
 
-// cpuTime returns the process's user+system CPU time (getrusage).
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+// cpuTime returns the process's user+system CPU time.
+func cpuTime() time.Duration { return cputime.Process() }
 
 // randPSN returns a random 24-bit starting PSN, as perftest's
 // lrand48() & 0xffffff.

@@ -79,6 +79,31 @@
 // packet. The tap is compiled only with the goroce_faults build tag: without
 // it Open refuses Faults ([ErrFaultsNotBuilt]).
 //
-// The socket code is Linux-specific (recvmmsg, sendmmsg, IP_PKTINFO,
-// UDP_NO_CHECK6_RX, socket filters).
+// # Platforms
+//
+// On Linux the sockets use recvmmsg and sendmmsg, UDP_GRO and UDP_SEGMENT,
+// IP_PKTINFO, IP_PMTUDISC_DO, UDP_NO_CHECK6_RX and a socket filter on the
+// send sockets (socket_linux.go, mmsg_linux.go, gso_linux.go,
+// recv_linux.go, send_linux.go). Every other GOOS (macOS, FreeBSD,
+// Windows), and Linux built with the goroce_portable tag (so that the
+// portable path is tested on Linux too), takes plain UDP through the net
+// package (recv_other.go, send_other.go, socket_other.go), which differs:
+//
+//   - one system call per datagram each way, no offloads: a fraction of
+//     Linux's throughput for MTU-sized packets; a packet with a Payload is
+//     copied once into the Sender's scratch buffer;
+//   - [Conn.Poll] delivers nothing and reports Serve busy (busy polling
+//     gains nothing; the poller yields to Serve), and a batch (for
+//     [BatchEnder]) is one datagram;
+//   - no DF: a packet larger than the path MTU is fragmented by the
+//     kernel instead of refused with EMSGSIZE;
+//   - the ICRC is computed for IPv4 identification 0, which Linux sends
+//     with DF set, but which other kernels need not: IPv4 packets then
+//     reach goroce peers (which recover the identification) but may be
+//     dropped by strict receivers (rxe, NICs). IPv6 has no identification
+//     and is unaffected;
+//   - the destination address of a datagram is the bound address (no
+//     IP_PKTINFO), which it always is for a socket bound to one address;
+//     IPv6 datagrams with UDP checksum 0 (rxe's) may be dropped by the
+//     kernel.
 package netio

@@ -1,11 +1,11 @@
 package netio
 
 import (
+	"bytes"
 	"net/netip"
 	"sync/atomic"
+	"syscall"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/internal/psn"
 	"github.com/goroce/goroce/internal/wire"
@@ -50,7 +50,7 @@ func refTransportICRC(src, dst netip.AddrPort, id uint16, transport []byte) uint
 
 // errAddrNotAvail is what binding an address the host does not have
 // returns (::1 on a host with IPv6 disabled).
-var errAddrNotAvail = unix.EADDRNOTAVAIL
+var errAddrNotAvail = syscall.EADDRNOTAVAIL
 
 // countingHandler counts packets and signals progress without blocking.
 type countingHandler struct {
@@ -64,4 +64,15 @@ func (h *countingHandler) HandlePacket(*wire.Packet, netip.AddrPort, RecvInfo) {
 	case h.signal <- struct{}{}:
 	default:
 	}
+}
+
+// splitPacket returns pkt (a buildTestPacket with an n-byte payload) as a
+// Message with a separate Payload: Packet holds the headers, with spare
+// capacity for the pad and the ICRC, and the payload is a copy elsewhere.
+func splitPacket(dst netip.AddrPort, pkt []byte, n int) Message {
+	pad := int(wire.BTH(pkt).PadCount())
+	h := len(pkt) - n - pad
+	head := make([]byte, h, h+pad+wire.ICRCLen)
+	copy(head, pkt)
+	return Message{Dst: dst, Packet: head, Payload: bytes.Clone(pkt[h : h+n])}
 }

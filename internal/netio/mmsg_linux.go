@@ -1,3 +1,5 @@
+//go:build linux && !goroce_portable
+
 package netio
 
 import (

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package nic is goroce-nic, the software NIC daemon behind libgoroce.so: it
 // owns the goroce devices (one verbs.Device per bound address) and serves the
 // libibverbs calls of any number of client processes.

@@ -3,9 +3,10 @@
 // devices open on the machine and reads their verbs.Stats documents, as
 // goroce-stat does.
 //
-// The package is internal while goroce-stat is its only user; a third
-// party (a Prometheus exporter, say) would make it public, which adding
-// nothing but the import path allows.
+// The package is internal while goroce-stat and the Prometheus exporter
+// (the module in ./prometheus, whose import path lies under this one's) are
+// its only users; a third party would make it public, which changes
+// nothing but the import path.
 package stats
 
 import (

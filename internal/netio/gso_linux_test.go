@@ -1,3 +1,5 @@
+//go:build linux && !goroce_portable
+
 package netio
 
 import (
@@ -269,17 +271,6 @@ func TestOffloadRoundTripNoAlloc(t *testing.T) {
 	if a.gso && b.gro && (a.Counters().TxGSO.Load() == 0 || b.Counters().RxGRO.Load() == 0) {
 		t.Errorf("offload not used: %d GSO sends, %d GRO receives", a.Counters().TxGSO.Load(), b.Counters().RxGRO.Load())
 	}
-}
-
-// splitPacket returns pkt (a buildTestPacket with an n-byte payload) as a
-// Message with a separate Payload: Packet holds the headers, with spare
-// capacity for the pad and the ICRC, and the payload is a copy elsewhere.
-func splitPacket(dst netip.AddrPort, pkt []byte, n int) Message {
-	pad := int(wire.BTH(pkt).PadCount())
-	h := len(pkt) - n - pad
-	head := make([]byte, h, h+pad+wire.ICRCLen)
-	copy(head, pkt)
-	return Message{Dst: dst, Packet: head, Payload: bytes.Clone(pkt[h : h+n])}
 }
 
 // TestSendBatchPayload sends packets whose payloads are separate from
