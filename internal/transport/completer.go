@@ -34,6 +34,7 @@ func (qp *QP) armTimer(now time.Time) {
 	if qp.timeout != 0 && !qp.comp.timerArmed {
 		qp.comp.timerArmed = true
 		qp.comp.deadline = now.Add(qp.timeoutDuration())
+		qp.armEarly(now)
 	}
 }
 
@@ -44,6 +45,7 @@ func (qp *QP) armTimer(now time.Time) {
 // nothing is outstanding.
 func (qp *QP) progress(now time.Time, from psn.PSN) {
 	qp.growWindow(from)
+	qp.endSample(now)
 	qp.comp.retryLeft = qp.retryCnt
 	qp.comp.rnrLeft = qp.rnrRetry
 	qp.comp.startedRetry = false
@@ -63,6 +65,8 @@ func (qp *QP) handleResponse(p *wire.Packet, info wire.OpInfo, now time.Time) {
 		return
 	}
 	switch {
+	case p.BTH.Opcode() == wire.RCSACK:
+		qp.handleSACK(p, P, now)
 	case info.IsReadResponse():
 		qp.readResponse(p, P, now)
 	case p.BTH.Opcode() == wire.RCAtomicAcknowledge:
@@ -240,6 +244,11 @@ func (qp *QP) retry(now time.Time, timeout bool) {
 	qp.comp.startedRetry = true
 	qp.counters.CompleterRetry++
 	qp.shrinkWindow()
+	if qp.ssr.on {
+		// Whatever the SACKs said, the responder may have lost what
+		// it held (sr.go): go back N.
+		qp.forgetSACKs()
+	}
 	qp.rewind()
 	// A retry means a packet or its response was lost: send the head of
 	// the retransmission more than once, so that one more loss on the
