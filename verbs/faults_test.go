@@ -61,17 +61,32 @@ func TestE2EOpcodesLateDuplicates(t *testing.T) {
 // work request must complete exactly once, successfully, with the right
 // data, and each atomic must have run exactly once.
 func TestE2EFaults(t *testing.T) {
+	t.Run("go-back-N", func(t *testing.T) { testE2EFaults(t, false, 15) })
+	// With selective repeat (QPAttr.SelectiveRepeat) on both QPs: held
+	// and replayed requests, SACKs through the real packet path.
+	t.Run("selective-repeat", func(t *testing.T) { testE2EFaults(t, true, 15) })
+}
+
+func testE2EFaults(t *testing.T, sr bool, host int) {
 	f := verbs.Faults{Drop: 0.05, Duplicate: 0.05, Corrupt: 0.02, Reorder: 0.05, Jitter: 100 * time.Microsecond}
 	fa, fb := f, f
 	fa.Seed, fb.Seed = 1, 2
-	a := newFaultyEnd(t, 15, fa, 1<<20)
-	b := newFaultyEnd(t, 16, fb, 1<<20)
+	a := newFaultyEnd(t, host, fa, 1<<20)
+	b := newFaultyEnd(t, host+1, fb, 1<<20)
 	// Losses are recovered by timeouts too: 67 ms (perftest's 14), as in
 	// TestSoakFaults. With 4 ms (10), a receiver waiting (retry_cnt+1) × 4
 	// ms for a CPU on a loaded machine ended the run in RETRY_EXC_ERR.
 	link := rdmatest.DefaultLink()
 	link.Timeout = 14
+	link.SelectiveRepeat = sr
 	rdmatest.Connect(t, a, b, link, link)
+	if sr {
+		defer func() {
+			if c := b.Dev.Counters(); c.SRHeld == 0 || c.SRSACKSent == 0 {
+				t.Errorf("selective repeat did not run: %+v", c)
+			}
+		}()
+	}
 
 	// Each work request of a round has a slot: 4 KiB in each area.
 	const (

@@ -244,9 +244,16 @@ func (qp *QP) retry(now time.Time, timeout bool) {
 	qp.comp.startedRetry = true
 	qp.counters.CompleterRetry++
 	qp.shrinkWindow()
+	if qp.ssr.on && timeout && qp.comp.retryLeft+1 == qp.retryCnt {
+		// Selective repeat, first timeout since progress: resend what
+		// no SACK showed held (sr.go).
+		qp.rto.sampling = false
+		qp.ssr.lostBelow = ^uint32(0)
+		qp.armTimer(now)
+		return
+	}
 	if qp.ssr.on {
-		// Whatever the SACKs said, the responder may have lost what
-		// it held (sr.go): go back N.
+		// Again without progress: whatever the SACKs said, go back N.
 		qp.forgetSACKs()
 	}
 	qp.rewind()
@@ -351,7 +358,12 @@ func (qp *QP) completeHead(st ibv.WCStatus) {
 	s := qp.sq.at(qp.sq.head)
 	qp.sq.head++
 	if int32(qp.req.idx-qp.sq.head) < 0 {
+		// The requester was resending (a rewind) what is now
+		// acknowledged. It resumes at the new head: pump finds the PSN
+		// of a started one; an unstarted one must start at the next
+		// new PSN, not at the resend position, whose PSNs were used.
 		qp.req.idx, qp.req.off = qp.sq.head, 0
+		qp.req.psn = qp.req.sentHigh
 	}
 	if s.started && isReadOrAtomic(s.wqe.Opcode) {
 		qp.req.rdAtomic--

@@ -27,6 +27,9 @@ type sim struct {
 	pkt   wire.Packet
 	bad   int // packets dropped for a parse or ICRC error
 	wls   []*workload
+	// drop, if set, is asked about every packet endpoint from sends,
+	// before the network: true drops it (a chosen loss).
+	drop func(from int, pkt []byte) bool
 }
 
 func newSim(t testing.TB, seed int64, link simnet.LinkConfig, o pairOpts) *sim {
@@ -42,6 +45,9 @@ func newSim(t testing.TB, seed int64, link simnet.LinkConfig, o pairOpts) *sim {
 func (s *sim) flush() {
 	for i, e := range s.eps {
 		for _, p := range e.out.Packets() {
+			if s.drop != nil && s.drop(i, p.Bytes) {
+				continue
+			}
 			s.buf = frame(s.buf, p.Bytes, s.ips[i], s.ips[1-i])
 			s.net.Send(s.addrs[i], s.addrs[1-i], s.buf)
 		}

@@ -37,10 +37,11 @@ import (
 // responder absorbs.
 //
 // Retry budget: SACK-driven resends spend no retry_cnt, since something
-// got through. The IBTA retransmit timer still spends it and still goes
-// back N, after forgetting every SACK: whatever the responder lost from
-// its buffer (an RNR or a full reply queue at replay) is sent again, and
-// a QP whose peer is gone fails after retry_cnt+1 timeouts, as before.
+// got through. The IBTA retransmit timer still spends it, and a QP whose
+// peer is gone fails after retry_cnt+1 timeouts, as before. Its first
+// expiry since progress resends every packet no SACK showed held (the
+// responder keeps what it SACKed until it executes it); a second one in a
+// row forgets the SACKs and goes back N, in case the peer lost its state.
 // Between, the adaptive timeout (rto.go) probes.
 
 // maxSRWindow bounds the PSNs selective repeat tracks, both ways: the
@@ -203,11 +204,16 @@ func (qp *QP) resendLost(now time.Time, out *Output) bool {
 	ok := true
 	qp.eachUnacked(func(idx uint32, s *sendSlot, p psn.PSN) bool {
 		sl := qp.sentSlotFor(p)
-		if sl.psn != p || sl.sacked || sl.stamp >= below {
-			// Held, sent after the evidence, or not tracked (a
-			// READ's response PSNs pushed it out of the ring): the
-			// timers take care of the last.
-			return true
+		switch {
+		case sl.psn != p:
+			// Not sent as such (a READ resuming at a response
+			// PSN) or pushed out of the ring by a long READ: only a
+			// timeout, which condemns everything, resends it.
+			if below != ^uint32(0) {
+				return true
+			}
+		case sl.sacked || sl.stamp >= below:
+			return true // held, or sent after the evidence
 		}
 		qp.counters.SelectiveResends++
 		ok = qp.resendOne(idx, s, p, now, out)
@@ -261,9 +267,6 @@ func (qp *QP) resendOne(idx uint32, s *sendSlot, p psn.PSN, now time.Time, out *
 	}
 	qp.req.idx, qp.req.psn, qp.req.off, qp.req.noAck = at.idx, at.psn, at.off, at.noAck
 	qp.req.ackNext, qp.req.headCopies = at.ackNext, at.headCopies
-	if int32(qp.req.idx-qp.sq.head) < 0 {
-		qp.req.idx, qp.req.off = qp.sq.head, 0
-	}
 	return true
 }
 
@@ -374,6 +377,13 @@ func (qp *QP) replayHeld(out *Output) {
 		qp.respond(&r.pkt, r.pkt.Info(), out)
 		r.deferAck = false
 		if qp.resp.epsn == P {
+			if qp.state != ibv.QPStateErr && !qp.resp.failing {
+				// Refused for now (RNR NAK, full reply queue): keep
+				// it, as the SACKs said; a copy that arrives in
+				// sequence takes its place.
+				r.held[i] = true
+				r.count++
+			}
 			break
 		}
 	}
