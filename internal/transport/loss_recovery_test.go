@@ -303,8 +303,10 @@ func TestSpuriousRewindThenFullAck(t *testing.T) {
 			o.timeout, o.maxSendWR, o.sr = 8, 512, sr // 1 ms
 			s := newSim(t, 1, simnet.LinkConfig{Delay: 10 * time.Microsecond}, o)
 			a, b := s.eps[0], s.eps[1]
-			w := newUniformWorkload(t, 1, a, b, 400, o.mtu, ibv.WRRDMAWrite, 3*o.mtu)
-			w.maxSQ = 400
+			// 4-packet messages: 64 of them fill the 256-PSN window exactly,
+			// so the WQE after them has not started when they complete.
+			w := newUniformWorkload(t, 1, a, b, 300, o.mtu, ibv.WRRDMAWrite, 4*o.mtu)
+			w.maxSQ = 300
 			s.wls = []*workload{w}
 			until := s.clk.Now().Add(1500 * time.Microsecond)
 			s.drop = func(from int, _ []byte) bool { return from == 1 && s.clk.Now().Before(until) }
