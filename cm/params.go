@@ -63,6 +63,12 @@ type Params struct {
 	// MaxConnectPrivateData, 56 bytes) or the REP (MaxAcceptPrivateData,
 	// 196 bytes). The peer receives the whole field, zero-padded.
 	PrivateData []byte
+
+	// SelectiveRepeat offers (Dial) or grants (Accept) goroce's
+	// selective repeat and adaptive retransmission timeout
+	// (ConnParam.SelectiveRepeat): on only if both sides ask for it and
+	// the peer is goroce; otherwise the QPs use IBTA go-back-N.
+	SelectiveRepeat bool
 }
 
 // NoRetry, as Params.RetryCount or Params.RNRRetryCount, asks for zero
@@ -76,7 +82,7 @@ func (p *Params) connParam() (ConnParam, error) {
 		p = &z
 	}
 	c := ConnParam{PrivateData: p.PrivateData, ResponderResources: MaxResponderResources,
-		InitiatorDepth: MaxInitiatorDepth, RetryCount: 7, RNRRetryCount: 7}
+		InitiatorDepth: MaxInitiatorDepth, RetryCount: 7, RNRRetryCount: 7, SelectiveRepeat: p.SelectiveRepeat}
 	for _, d := range []struct {
 		name string
 		v    int

@@ -294,6 +294,7 @@ func (c *ctrlConn) SetWriteDeadline(t time.Time) error { return c.SetDeadline(t)
 func (s *side) cmParams(data bool) *cm.Params {
 	p := &cm.Params{Timeout: uint8(s.cfg.qpTimeout), RetryCount: defRetryCount, RNRRetryCount: defRNRRetry}
 	if data {
+		p.SelectiveRepeat = s.cfg.sr && s.cfg.conn == "RC" // offered, or granted if offered
 		if v := s.cfg.test.verb; v == verbRead || v == verbAtomic {
 			p.ResponderResources, p.InitiatorDepth = s.outs, s.outs
 		}
