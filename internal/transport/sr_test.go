@@ -127,3 +127,29 @@ func TestSelectiveRepeatResendsLess(t *testing.T) {
 		})
 	}
 }
+
+// TestSelectiveRepeatWindowBound: with selective repeat the window is at
+// most maxSRWindow, whichever of SetSelectiveRepeat and SetMaxUnackedPSNs
+// comes first, so that every PSN in flight has a slot of its own.
+func TestSelectiveRepeatWindowBound(t *testing.T) {
+	qp := NewQP(Config{QPN: 1, MaxSendWR: 4})
+	must(t, qp.SetMaxUnackedPSNs(4096))
+	qp.SetSelectiveRepeat(true)
+	if qp.window != maxSRWindow || qp.req.win != maxSRWindow {
+		t.Errorf("window %d/%d after SetSelectiveRepeat, want %d", qp.window, qp.req.win, maxSRWindow)
+	}
+	must(t, qp.SetMaxUnackedPSNs(1<<20))
+	if qp.window != maxSRWindow || srWindow(qp.window) != maxSRWindow {
+		t.Errorf("window %d after SetMaxUnackedPSNs, want %d", qp.window, maxSRWindow)
+	}
+	must(t, qp.SetMaxUnackedPSNs(200))
+	qp.sentSlotFor(0) // allocates the ring
+	if len(qp.ssr.slots) != 256 {
+		t.Errorf("%d slots for a window of 200, want 256", len(qp.ssr.slots))
+	}
+	qp.SetSelectiveRepeat(false)
+	must(t, qp.SetMaxUnackedPSNs(4096))
+	if qp.window != 4096 {
+		t.Errorf("window %d without selective repeat, want 4096", qp.window)
+	}
+}
