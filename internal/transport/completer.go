@@ -245,10 +245,13 @@ func (qp *QP) retry(now time.Time, timeout bool) {
 	qp.counters.CompleterRetry++
 	qp.shrinkWindow()
 	if qp.ssr.on && timeout && qp.comp.retryLeft+1 == qp.retryCnt {
-		// Selective repeat, first timeout since progress: resend what
-		// no SACK showed held (sr.go).
+		// Selective repeat, first timeout since progress: probe, as
+		// the adaptive timeout does (sr.go); the SACK the newest
+		// packet draws names what to resend. On a loaded machine the
+		// answers are more often late than lost: resending the window
+		// would only add to the queue that delays them.
 		qp.rto.sampling = false
-		qp.ssr.lostBelow = ^uint32(0)
+		qp.ssr.probe = true
 		qp.armTimer(now)
 		return
 	}

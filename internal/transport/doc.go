@@ -79,8 +79,8 @@
 //     unacknowledged packet and the newest one when nothing was
 //     acknowledged for an RTO, spending no retry_cnt; it is armed only
 //     while it expires before the IBTA timer, which is unchanged. The IBTA
-//     timer's first expiry since progress resends every packet no SACK
-//     showed held; a second one in a row forgets the SACKs and goes back N.
+//     timer's first expiry since progress probes the same way; a second
+//     one in a row forgets the SACKs and goes back N.
 //
 // A QP without it never holds a request nor sends a SACK, and treats a
 // SACK it receives as a stale response: against rxe or a NIC the wire is

@@ -39,10 +39,9 @@ import (
 // Retry budget: SACK-driven resends spend no retry_cnt, since something
 // got through. The IBTA retransmit timer still spends it, and a QP whose
 // peer is gone fails after retry_cnt+1 timeouts, as before. Its first
-// expiry since progress resends every packet no SACK showed held (the
-// responder keeps what it SACKed until it executes it); a second one in a
-// row forgets the SACKs and goes back N, in case the peer lost its state.
-// Between, the adaptive timeout (rto.go) probes.
+// expiry since progress probes, as the adaptive timeout (rto.go) does
+// between (sendProbes); a second one in a row forgets the SACKs and goes
+// back N, in case the peer lost what it held.
 
 // maxSRWindow bounds the PSNs selective repeat tracks, both ways: the
 // reorder buffer and the requester's window with selective repeat on.
@@ -204,16 +203,12 @@ func (qp *QP) resendLost(now time.Time, out *Output) bool {
 	ok := true
 	qp.eachUnacked(func(idx uint32, s *sendSlot, p psn.PSN) bool {
 		sl := qp.sentSlotFor(p)
-		switch {
-		case sl.psn != p:
-			// Not sent as such (a READ resuming at a response
-			// PSN) or pushed out of the ring by a long READ: only a
-			// timeout, which condemns everything, resends it.
-			if below != ^uint32(0) {
-				return true
-			}
-		case sl.sacked || sl.stamp >= below:
-			return true // held, or sent after the evidence
+		if sl.psn != p || sl.sacked || sl.stamp >= below {
+			// Held, sent after the evidence, or not sent as such (a
+			// READ resuming at a response PSN, a PSN a long READ
+			// pushed out of the ring): the probes and the IBTA
+			// timer's go-back-N take care of the last.
+			return true
 		}
 		qp.counters.SelectiveResends++
 		ok = qp.resendOne(idx, s, p, now, out)
