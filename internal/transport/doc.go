@@ -75,10 +75,11 @@
 //     narrow the window. A lost READ response or atomic ACK still goes
 //     back N (lostResponse).
 //   - The adaptive timeout (rto.go: RFC 6298 over the QP's own round
-//     trips, Karn's rule, floor 1 ms, doubled per expiry) probes the oldest
-//     unacknowledged packet and the newest one when nothing was
-//     acknowledged for an RTO, spending no retry_cnt; it is armed only
-//     while it expires before the IBTA timer, which is unchanged. The IBTA
+//     trips, Karn's rule, floor 1 ms, doubled per expiry, at most half the
+//     IBTA timeout) probes the oldest unacknowledged packet and the newest
+//     one when nothing was acknowledged for an RTO, spending no
+//     retry_cnt; it is armed only while it expires before the IBTA timer,
+//     which is unchanged. The IBTA
 //     timer's first expiry since progress probes the same way; a second
 //     one in a row forgets the SACKs and goes back N.
 //

@@ -18,8 +18,8 @@ import (
 // retry_cnt, and it is armed only when it would expire before the IBTA
 // timer, which still runs from the last progress and still spends
 // retry_cnt and fails the QP after retry_cnt+1 expiries. So the timeout a
-// QP was given is an upper bound whatever the estimate, and an RTO that
-// backs off to it stops there.
+// QP was given is an upper bound whatever the estimate: the RTO is at most
+// half of it, and an RTO that backs off to that stops there.
 
 // rtoFloor is the least adaptive timeout: a loaded machine holds a
 // goroutine off its processor for a millisecond or more now and then,
@@ -84,17 +84,28 @@ func (qp *QP) endSample(now time.Time) {
 
 // RTO returns the adaptive retransmission timeout, backoff included, and
 // false when there is none: selective repeat off, no measurement yet, a
-// QP without a timeout, or an estimate not below the IBTA timeout.
+// QP without a timeout, or an IBTA timeout under twice the floor. It is at
+// most half the IBTA timeout: on a loaded machine the round trips measured
+// include the scheduler's delays and their variance can put the estimate
+// above the IBTA timeout, which would then expire first, spend retry_cnt
+// and probe no sooner; a probe costs two packets.
 func (qp *QP) RTO() (time.Duration, bool) {
 	r := &qp.rto
 	if !qp.ssr.on || !r.valid || qp.timeout == 0 {
 		return 0, false
 	}
-	v := max(r.srtt+4*r.rttvar, rtoFloor) << r.backoff
-	if v <= 0 || v >= qp.timeoutDuration() {
+	half := qp.timeoutDuration() / 2
+	if half < rtoFloor {
 		return 0, false
 	}
-	return v, true
+	v := max(r.srtt+4*r.rttvar, rtoFloor)
+	for range r.backoff {
+		if v >= half {
+			break
+		}
+		v *= 2
+	}
+	return min(v, half), true
 }
 
 // armEarly arms the early timer, if it would expire before the IBTA one.

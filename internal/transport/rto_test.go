@@ -55,10 +55,9 @@ func TestRTOEstimate(t *testing.T) {
 	}
 }
 
-// TestRTOBounds: the RTO never reaches the IBTA timeout the QP was
-// given: backed off up to it, or estimated above it, there is no early
-// timer at all (RTO reports false) and the IBTA timer alone runs. Below,
-// the floor holds.
+// TestRTOBounds: the RTO stays between the floor and half the IBTA
+// timeout the QP was given, whatever the estimate and the backoff; with no
+// IBTA timeout, or one under twice the floor, there is none.
 func TestRTOBounds(t *testing.T) {
 	s, _ := rtoSim(t, 50*time.Microsecond, 12, 10) // IBTA 16.8 ms
 	if !s.run(time.Second) {
@@ -69,19 +68,21 @@ func TestRTOBounds(t *testing.T) {
 		t.Fatalf("RTO %v %v on a 100 µs round trip, want the floor %v", got, ok, rtoFloor)
 	}
 	ibta := qp.timeoutDuration()
-	for qp.rto.backoff = 0; qp.rto.backoff < rtoMaxBackoff; qp.rto.backoff++ {
+	for qp.rto.backoff = 0; qp.rto.backoff <= rtoMaxBackoff; qp.rto.backoff++ {
 		got, ok := qp.RTO()
-		if ok && got >= ibta {
-			t.Fatalf("backoff %d: RTO %v not below the IBTA timeout %v", qp.rto.backoff, got, ibta)
-		}
-		if !ok && rtoFloor<<qp.rto.backoff < ibta {
-			t.Fatalf("backoff %d: no RTO while %v is below %v", qp.rto.backoff, rtoFloor<<qp.rto.backoff, ibta)
+		want := min(rtoFloor<<qp.rto.backoff, ibta/2)
+		if !ok || got != want {
+			t.Fatalf("backoff %d: RTO %v %v, want %v (half the IBTA timeout %v at most)", qp.rto.backoff, got, ok, want, ibta)
 		}
 	}
 	qp.rto.backoff = 0
-	qp.rto.srtt = ibta
+	qp.rto.srtt = 10 * ibta
+	if got, ok := qp.RTO(); !ok || got != ibta/2 {
+		t.Errorf("RTO %v %v for an SRTT beyond the IBTA timeout, want %v", got, ok, ibta/2)
+	}
+	must(t, qp.SetTimeout(8)) // 1.05 ms: half is under the floor
 	if got, ok := qp.RTO(); ok {
-		t.Errorf("RTO %v for an SRTT at the IBTA timeout", got)
+		t.Errorf("RTO %v with an IBTA timeout of %v", got, qp.timeoutDuration())
 	}
 	must(t, qp.SetTimeout(0))
 	qp.rto.srtt = time.Millisecond
