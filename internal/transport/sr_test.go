@@ -31,9 +31,9 @@ var srScenarios = []struct {
 // the right bytes and atomics the right original values (workload.verify),
 // and both QPs end idle.
 func TestSimSelectiveRepeat(t *testing.T) {
-	seeds := 30
+	seeds := 10
 	if testing.Short() {
-		seeds = 5
+		seeds = 3
 	}
 	for _, sc := range srScenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -82,7 +82,7 @@ func lossCounts(t *testing.T, seed int64, link simnet.LinkConfig, sr bool) (req,
 	o.mtu, o.sr, o.maxSendWR = 4096, sr, 128
 	s := newSim(t, seed, link, o)
 	a, b := s.eps[0], s.eps[1]
-	w := newUniformWorkload(t, uint64(seed), a, b, 300, o.mtu, ibv.WRRDMAWrite, 64<<10)
+	w := newUniformWorkload(t, uint64(seed), a, b, 100, o.mtu, ibv.WRRDMAWrite, 64<<10)
 	w.maxSQ = 64
 	s.wls = []*workload{w}
 	start := s.clk.Now()
@@ -94,15 +94,15 @@ func lossCounts(t *testing.T, seed int64, link simnet.LinkConfig, sr bool) (req,
 }
 
 // TestSelectiveRepeatResendsLess compares go-back-N and selective repeat
-// on the same seeds: at 1% and 5% loss the responder must see far fewer
-// duplicate requests and the requester far fewer packets sent, and the
-// transfer must not take longer.
+// on the same seeds: at 1% and 5% loss the requester must resend far
+// fewer packets (sent beyond the 1,600 of the WRITEs), the responder see
+// no more duplicate requests, and the transfer must not take longer.
 func TestSelectiveRepeatResendsLess(t *testing.T) {
 	for _, loss := range []float64{0.01, 0.05} {
 		t.Run(fmt.Sprintf("loss%g%%", loss*100), func(t *testing.T) {
 			var gbnDup, srDup, gbnSent, srSent uint64
 			var gbnTime, srTime time.Duration
-			for seed := range int64(3) {
+			for seed := range int64(2) {
 				link := realisticLink(loss)
 				req, resp, took := lossCounts(t, seed, link, false)
 				gbnDup += resp.DuplicateRequest
@@ -116,13 +116,14 @@ func TestSelectiveRepeatResendsLess(t *testing.T) {
 					t.Errorf("seed %d: selective repeat did not run: %+v %+v", seed, req, resp)
 				}
 			}
-			t.Logf("go-back-N: %d duplicates, %d packets sent, %v; selective repeat: %d, %d, %v",
-				gbnDup, gbnSent, gbnTime, srDup, srSent, srTime)
-			if srDup*4 > gbnDup {
-				t.Errorf("selective repeat: %d duplicate requests, go-back-N %d", srDup, gbnDup)
+			const need = 2 * 100 * 16 // seeds × WRITEs × packets
+			t.Logf("go-back-N: %d resent, %d duplicates, %v; selective repeat: %d resent, %d duplicates, %v",
+				gbnSent-need, gbnDup, gbnTime, srSent-need, srDup, srTime)
+			if (srSent-need)*4 > gbnSent-need || srDup > gbnDup {
+				t.Errorf("selective repeat resent %d packets (%d duplicates), go-back-N %d (%d)", srSent-need, srDup, gbnSent-need, gbnDup)
 			}
-			if srSent >= gbnSent || srTime > gbnTime {
-				t.Errorf("selective repeat sent %d packets in %v, go-back-N %d in %v", srSent, srTime, gbnSent, gbnTime)
+			if srTime > gbnTime {
+				t.Errorf("selective repeat took %v, go-back-N %v", srTime, gbnTime)
 			}
 		})
 	}
