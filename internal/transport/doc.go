@@ -70,7 +70,7 @@
 //   - The requester stamps every transmission with a counter. A SACK
 //     acknowledges the PSNs before its own and marks the held ones; every
 //     packet not held whose latest stamp is older than the first stamp of
-//     a newly held one is lost and resent (RACK, RFC 8985, by transmission
+//     a held one is lost and resent (RACK, RFC 8985, by transmission
 //     order), before anything new. This spends no retry_cnt and does not
 //     narrow the window. A lost READ response or atomic ACK still goes
 //     back N (lostResponse).

@@ -28,13 +28,15 @@ import (
 // at once, which on a clean path is all of them.
 //
 // Loss detection (requester): every transmission gets a stamp from a
-// counter; a packet not yet held whose stamp is older than that of a
-// packet a SACK shows held was lost (sent before something that got
-// through, on a path that does not reorder much), and is resent with a
-// new stamp, so that a lost retransmission is found the same way (RACK,
-// RFC 8985, in transmission order rather than time). A retransmission
-// that is reordered rather than lost is only a duplicate, which the
-// responder absorbs.
+// counter; a packet not yet held whose latest stamp is older than the
+// first stamp of a packet a SACK shows held was lost (sent before
+// something that got through, on a path that does not reorder much), and
+// is resent with a new stamp, so that a lost retransmission is found the
+// same way once something sent after it gets through (RACK, RFC 8985, in
+// transmission order rather than time). The first stamp, because which
+// copy of a held packet arrived is unknown. A retransmission that is
+// reordered rather than lost is only a duplicate, which the responder
+// absorbs.
 //
 // Retry budget: SACK-driven resends spend no retry_cnt, since something
 // got through. The IBTA retransmit timer still spends it, and a QP whose
