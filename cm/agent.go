@@ -89,9 +89,10 @@ func newAgent(p gsi.Port) *agent {
 		// The kernel forms TIDs from its MAD agent's number and starts
 		// comm IDs from a random operand; random values keep a restarted
 		// process from reusing the comm IDs and TIDs peers remember.
-		TIDHigh:   rand.Uint32()&0x7FFFFFFF | 1,
-		IDSeed:    rand.Uint32(),
-		Listening: a.listening,
+		TIDHigh:       rand.Uint32()&0x7FFFFFFF | 1,
+		IDSeed:        rand.Uint32(),
+		Listening:     a.listening,
+		Disconnecting: a.disconnecting,
 	})
 	return a
 }

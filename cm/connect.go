@@ -8,6 +8,7 @@ import (
 
 	"github.com/goroce/goroce/internal/ibcm"
 	"github.com/goroce/goroce/internal/mad"
+	"github.com/goroce/goroce/internal/seal"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -162,6 +163,18 @@ func (a *agent) onReply(id *ID, ev *ibcm.Event) {
 	if id.qp == nil {
 		id.post(&Event{Type: EventConnectResponse, Conn: conn})
 		return
+	}
+	if id.sec != nil {
+		pd, err := id.finishActive(rep)
+		if err != nil {
+			_ = a.mgr.Reject(id.cmID, mad.RejectConsumer, nil, seal.RejectData(seal.CodeOf(err)), time.Now(), &a.out)
+			_ = id.qpToErr()
+			id.connErr = true
+			a.forget(id)
+			id.post(&Event{Type: EventConnectError, Conn: conn, Err: fmt.Errorf("cm: connect to %v: %w", id.dst, err)})
+			return
+		}
+		conn.PrivateData = pd
 	}
 	if err := id.connectQP(); err != nil {
 		// cma_rep_recv: refuse the REP, the QP to ERR.

@@ -51,16 +51,25 @@ func dial(ctx context.Context, address string, qp *verbs.QP, p *Params) (*Conn, 
 	if err != nil {
 		return nil, err
 	}
+	var sec *securing
+	if p != nil && p.Security != nil {
+		if cp.PrivateData, sec, err = offerPrivateData(p.Security, cp.PrivateData); err != nil {
+			return nil, err
+		}
+	}
 	id, ch, err := resolve(ctx, address, PortSpaceTCP, qp, p)
 	if err != nil {
 		return nil, err
 	}
+	lock()
+	id.sec = sec
+	unlock()
 	conn, err := connect(ctx, id, ch, qp, &cp)
 	if err != nil {
 		_ = id.Destroy()
 		_ = ch.Close()
 		_ = qpToErr(qp)
-		return nil, err
+		return nil, explainReject(err)
 	}
 	return conn, nil
 }

@@ -48,6 +48,25 @@
 // channel, rdma_get_request) are an ID on a channel of its own with a wait
 // after each call: the C library builds them that way, as librdmacm does.
 //
+// # Security
+//
+// Params.Security (the net-like API only) agrees keys for authenticated,
+// encrypted RDMA between goroce peers in the REQ and REP: an X25519
+// exchange authenticated by a pre-shared key, with forward secrecy, bound
+// to the connection's GIDs, QPNs, starting PSNs and service ID (see
+// Security and internal/seal). Each QP then seals its packets
+// (verbs.QP.SetPacketKeys) and the connection's DREQs carry a tag, so that
+// a DREQ forged by whoever learnt the comm IDs is refused and counted.
+// A peer that does not offer (rxe, a NIC, librdmacm) gets plain RoCEv2,
+// unless Security.Require refuses it; a mismatched key refuses the
+// connection, and both sides' errors wrap ErrInsecure and say why. A
+// passive application sees the offer in the last SecurityLen bytes of
+// Request.PrivateData; Conn.Remote().PrivateData of a secured connection
+// holds the peer's own bytes only. The CM's MADs themselves stay plain.
+// A DREQ sent by Destroy without Close, or by the CM for a stale
+// connection, has no tag: the peer of a secured connection ignores it and
+// learns of the end from its QP's retries instead.
+//
 // # QPs
 //
 // rdma_cm's rules, which CreateQP, SetQP, Dial and Request.Accept follow:

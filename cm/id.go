@@ -103,6 +103,10 @@ type ID struct {
 	parent       *ID
 	requestEvent *Event
 	req          *mad.REQ
+	// sec is the active side's handshake until the REP (secure.go);
+	// discKey authenticates the DREQs of a secured connection.
+	sec     *securing
+	discKey *[32]byte
 
 	// Events handed out and not acknowledged; Destroy waits on ackWait.
 	unacked int

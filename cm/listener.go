@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goroce/goroce/internal/seal"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -212,7 +213,7 @@ func (r *Request) Accept(ctx context.Context, qp *verbs.QP, p *Params) (*Conn, e
 	c, err := r.accept(ctx, qp, p)
 	if err != nil {
 		r.release()
-		return nil, fmt.Errorf("cm: accept request from %v: %w", r.remote.Addr, err)
+		return nil, fmt.Errorf("cm: accept request from %v: %w", r.remote.Addr, explainReject(err))
 	}
 	return c, nil
 }
@@ -230,6 +231,12 @@ func (r *Request) accept(ctx context.Context, qp *verbs.QP, p *Params) (*Conn, e
 	}
 	if err := r.id.SetQP(qp); err != nil {
 		return nil, err
+	}
+	if p != nil && p.Security != nil {
+		if cp.PrivateData, err = r.respond(p.Security, qp, cp.PrivateData); err != nil {
+			_ = r.id.RejectWith(RejectConsumer, seal.RejectData(seal.CodeOf(err)))
+			return nil, err
+		}
 	}
 	if err := r.id.Accept(&cp); err != nil {
 		_ = r.id.Reject(nil)

@@ -64,6 +64,11 @@ type Params struct {
 	// 196 bytes). The peer receives the whole field, zero-padded.
 	PrivateData []byte
 
+	// Security, when set, offers (Dial) or accepts (Request.Accept)
+	// authenticated, encrypted RDMA with a goroce peer; see Security.
+	// With it PrivateData shrinks by SecurityLen bytes.
+	Security *Security
+
 	// SelectiveRepeat offers (Dial) or grants (Accept) goroce's
 	// selective repeat and adaptive retransmission timeout
 	// (ConnParam.SelectiveRepeat): on only if both sides ask for it and

@@ -30,7 +30,7 @@ func (id *ID) Disconnect() error {
 	a := id.agent
 	now := time.Now()
 	var out ibcm.Output
-	if err := a.mgr.Disconnect(id.cmID, nil, now, &out); err != nil && !errors.Is(err, ibcm.ErrState) {
+	if err := a.mgr.Disconnect(id.cmID, id.disconnectData(), now, &out); err != nil && !errors.Is(err, ibcm.ErrState) {
 		return fmt.Errorf("cm: disconnect: %w", managerErr(err))
 	}
 	a.flushOut(&out, now)

@@ -22,7 +22,9 @@ import (
 func (h *hostileTarget) sendAll(t *testing.T, p *rawPeer, pkts ...[]byte) verbs.Counters {
 	t.Helper()
 	d0 := h.dev.Counters()
-	seen := func(c verbs.Counters) uint64 { return c.RcvdPkts + c.Malformed + c.ICRCErrors }
+	seen := func(c verbs.Counters) uint64 {
+		return c.RcvdPkts + c.Malformed + c.ICRCErrors + c.DroppedAuthFail + c.DroppedReplay
+	}
 	for _, pkt := range pkts {
 		p.send(t, h.dst, pkt, false)
 	}

@@ -86,6 +86,14 @@ type Counters struct {
 	// address but not from the UDP source port the connection pinned
 	// (DeviceConfig.AnySourcePort); device only.
 	DroppedWrongPort uint64
+	// DroppedReplay counts sealed packets (QP.SetPacketKeys) dropped
+	// because their counter was already seen or is older than the replay
+	// window; device only.
+	DroppedReplay uint64
+	// DroppedAuthFail counts sealed packets dropped because they did not
+	// authenticate under the QP's key: forged, altered, or sealed under
+	// another connection's key; device only.
+	DroppedAuthFail uint64
 	// DroppedPkts counts packets the transport dropped: wrong transport,
 	// QP, P_Key, or a QP state that takes no packets.
 	DroppedPkts uint64
@@ -199,6 +207,8 @@ var counterFields = [...]counterField{
 	{"dropped_unknown_qp", func(c *Counters) *uint64 { return &c.DroppedUnknownQP }},
 	{"dropped_wrong_source", func(c *Counters) *uint64 { return &c.DroppedWrongSource }},
 	{"dropped_wrong_port", func(c *Counters) *uint64 { return &c.DroppedWrongPort }},
+	{"dropped_replay", func(c *Counters) *uint64 { return &c.DroppedReplay }},
+	{"dropped_auth_fail", func(c *Counters) *uint64 { return &c.DroppedAuthFail }},
 	{"dropped_pkts", func(c *Counters) *uint64 { return &c.DroppedPkts }},
 	{"dropped_busy", func(c *Counters) *uint64 { return &c.DroppedBusy }},
 	{"sent_seq_err", func(c *Counters) *uint64 { return &c.SentSeqErr }},
@@ -304,6 +314,8 @@ func (d *Device) Counters() Counters {
 	c.DroppedUnknownQP = e.unknownQP.Load()
 	c.DroppedWrongSource = e.wrongSource.Load()
 	c.DroppedWrongPort = e.wrongPort.Load()
+	c.DroppedReplay = e.replayed.Load()
+	c.DroppedAuthFail = e.authFail.Load()
 	if g := d.gsi.Load(); g != nil {
 		c.GSIRcvd, c.GSISent, c.GSIDropped = g.rcvd.Load(), g.sent.Load(), g.dropped.Load()
 	}

@@ -250,10 +250,20 @@
 //     requester goes back once per gap: forged out-of-sequence requests
 //     make the device send nothing more.
 //
-// An attacker on the path sees QPNs, PSNs, ports and rkeys in the clear
-// and can forge anything: only encryption and authentication of the
-// packets would stop that, which plain RoCEv2 (and so rxe and NICs)
-// cannot carry.
+// An attacker on the path of a plain connection sees QPNs, PSNs, ports and
+// rkeys in the clear and can forge anything, as against rxe or a NIC.
+// Between goroce peers a connection can be sealed instead (QP.SetPacketKeys,
+// with keys agreed by package cm's Params.Security): every packet's
+// extension headers and payload are encrypted and authenticated with
+// AES-256-GCM, the BTH in the clear as associated data, with a
+// per-direction transmit counter (retransmissions take a fresh one) and a
+// replay window on receive (internal/seal documents the format). A packet
+// that does not authenticate or repeats a counter is dropped before it is
+// parsed (Counters.DroppedAuthFail, DroppedReplay): an attacker on the path
+// can then read only the BTHs, and can neither write memory, nor complete,
+// fail or replay work; it can still drop packets. A sealed packet is 24
+// bytes longer than a plain one with the same IB MTU. Plain RoCEv2 stays
+// the default, and the only mode rxe and NICs speak.
 //
 // # Memory consistency
 //

@@ -48,8 +48,10 @@ type engine struct {
 	// goroutine only.
 	replies *replyBatch
 
-	// outputs lends QPs the buffers the transport builds packets in.
+	// outputs lends QPs the buffers the transport builds packets in,
+	// seals those sealed packets wait in (seal.go).
 	outputs outputPool
+	seals   sealPool
 	// now and nowUses are rxNow's clock reading and how many packets
 	// used it. Receive goroutine only.
 	now     time.Time
@@ -58,6 +60,13 @@ type engine struct {
 	unknownQP   atomic.Uint64 // packets for no live RC QP of this device
 	wrongSource atomic.Uint64 // packets from another address than the QP's peer
 	wrongPort   atomic.Uint64 // packets from the peer's address and another UDP port
+	replayed    atomic.Uint64 // sealed packets whose counter was seen or too old
+	authFail    atomic.Uint64 // sealed packets that did not authenticate
+
+	// sealedQPs counts the QPs with packet keys; unsealQP is the one
+	// Sealed found for Unseal. Receive goroutine only.
+	sealedQPs atomic.Int32
+	unsealQP  *QP
 
 	// cmu guards retired, the summed counters of destroyed QPs, and each
 	// QP's folded flag. It is never held across QPs, so Device.Counters

@@ -177,6 +177,9 @@ func (qp *QP) transmitRepliesToLocked(replies *replyBatch) {
 	if qp.out != nil { // nil: nothing was built since the last transmission
 		pkts = qp.out.Packets()
 	}
+	if qp.sealer != nil {
+		replies = nil // sealed replies are longer than replyLen: the QP's port
+	}
 	if len(pkts) > 0 && qp.sender != nil {
 		msgs := qp.msgs[:0]
 		from := len(pkts)
@@ -196,9 +199,14 @@ func (qp *QP) transmitRepliesToLocked(replies *replyBatch) {
 			}
 			msgs = append(msgs, netio.Message{Dst: dst, Packet: pkts[i].Bytes, Payload: pkts[i].Payload})
 		}
+		var sealed []byte
+		if qp.sealer != nil {
+			sealed = qp.sealLocked(msgs)
+		}
 		if len(msgs) > 0 {
 			_, _ = qp.sender.SendBatch(msgs)
 		}
+		qp.dev.eng.seals.put(sealed)
 		if replies != nil {
 			replies.mu.Unlock()
 		}

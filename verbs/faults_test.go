@@ -59,26 +59,44 @@ func TestE2EOpcodesLateDuplicates(t *testing.T) {
 // FETCH_ADDs, most of them several packets long, between two devices that
 // both drop, duplicate, corrupt, delay and reorder what they receive: every
 // work request must complete exactly once, successfully, with the right
-// data, and each atomic must have run exactly once.
+// data, and each atomic must have run exactly once. Sealed, the same
+// holds: retransmissions take fresh counters, the tap's duplicates are
+// dropped as replays, its corruptions by the ICRC before authentication.
 func TestE2EFaults(t *testing.T) {
-	t.Run("go-back-N", func(t *testing.T) { testE2EFaults(t, false, 15) })
-	// With selective repeat (QPAttr.SelectiveRepeat) on both QPs: held
-	// and replayed requests, SACKs through the real packet path.
-	t.Run("selective-repeat", func(t *testing.T) { testE2EFaults(t, true, 15) })
+	// With selective repeat (QPAttr.SelectiveRepeat) on both QPs too:
+	// held and replayed requests, SACKs through the real packet path,
+	// plain and sealed.
+	for _, sr := range []bool{false, true} {
+		for _, sealed := range []bool{false, true} {
+			name := map[bool]string{false: "plain", true: "sealed"}[sealed]
+			if sr {
+				name += "/selective-repeat"
+			}
+			t.Run(name, func(t *testing.T) { e2eFaults(t, sealed, sr) })
+		}
+	}
 }
 
-func testE2EFaults(t *testing.T, sr bool, host int) {
+func e2eFaults(t *testing.T, sealed, sr bool) {
 	f := verbs.Faults{Drop: 0.05, Duplicate: 0.05, Corrupt: 0.02, Reorder: 0.05, Jitter: 100 * time.Microsecond}
 	fa, fb := f, f
 	fa.Seed, fb.Seed = 1, 2
-	a := newFaultyEnd(t, host, fa, 1<<20)
-	b := newFaultyEnd(t, host+1, fb, 1<<20)
+	a := newFaultyEnd(t, 15, fa, 1<<20)
+	b := newFaultyEnd(t, 16, fb, 1<<20)
 	// Losses are recovered by timeouts too: 67 ms (perftest's 14), as in
 	// TestSoakFaults. With 4 ms (10), a receiver waiting (retry_cnt+1) × 4
 	// ms for a CPU on a loaded machine ended the run in RETRY_EXC_ERR.
 	link := rdmatest.DefaultLink()
 	link.Timeout = 14
 	link.SelectiveRepeat = sr
+	if sealed {
+		if err := a.QP.SetPacketKeys(&testKeys); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.QP.SetPacketKeys(mirror(testKeys)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	rdmatest.Connect(t, a, b, link, link)
 	if sr {
 		defer func() {
@@ -213,6 +231,10 @@ func testE2EFaults(t *testing.T, sr bool, host int) {
 			t.Errorf("ICRCErrors %d + Malformed %d, want the %d corrupted packets", c.ICRCErrors, c.Malformed, fc.Corrupted)
 		}
 		icrc += c.ICRCErrors
+		if sealed && (c.DroppedReplay == 0 || c.DroppedAuthFail != 0) {
+			t.Errorf("%v sealed: dropped_replay %d (the tap's duplicates), dropped_auth_fail %d (want 0)",
+				e.Dev.Addr(), c.DroppedReplay, c.DroppedAuthFail)
+		}
 	}
 	if icrc == 0 {
 		t.Error("no corrupted packet was caught by the ICRC")

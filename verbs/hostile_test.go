@@ -88,11 +88,26 @@ func icrcExact(src, dst netip.AddrPort, pkt []byte) uint32 {
 // MSG_DONTWAIT: a read deadline in the past would not read at all.
 func (p *rawPeer) drain(t testing.TB) []*wire.Packet {
 	t.Helper()
+	var out []*wire.Packet
+	for _, b := range p.drainRaw(t) {
+		pkt := new(wire.Packet)
+		if err := pkt.Parse(b, 0); err != nil {
+			t.Fatalf("device sent a malformed packet: %v", err)
+		}
+		out = append(out, pkt)
+	}
+	return out
+}
+
+// drainRaw returns copies of the datagrams queued on the socket, without
+// waiting for more.
+func (p *rawPeer) drainRaw(t testing.TB) [][]byte {
+	t.Helper()
 	rc, err := p.conn.SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []*wire.Packet
+	var out [][]byte
 	for {
 		var (
 			n    int
@@ -110,11 +125,7 @@ func (p *rawPeer) drain(t testing.TB) []*wire.Packet {
 		if rerr != nil {
 			t.Fatalf("peer receive: %v", rerr)
 		}
-		pkt := new(wire.Packet)
-		if err := pkt.Parse(append([]byte(nil), p.buf[:n]...), 0); err != nil {
-			t.Fatalf("device sent a malformed packet: %v", err)
-		}
-		out = append(out, pkt)
+		out = append(out, append([]byte(nil), p.buf[:n]...))
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/netio"
+	"github.com/goroce/goroce/internal/seal"
 	"github.com/goroce/goroce/internal/transport"
 )
 
@@ -84,6 +85,11 @@ type QP struct {
 	// that of the first packet from the peer after RTR, 0 until then
 	// (acceptSourcePort); connectLocked clears it.
 	peerSrcPort uint16
+	// sealer seals what the QP sends (seal.go); nil without keys.
+	sealer *seal.Sealer
+	// opener opens what the QP receives; the receive goroutine uses it
+	// (Unseal), SetPacketKeys swaps it under xmu.
+	opener atomic.Pointer[seal.Opener]
 
 	timerIndex int       // position in the engine's timer heap; -1 if absent; guarded by engine.tmu
 	deadline   time.Time // when the transport wants OnTimer; guarded by engine.tmu
@@ -148,6 +154,7 @@ func (qp *QP) Destroy() error {
 		qp.sendCQ.dropClaims(qp.qpn, closedError("PostSendWait", "qp"))
 	}
 	qp.disconnectLocked()
+	qp.dropKeysLocked()
 	qp.releaseOutputLocked()
 	// Fold the QP's counters into the device's totals in the same xmu
 	// section that closes it: Device.Counters sees it either live or

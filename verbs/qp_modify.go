@@ -553,6 +553,7 @@ func (qp *QP) applyTransportLocked(op string, a *QPAttr, mask QPAttrMask, cur, n
 		tq.SetState(next)
 		if next == QPStateReset {
 			qp.disconnectLocked()
+			qp.dropKeysLocked()
 			qp.sendCQ.dropClaims(qp.qpn, newError("PostSendWait", "qp", ErrInvalidState, "the QP was reset: its work requests were discarded"))
 		}
 	}

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"strings"
 
 	"github.com/goroce/goroce/internal/oob"
@@ -118,6 +120,8 @@ type config struct {
 	busyPoll      bool
 	plotRef       string // LABEL=FILE: a reference latency distribution for the plot
 	rdmaCM        bool   // -R: perftest's rdma_cm mode
+	pskFile       string // --psk-file: seal the connections (cm.Security) with this key
+	psk           []byte // its contents
 }
 
 // parseArgs parses "TEST [flags] [server-host] [flags]".
@@ -199,6 +203,7 @@ func (c *config) defineFlags(fs *flag.FlagSet, size, iters, txDepth *int, loopAd
 	both(&c.conn, "c", "connection", "RC", "connection type: RC, UC (WRITE and SEND tests) or UD (SEND tests)")
 	both(&c.gbits, "", "report_gbits", false, "report bandwidth in Gb/sec instead of MB/sec")
 	both(&c.rdmaCM, "R", "rdma_cm", false, "connect the QPs with rdma_cm, and exchange perftest's blocks on an rdma_cm control connection instead of TCP")
+	both(&c.pskFile, "", "psk-file", "", "with -R, authenticate and encrypt every packet (goroce peers only: cm.Security, required) under keys agreed from the pre-shared key in FILE (at least 16 bytes; surrounding white space ignored)")
 	both(&c.cpuFreqF, "F", "", false, "accepted for perftest compatibility (no CPU frequency check here)")
 	both(&c.bind, "", "bind", "", "local IP address of the device (default: the address the TCP connection uses)")
 	both(&c.loopback, "", "loopback", false, "run server and client in this process")
@@ -266,7 +271,26 @@ func (c *config) validate(loopAddrs string) error {
 	if err := c.checkConnType(); err != nil {
 		return err
 	}
+	if err := c.readPSK(); err != nil {
+		return err
+	}
 	return c.checkAddrs(loopAddrs)
+}
+
+// readPSK reads --psk-file.
+func (c *config) readPSK() error {
+	if c.pskFile == "" {
+		return nil
+	}
+	if !c.rdmaCM {
+		return errors.New("--psk-file needs -R: the keys are agreed in the rdma_cm handshake")
+	}
+	b, err := os.ReadFile(c.pskFile)
+	if err != nil {
+		return fmt.Errorf("--psk-file: %w", err)
+	}
+	c.psk = bytes.TrimSpace(b)
+	return nil
 }
 
 // checkValues checks the numbers and the combinations of flags, and reads

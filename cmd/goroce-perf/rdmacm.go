@@ -293,6 +293,9 @@ func (c *ctrlConn) SetWriteDeadline(t time.Time) error { return c.SetDeadline(t)
 // active side, the path MTU.
 func (s *side) cmParams(data bool) *cm.Params {
 	p := &cm.Params{Timeout: uint8(s.cfg.qpTimeout), RetryCount: defRetryCount, RNRRetryCount: defRNRRetry}
+	if s.cfg.psk != nil {
+		p.Security = &cm.Security{PSK: s.cfg.psk, Require: true}
+	}
 	if data {
 		p.SelectiveRepeat = s.cfg.sr && s.cfg.conn == "RC" // offered, or granted if offered
 		if v := s.cfg.test.verb; v == verbRead || v == verbAtomic {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -156,5 +158,43 @@ func TestCtrlConnMessageSizes(t *testing.T) {
 	_ = cc.Close()
 	if _, err := io.ReadFull(sc, b); !errors.Is(err, io.EOF) {
 		t.Errorf("after the peer closed: %v", err)
+	}
+}
+
+// --psk-file seals the -R connections: with the same key data moves and
+// checks out; with another key on the server the client's connection is
+// refused and says why; without -R the flag is refused.
+func TestRDMACMSealed(t *testing.T) {
+	dir := t.TempDir()
+	key, other := filepath.Join(dir, "key"), filepath.Join(dir, "other")
+	if err := os.WriteFile(key, []byte("  a pre-shared key of 32 bytes..\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(other, []byte("another pre-shared key, 32 bytes"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCmd(t, 60*time.Second, append(append([]string{"write_bw", "-R", "--psk-file", key}, loopback(70)...),
+		"--json", "--check", "-n", "50", "-s", "5000")...)
+	if code != 0 || !strings.Contains(out, `"check":"passed"`) {
+		t.Fatalf("sealed loopback: exit %d, stderr %s, output %s", code, errs, out)
+	}
+
+	srv, cli := host(146), host(147)
+	port := "18602"
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		code, _, errs = runCmd(t, 60*time.Second, "write_bw", "-R", "--psk-file", key, "--bind", cli, "-p", port, "-n", "10", srv)
+	}()
+	time.Sleep(150 * time.Millisecond)
+	_, _, serrs := runCmd(t, 60*time.Second, "write_bw", "-R", "--psk-file", other, "--bind", srv, "-p", port)
+	<-done
+	if code == 0 || !strings.Contains(errs, "pre-shared key") {
+		t.Errorf("mismatched keys: client exit %d, %q (server %q)", code, errs, serrs)
+	}
+
+	code, _, errs = runCmd(t, 30*time.Second, "write_bw", "--psk-file", key, "--loopback")
+	if code != 2 || !strings.Contains(errs, "--psk-file needs -R") {
+		t.Errorf("--psk-file without -R: exit %d, %q", code, errs)
 	}
 }

@@ -59,6 +59,13 @@ type Config struct {
 	// (with rdma_cm, a mad.CMAHeader and the user's data). Nil listens to
 	// nothing. The private data is valid only during the call.
 	Listening func(sid mad.ServiceID, from netip.Addr, privateData []byte) Verdict
+	// Disconnecting decides whether a DREQ that matches connection id,
+	// established or about to be, is its peer's: a connection whose
+	// peer authenticates its DREQs (package cm's Security) refuses one
+	// without the right tag in its private data. A refused DREQ changes
+	// nothing and is counted (Counters.Refused). Nil takes every DREQ.
+	// The private data is valid only during the call.
+	Disconnecting func(id ID, privateData []byte) bool
 	// MRAServiceTimeout is the service timeout of the MRAs sent for
 	// duplicate REQs and REPs (5 bits; default 24).
 	MRAServiceTimeout uint8

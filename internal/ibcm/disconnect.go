@@ -73,6 +73,10 @@ func (m *Manager) handleDREQ(from netip.Addr, h *mad.Header, dreq *mad.DREQ, now
 	case StateRepSent, StateMRARepRcvd, StateEstablished:
 		// (Before the RTU: the peer connected, the RTU was lost, and the
 		// peer is already done.)
+		if d := m.cfg.Disconnecting; d != nil && !d(c.id, dreq.PrivateData) {
+			m.counters.Refused++
+			return
+		}
 		m.unschedule(c)
 		m.leaveHalfOpen(c)
 		c.pend, c.req = nil, nil

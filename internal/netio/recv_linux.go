@@ -43,6 +43,22 @@ type BatchEnder interface {
 	EndBatch()
 }
 
+// Unsealer is implemented by a Handler some of whose packets arrive sealed
+// (internal/seal): their extension headers and payload are encrypted, so
+// they do not parse until opened. Both methods run on the Serve goroutine.
+type Unsealer interface {
+	// Sealed reports whether udpPayload, a datagram not yet checked in
+	// any way, is addressed to a destination that takes only sealed
+	// packets. Such a datagram skips the parse, has its ICRC checked
+	// and goes to Unseal.
+	Sealed(udpPayload []byte) bool
+	// Unseal authenticates and decrypts a sealed datagram whose ICRC
+	// matched, in place, and returns the plain packet (BTH through an
+	// ICRC-sized tail) to parse and hand to HandlePacket, or nil to drop
+	// it, which the Unsealer counts.
+	Unseal(udpPayload []byte, from netip.AddrPort) []byte
+}
+
 // RecvInfo describes how a packet arrived.
 type RecvInfo struct {
 	// Local is the address and port the packet was sent to.
@@ -148,6 +164,7 @@ func (c *Conn) Serve(ctx context.Context, h Handler) error {
 	c.rxMu.Lock()
 	rx.serve = serveState{c: c, ctx: ctx, h: h, ft: ft}
 	rx.serve.be, _ = h.(BatchEnder)
+	rx.serve.un, _ = h.(Unsealer)
 	c.serveRx = rx
 	c.rxMu.Unlock()
 	defer func() {
@@ -203,6 +220,7 @@ type serveState struct {
 	ctx context.Context
 	h   Handler
 	be  BatchEnder
+	un  Unsealer
 	ft  *faultTap
 	err error
 }
@@ -495,7 +513,11 @@ func (c *Conn) accept(rx *receiver, h Handler, data []byte, from, local netip.Ad
 		tl.malformed++
 		return
 	}
-	if rx.pkt.Parse(data, 0) != nil {
+	// A sealed packet parses once opened, after its ICRC check: damage
+	// in transit counts as an ICRC error, not as a forgery.
+	un := rx.serve.un
+	sealed := un != nil && un.Sealed(data)
+	if !sealed && rx.pkt.Parse(data, 0) != nil {
 		tl.malformed++
 		return
 	}
@@ -514,6 +536,16 @@ func (c *Conn) accept(rx *receiver, h Handler, data []byte, from, local netip.Ad
 	}
 	if tap := c.tap.Load(); tap != nil {
 		tap.record(&c.counters, from, local, info.IPID, data, false)
+	}
+	if sealed {
+		plain := un.Unseal(data, from)
+		if plain == nil {
+			return
+		}
+		if rx.pkt.Parse(plain, 0) != nil {
+			tl.malformed++
+			return
+		}
 	}
 	tl.delivered++
 	h.HandlePacket(&rx.pkt, from, info)

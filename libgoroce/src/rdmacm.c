@@ -194,6 +194,16 @@ GR_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 	req.id = ch->handle;
 	pthread_mutex_lock(&gr_cm_mu);
 	gr_cm_call(GR_OP_CM_DESTROY_CHANNEL, &req, NULL, NULL);
+	/* A thread still reading the channel (rping's CM thread, which older
+	 * rpings never stop) keeps waiting, as on a kernel rdma_cm file that a
+	 * blocked read holds open: the socket is not closed under it, where
+	 * its next read would fail with EBADF or read whatever file took the
+	 * number. The readers own the channel now (rdmacm_event.c). */
+	if (ch->readers > 0) {
+		ch->orphaned = 1;
+		pthread_mutex_unlock(&gr_cm_mu);
+		return;
+	}
 	pthread_mutex_unlock(&gr_cm_mu);
 	close(ch->ch.fd);
 	free(ch);
@@ -319,6 +329,9 @@ GR_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	id_unlink(p);
 	/* rdma_destroy_id returns once every event reported for the ID has
 	 * been acknowledged. */
+	if (p->events_completed != p->events_reported)
+		gr_debug("rdma_destroy_id: id %u waits for %u of %u events to be acknowledged",
+			 p->handle, p->events_reported - p->events_completed, p->events_reported);
 	while (p->events_completed != p->events_reported)
 		pthread_cond_wait(&p->cond, &gr_cm_mu);
 	pthread_mutex_unlock(&gr_cm_mu);

@@ -22,6 +22,11 @@
 struct gr_cm_channel {
 	struct rdma_event_channel ch;
 	uint32_t handle;
+	/* Threads inside rdma_get_cm_event (gr_cm_mu). A channel destroyed
+	 * while one reads is left to them, its socket open (orphaned): see
+	 * rdma_destroy_event_channel. */
+	int readers;
+	int orphaned;
 };
 
 struct gr_cm_id {

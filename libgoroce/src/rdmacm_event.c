@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 /* ---- events ---- */
 
@@ -102,16 +103,36 @@ static int read_event(struct rdma_event_channel *channel, struct gr_cm_event *w)
 	return 0;
 }
 
-GR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
+/* orphaned_wait is where a thread reading a channel destroyed meanwhile
+ * stays: the kernel's rdma_cm never wakes such a read, since the channel's
+ * IDs and their events are gone with it (a destroyed ID's event is never
+ * delivered). pause() is a cancellation point, so pthread_cancel ends it. */
+static void orphaned_wait(void)
 {
+	gr_debug("rdma_get_cm_event: the event channel was destroyed while this thread read it: "
+		 "it waits, as on a kernel rdma_cm file");
+	for (;;)
+		pause();
+}
+
+/* get_event is rdma_get_cm_event for a channel the caller counts itself a
+ * reader of. */
+static int get_event(struct gr_cm_channel *ch, struct rdma_cm_event **event)
+{
+	struct rdma_event_channel *channel = &ch->ch;
 	struct gr_cm_event w;
 	struct gr_cm_evt *e;
 	struct gr_cm_id *p;
+	int failed, orphaned;
 
-	if (!channel || !event)
-		return gr_cm_err(EINVAL);
 	for (;;) {
-		if (read_event(channel, &w))
+		failed = read_event(channel, &w);
+		pthread_mutex_lock(&gr_cm_mu);
+		orphaned = ch->orphaned;
+		pthread_mutex_unlock(&gr_cm_mu);
+		if (orphaned)
+			orphaned_wait();
+		if (failed)
 			return -1;
 		e = calloc(1, sizeof(*e));
 		if (!e)
@@ -126,6 +147,8 @@ GR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_
 		}
 		if (!p) { /* an ID destroyed meanwhile */
 			pthread_mutex_unlock(&gr_cm_mu);
+			gr_debug("rdma_get_cm_event: dropped %s of destroyed id %u",
+				 rdma_event_str((enum rdma_cm_event_type)w.type), w.info.id);
 			free(e);
 			continue;
 		}
@@ -157,6 +180,26 @@ GR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_
 		*event = &e->ev;
 		return 0;
 	}
+}
+
+GR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
+{
+	struct gr_cm_channel *ch;
+	int ret, err;
+
+	if (!channel || !event)
+		return gr_cm_err(EINVAL);
+	ch = container_of(channel, struct gr_cm_channel, ch);
+	pthread_mutex_lock(&gr_cm_mu);
+	ch->readers++;
+	pthread_mutex_unlock(&gr_cm_mu);
+	ret = get_event(ch, event);
+	err = errno;
+	pthread_mutex_lock(&gr_cm_mu);
+	ch->readers--;
+	pthread_mutex_unlock(&gr_cm_mu);
+	errno = err;
+	return ret;
 }
 
 GR_EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)

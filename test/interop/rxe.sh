@@ -100,12 +100,16 @@ MARK=--rxe-hw-counters--
 ERROR_COUNTERS="rcvd_seq_err duplicate_request out_of_seq_request retry_exceeded_err
 retry_rnr_exceeded_err send_err completer_retry_err rcvd_rnr_err link_downed"
 
-# RETRANSMISSIONS_AWK reads goroce-dump's lines and prints "S T L": how
+# RETRANSMISSIONS_AWK reads goroce-dump's lines and prints "S T U L": how
 # many requests rxe resent that goroce had already answered (S); that it
 # had not, while it sent nothing at all on that connection since the
-# request, and answered later (T: goroce did not run, see the check); and
-# the others (L: goroce was running but had not answered, or never
-# answered; also listed on stderr, with the T ones).
+# request, and answered later (T: goroce did not run, see the check); that
+# asked for no answer (no AckReq bit, not a READ or atomic) and that goroce
+# answered later (U: rxe's timer resends its whole window, and a responder
+# may coalesce its ACK of such packets into a later one, IBTA 9.7.5.1.3);
+# and the others (L: goroce was running but had not answered a request
+# that asked for an answer, or never answered; also listed on stderr, with
+# the T and U ones).
 #
 # A connection is told by its UDP source port, which both directions share
 # (both derive it from the two QP numbers), except for the ACKs goroce
@@ -132,6 +136,7 @@ $4 == "→" && $6 == "RC" && $9 ~ /^psn=0x/ {
     split($3, sp, ":"); src = sp[1]; port = sp[2]
     psn = hex(substr($9, 7)); op = $7; qpn = $8; t = $2 + 0
     if (src == rxe && !response(op)) {
+        if ($10 ~ /^A/ || op ~ /READ_REQUEST|COMPARE_SWAP|FETCH_ADD|ATOMIC/) asks[port, psn] = 1
         if ((port, psn) in first) {
             if ((port in answered) && psn_ge(answered[port], psn)) spurious++
             else if (!((port, psn) in resent)) {
@@ -156,11 +161,13 @@ END {
         split(k, kp, SUBSEP)
         if (!busy[k] && (kp[1] in answered) && psn_ge(answered[kp[1]], kp[2])) {
             stalled++; print "rxe resent a request goroce answered after a stall: " resent[k] > "/dev/stderr"
+        } else if (!(k in asks) && (kp[1] in answered) && psn_ge(answered[kp[1]], kp[2])) {
+            unasked++; print "rxe resent a request that asked for no ACK, answered later: " resent[k] > "/dev/stderr"
         } else {
             late++; print "rxe resent a request goroce had not answered: " resent[k] > "/dev/stderr"
         }
     }
-    print spurious + 0, stalled + 0, late + 0
+    print spurious + 0, stalled + 0, unasked + 0, late + 0
 }
 '
 
@@ -549,14 +556,20 @@ R="$BIN/goroce-rping"
 CM_PORT= # set for the rdma_cm scenarios: no TCP to wait for
 CM_READY=
 
+# goroce-perf waits up to 1 s (-u 18) for each ACK, as in the -R and
+# libgoroce scenarios: on a host loaded far beyond its 2 CPUs (seen at load
+# 20), goroce or the emulated VM can stall for longer than 8 x 67 ms and a
+# 64 KiB WRITE ended in "transport retry counter exceeded". The scenarios
+# test the protocol against rxe; the loss and timeout paths are tested in
+# test/faults and the transport's own tests. rxe keeps perftest's default.
 # bandwidth: every verb, sizes around the 1024-byte MTU, both roles
 for t in write read send; do
     for s in 1 1024 1025 65536; do
         args="-x 1 -m $MTU -n $ITERS -s $s"
         vm_server "${t}_bw/s=$s/goroce-client" "has_result $s $ITERS" \
-            "ib_${t}_bw -d rxe0 $args" "$P ${t}_bw --bind $HOST_IP $args $VM_IP"
+            "ib_${t}_bw -d rxe0 $args" "$P ${t}_bw --bind $HOST_IP -u 18 $args $VM_IP"
         host_server "${t}_bw/s=$s/goroce-server" "has_result $s $ITERS" \
-            "$P ${t}_bw --bind $HOST_IP $args" "ib_${t}_bw -d rxe0 $args $HOST_IP"
+            "$P ${t}_bw --bind $HOST_IP -u 18 $args" "ib_${t}_bw -d rxe0 $args $HOST_IP"
     done
 done
 
@@ -564,17 +577,17 @@ done
 for a in CMP_AND_SWAP FETCH_AND_ADD; do
     args="-x 1 -m $MTU -n $ITERS -A $a"
     vm_server "atomic_bw/$a/goroce-client" "has_result 8 $ITERS" \
-        "ib_atomic_bw -d rxe0 $args" "$P atomic_bw --bind $HOST_IP $args $VM_IP"
+        "ib_atomic_bw -d rxe0 $args" "$P atomic_bw --bind $HOST_IP -u 18 $args $VM_IP"
     host_server "atomic_bw/$a/goroce-server" "has_result 8 $ITERS" \
-        "$P atomic_bw --bind $HOST_IP $args" "ib_atomic_bw -d rxe0 $args $HOST_IP"
+        "$P atomic_bw --bind $HOST_IP -u 18 $args" "ib_atomic_bw -d rxe0 $args $HOST_IP"
 done
 
 # latency: WRITE ping-pong, both roles
 args="-x 1 -m $MTU -n $ITERS -s 64"
 vm_server "write_lat/s=64/goroce-client" "has_result 64 $ITERS" \
-    "ib_write_lat -d rxe0 $args" "$P write_lat --bind $HOST_IP $args $VM_IP"
+    "ib_write_lat -d rxe0 $args" "$P write_lat --bind $HOST_IP -u 18 $args $VM_IP"
 host_server "write_lat/s=64/goroce-server" "has_result 64 $ITERS" \
-    "$P write_lat --bind $HOST_IP $args" "ib_write_lat -d rxe0 $args $HOST_IP"
+    "$P write_lat --bind $HOST_IP -u 18 $args" "ib_write_lat -d rxe0 $args $HOST_IP"
 
 # ibv_rc_pingpong: SEND/RECV with the data checked on both sides (-c);
 # 4096 bytes (the default) is four MTU-sized packets, 1 byte a single one
@@ -596,30 +609,30 @@ for t in write_bw send_bw; do
     for s in 1 1024 4096; do
         args="-x 1 -m $MTU -n $ITERS -s $s -c UC"
         vm_server "${t}_uc/s=$s/goroce-client" "has_result $s $ITERS" \
-            "ib_${t} -d rxe0 $args" "$P ${t} --bind $HOST_IP $args $VM_IP"
+            "ib_${t} -d rxe0 $args" "$P ${t} --bind $HOST_IP -u 18 $args $VM_IP"
         host_server "${t}_uc/s=$s/goroce-server" "has_result $s $ITERS" \
-            "$P ${t} --bind $HOST_IP $args" "ib_${t} -d rxe0 $args $HOST_IP"
+            "$P ${t} --bind $HOST_IP -u 18 $args" "ib_${t} -d rxe0 $args $HOST_IP"
     done
 done
 for t in write_lat send_lat; do
     args="-x 1 -m $MTU -n $ITERS -s 64 -c UC"
     vm_server "${t}_uc/s=64/goroce-client" "has_result 64 $ITERS" \
-        "ib_${t} -d rxe0 $args" "$P ${t} --bind $HOST_IP $args $VM_IP"
+        "ib_${t} -d rxe0 $args" "$P ${t} --bind $HOST_IP -u 18 $args $VM_IP"
     host_server "${t}_uc/s=64/goroce-server" "has_result 64 $ITERS" \
-        "$P ${t} --bind $HOST_IP $args" "ib_${t} -d rxe0 $args $HOST_IP"
+        "$P ${t} --bind $HOST_IP -u 18 $args" "ib_${t} -d rxe0 $args $HOST_IP"
 done
 for s in 1 1024; do
     args="-x 1 -m $MTU -n $ITERS -s $s -c UD"
     vm_server "send_bw_ud/s=$s/goroce-client" "has_result $s $ITERS" \
-        "ib_send_bw -d rxe0 $args" "$P send_bw --bind $HOST_IP $args $VM_IP"
+        "ib_send_bw -d rxe0 $args" "$P send_bw --bind $HOST_IP -u 18 $args $VM_IP"
     host_server "send_bw_ud/s=$s/goroce-server" "has_result $s $ITERS" \
-        "$P send_bw --bind $HOST_IP $args" "ib_send_bw -d rxe0 $args $HOST_IP"
+        "$P send_bw --bind $HOST_IP -u 18 $args" "ib_send_bw -d rxe0 $args $HOST_IP"
 done
 args="-x 1 -m $MTU -n $ITERS -s 64 -c UD"
 vm_server "send_lat_ud/s=64/goroce-client" "has_result 64 $ITERS" \
-    "ib_send_lat -d rxe0 $args" "$P send_lat --bind $HOST_IP $args $VM_IP"
+    "ib_send_lat -d rxe0 $args" "$P send_lat --bind $HOST_IP -u 18 $args $VM_IP"
 host_server "send_lat_ud/s=64/goroce-server" "has_result 64 $ITERS" \
-    "$P send_lat --bind $HOST_IP $args" "ib_send_lat -d rxe0 $args $HOST_IP"
+    "$P send_lat --bind $HOST_IP -u 18 $args" "ib_send_lat -d rxe0 $args $HOST_IP"
 
 # ibv_uc_pingpong, ibv_ud_pingpong, ibv_srq_pingpong: as ibv_rc_pingpong,
 # data checked on both sides. UC: 4096 bytes is four packets, which UC
@@ -806,8 +819,9 @@ dump_rc=$?
 # answered, is a goroce bug: it withheld or lost an acknowledgement.
 awk -v rxe="$VM_IP" "$RETRANSMISSIONS_AWK" "$LOGS/goroce-dump.log" \
     >"$WORK/retransmissions.count" 2>"$WORK/retransmissions.txt"
-read -r spurious stalled late <"$WORK/retransmissions.count"
-echo "rxe retransmissions in the capture: $spurious of requests goroce had answered, $stalled answered after goroce stalled, $late other"
+read -r spurious stalled unasked late <"$WORK/retransmissions.count"
+echo "rxe retransmissions in the capture: $spurious of requests goroce had answered, $stalled answered after goroce stalled," \
+    "$unasked that asked for no ACK and were answered later, $late other"
 # duplicate_request is the same exception the other way: the VM (TCG, on a
 # shared host) sometimes stalls for longer than the 67 ms timeout, goroce's
 # timer fires and it resends what rxe then finds it already has (with the
@@ -819,7 +833,7 @@ awk -v rxe="$VM_IP" "$GOROCE_RETRANSMISSIONS_AWK" "$LOGS/goroce-dump.log" \
 read -r timely early <"$WORK/goroce-retransmissions.count"
 echo "goroce retransmissions in the capture: $timely after its timer with no answer from rxe, $early other"
 errs=$(counter_deltas "$WORK/counters.0" "$WORK/counters.1" |
-    awk -v errs="$ERROR_COUNTERS" -v excused=$((late == 0 && spurious + stalled > 0)) -v gexcused=$((early == 0 && timely > 0)) '
+    awk -v errs="$ERROR_COUNTERS" -v excused=$((late == 0 && spurious + stalled + unasked > 0)) -v gexcused=$((early == 0 && timely > 0)) '
         BEGIN { split(errs, e); for (i in e) bad[e[i]] = 1 }
         $1 == "completer_retry_err" && excused { next }
         $1 == "duplicate_request" && gexcused { next }

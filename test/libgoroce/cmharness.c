@@ -11,6 +11,7 @@
  *                            reject with data, then accept with data,
  *                            traffic, disconnect
  *   cmharness fork PORT      the parent's IDs in a child, and the child's own
+ *   cmharness orphan PORT    a channel destroyed while a thread reads it
  *
  * Prints "MODE: ok" and exits 0, or says what failed and exits 1.
  */
@@ -24,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -270,12 +273,79 @@ static void fork_test(int port)
 	rdma_destroy_event_channel(ch);
 }
 
+/* orphan: Debian's rping (rdma-core 44) leaves its CM thread blocked in
+ * rdma_get_cm_event when it destroys its ID and the event channel, and the
+ * connection's DISCONNECTED may arrive after the ID is gone. On the
+ * kernel's rdma_cm that thread waits until the process exits. libgoroce
+ * once dropped the destroyed ID's event and read the channel's descriptor
+ * again after rdma_destroy_event_channel had closed it: EBADF, and rping
+ * exited with 255 (1 run in about 300 under load). A reader inside
+ * rdma_get_cm_event keeps the channel's descriptor open and waiting. */
+static struct {
+	struct rdma_event_channel *ch;
+	pid_t tid;
+	volatile int returned;
+} orphan;
+
+static void *orphan_reader(void *arg)
+{
+	struct rdma_cm_event *ev;
+
+	(void)arg;
+	orphan.tid = (pid_t)syscall(SYS_gettid);
+	orphan.returned = rdma_get_cm_event(orphan.ch, &ev) == 0 ? 1 : 2;
+	return NULL;
+}
+
+/* in_recv reports whether thread tid is blocked in recvfrom(2). */
+static int in_recv(pid_t tid)
+{
+	char path[64];
+	long nr = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", (int)tid);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	if (fscanf(f, "%ld", &nr) != 1)
+		nr = -1;
+	fclose(f);
+	return nr == SYS_recvfrom;
+}
+
+static void orphan_test(int port)
+{
+	struct rdma_cm_id *id;
+	struct sockaddr_in a = addr(server_ip, port);
+	pthread_t t;
+	int fd, i;
+
+	orphan.ch = rdma_create_event_channel();
+	CHECK(orphan.ch && rdma_create_id(orphan.ch, &id, NULL, RDMA_PS_TCP) == 0, "id");
+	CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&a, 2000) == 0, "resolve_addr");
+	rdma_ack_cm_event(expect(orphan.ch, RDMA_CM_EVENT_ADDR_RESOLVED));
+	CHECK(pthread_create(&t, NULL, orphan_reader, NULL) == 0, "pthread_create");
+	for (i = 0; i < 10000 && !(orphan.tid && in_recv(orphan.tid)); i++)
+		usleep(1000);
+	CHECK(orphan.tid && in_recv(orphan.tid), "the reader never blocked in recv");
+	fd = orphan.ch->fd;
+	CHECK(rdma_destroy_id(id) == 0, "destroy id");
+	rdma_destroy_event_channel(orphan.ch);
+	/* The descriptor stays the reader's: closed, its next read would fail
+	 * (or read a file that took the number). */
+	CHECK(fcntl(fd, F_GETFD) != -1, "the channel's descriptor was closed under its reader");
+	usleep(100000);
+	CHECK(!orphan.returned, "the reader returned (%s)", orphan.returned == 1 ? "an event" : "an error");
+	/* exit with the reader still waiting, as rping does */
+}
+
 int main(int argc, char **argv)
 {
 	int port;
 
 	if (argc != 3 && argc != 5) {
-		fprintf(stderr, "usage: cmharness errors|connect|fork PORT [SERVER_IP CLIENT_IP]\n");
+		fprintf(stderr, "usage: cmharness errors|connect|fork|orphan PORT [SERVER_IP CLIENT_IP]\n");
 		return 2;
 	}
 	if (argc == 5) {
@@ -290,6 +360,8 @@ int main(int argc, char **argv)
 		connect_test(port);
 	else if (strcmp(mode, "fork") == 0)
 		fork_test(port);
+	else if (strcmp(mode, "orphan") == 0)
+		orphan_test(port);
 	else
 		return 2;
 	printf("%s: ok\n", mode);

@@ -246,8 +246,9 @@ for t in ib_write_bw ib_read_bw ib_send_bw ib_write_lat; do
 		break
 	done
 done
-# librdmacm's errors, private data, rejection, a non-blocking channel, fork.
-for m in errors connect fork; do
+# librdmacm's errors, private data, rejection, a non-blocking channel, fork,
+# a channel destroyed under a blocked reader.
+for m in errors connect fork orphan; do
 	cmp=$((cmp + 2))
 	if one "cmharness-$m" 60 "$work/cmharness" $m $cmp && grep -q "$m: ok" "$work/cmharness-$m.out"; then
 		pass "cmharness $m"
