@@ -112,10 +112,17 @@ func e2eFaults(t *testing.T, sealed, sr bool) {
 		perRnd  = 20
 		slot    = 4096
 		srcArea = 0         // a: WRITE and SEND sources
-		rdArea  = 128 << 10 // a: READ destinations; b: READ sources
+		rdArea  = 128 << 10 // a: READ destinations; b: READ sources of even rounds
 		atArea  = 256 << 10 // a: FETCH_ADD results; b: SEND destinations
 		dstArea = 384 << 10 // b: WRITE destinations
 		counter = 512 << 10 // b: the FETCH_ADD target
+		// b: the READ sources of odd rounds. A duplicate of a READ
+		// that already completed (the tap's, or a retransmission that
+		// crossed the response) is answered again from b's memory,
+		// as IBTA wants: refilling the source the next round would
+		// race with that replay. A replay would now have to come a
+		// whole round late.
+		rdArea2 = 576 << 10
 	)
 	const initial = 0x0100_0000_0000_0000
 	binary.NativeEndian.PutUint64(b.Buf[counter:], initial)
@@ -153,11 +160,15 @@ func e2eFaults(t *testing.T, sealed, sr bool) {
 					clear(b.Buf[dstArea+off : dstArea+off+slot])
 				}
 			case verbs.WRRDMARead:
-				fill(b.Buf[rdArea+off:rdArea+off+n], byte(k))
-				p.want = append([]byte(nil), b.Buf[rdArea+off:rdArea+off+n]...)
+				src := rdArea + off
+				if r%2 == 1 {
+					src = rdArea2 + off
+				}
+				fill(b.Buf[src:src+n], byte(k))
+				p.want = append([]byte(nil), b.Buf[src:src+n]...)
 				clear(a.Buf[rdArea+off : rdArea+off+slot])
 				wr.SGList = []verbs.SGE{a.MR.SGE(rdArea+off, n)}
-				wr.RDMA = verbs.RDMAParams{RemoteAddr: b.MR.IOVA() + uint64(rdArea+off), RKey: b.MR.RKey()}
+				wr.RDMA = verbs.RDMAParams{RemoteAddr: b.MR.IOVA() + uint64(src), RKey: b.MR.RKey()}
 			case verbs.WRAtomicFetchAndAdd:
 				p.n = 8
 				p.orig = sum
