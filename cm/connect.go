@@ -80,6 +80,10 @@ func (id *ID) Connect(p *ConnParam) error {
 		PacketLifetime: r.PacketLifetime, ResponseTimeout: id.opts.respTimeout, MaxCMRetries: id.opts.maxCMRetries,
 		PrivateData: pd,
 	}
+	id.srOffer, id.sr = p.SelectiveRepeat && transport == mad.TransportRC, false
+	if id.srOffer {
+		cp.VendorID = GoroceECEVendorID
+	}
 	a := id.agent
 	now := time.Now()
 	var out ibcm.Output
@@ -152,9 +156,10 @@ func (a *agent) onReply(id *ID, ev *ibcm.Event) {
 	id.attrs, id.haveAttrs, id.replied = ev.QP, true, true
 	id.respRes = min(ev.QP.MaxDestRdAtomic, uint8(min(attr.MaxQPRdAtom, 0xFF)))
 	id.initDepth = min(ev.QP.MaxRdAtomic, uint8(min(attr.MaxQPInitRdAtom, 0xFF)))
+	id.sr = id.srOffer && rep.VendorID == GoroceECEVendorID
 	conn := ConnParam{PrivateData: rep.PrivateData, ResponderResources: rep.InitiatorDepth,
 		InitiatorDepth: rep.ResponderResources, FlowControl: rep.EndToEndFlowControl,
-		RNRRetryCount: rep.RNRRetryCount, SRQ: rep.SRQ, QPNum: rep.LocalQPN}
+		RNRRetryCount: rep.RNRRetryCount, SRQ: rep.SRQ, QPNum: rep.LocalQPN, SelectiveRepeat: id.sr}
 	if id.qp == nil {
 		id.post(&Event{Type: EventConnectResponse, Conn: conn})
 		return

@@ -90,7 +90,10 @@ type ID struct {
 	noQPNum   uint32
 	noQPSRQ   bool
 	replied   bool // active: the REP arrived; passive: Accept sent the REP
-	connErr   bool // CONNECT_ERROR was reported: later REJECTED and DISCONNECTED are not
+	// srOffer: the REQ offers selective repeat (sent or received); sr:
+	// both sides agreed, the QP gets it on its way to RTR.
+	srOffer, sr bool
+	connErr     bool // CONNECT_ERROR was reported: later REJECTED and DISCONNECTED are not
 
 	// Listener.
 	backlog         int

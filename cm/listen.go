@@ -140,6 +140,7 @@ func (a *agent) onConnectRequest(ev *ibcm.Event) {
 	child := a.newRequestID(l, ev)
 	dev := a.dev.Query()
 	child.req = req
+	child.srOffer = req.VendorID == GoroceECEVendorID && req.TransportServiceType == mad.TransportRC
 	child.psn = rand.Uint32() & 0xFFFFFF
 	child.respRes = min(req.InitiatorDepth, uint8(min(dev.MaxQPRdAtom, 0xFF)))
 	child.initDepth = min(req.ResponderResources, uint8(min(dev.MaxQPInitRdAtom, 0xFF)))
@@ -159,7 +160,7 @@ func (a *agent) onConnectRequest(ev *ibcm.Event) {
 	a.report(l, child, &Event{Type: EventConnectRequest, Conn: ConnParam{
 		PrivateData: req.PrivateData[mad.CMAHeaderSize:], ResponderResources: req.InitiatorDepth,
 		InitiatorDepth: req.ResponderResources, FlowControl: req.EndToEndFlowControl, RetryCount: req.RetryCount,
-		RNRRetryCount: req.RNRRetryCount, SRQ: req.SRQ, QPNum: req.LocalQPN}})
+		RNRRetryCount: req.RNRRetryCount, SRQ: req.SRQ, QPNum: req.LocalQPN, SelectiveRepeat: child.srOffer}})
 }
 
 // onSIDRRequest makes the ID of a UD service request. The caller holds
@@ -261,9 +262,14 @@ func (id *ID) Accept(p *ConnParam) error {
 	a := id.agent
 	now := time.Now()
 	var out ibcm.Output
-	attrs, err := a.mgr.Accept(id.cmID, ibcm.AcceptParams{QPN: qpn, StartingPSN: id.psn, ResponderResources: id.respRes,
+	id.sr = id.srOffer && pp.SelectiveRepeat
+	ap := ibcm.AcceptParams{QPN: qpn, StartingPSN: id.psn, ResponderResources: id.respRes,
 		InitiatorDepth: id.initDepth, RNRRetryCount: min(pp.RNRRetryCount, 7), FlowControl: pp.FlowControl, SRQ: srq,
-		PrivateData: pp.PrivateData}, now, &out)
+		PrivateData: pp.PrivateData}
+	if id.sr {
+		ap.VendorID = GoroceECEVendorID
+	}
+	attrs, err := a.mgr.Accept(id.cmID, ap, now, &out)
 	if err != nil {
 		return fmt.Errorf("cm: accept: %w", managerErr(err))
 	}

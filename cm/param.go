@@ -49,7 +49,22 @@ type ConnParam struct {
 	// moves it itself, with InitQPAttr).
 	SRQ   bool
 	QPNum uint32
+	// SelectiveRepeat asks for goroce's selective repeat
+	// (verbs.QPAttr.SelectiveRepeat) on an RC connection: Connect offers
+	// it in the REQ's ECE vendor ID (GoroceECEVendorID), Accept grants it
+	// if the REQ offered it, and it is on for both QPs only if the REP
+	// carries the ID back. A peer that is not goroce (rdma_cm, rxe, a
+	// NIC) does not answer with it: the connection stays IBTA go-back-N.
+	// In EventConnectRequest it reports the offer; in
+	// EventEstablished and EventConnectResponse, the outcome.
+	SelectiveRepeat bool
 }
+
+// GoroceECEVendorID is the 24-bit ECE vendor ID (the REQ and REP's vendor
+// ID field, as ibv_ece's vendor_id) by which goroce offers and grants
+// selective repeat. It is goroce's own choice ("gor"), not an IEEE OUI:
+// only a peer that sends it back is treated as having agreed.
+const GoroceECEVendorID = 0x676F72
 
 // defaultConnParam is what a nil *ConnParam stands for (librdmacm's):
 // the device's depths, 7 retries of each kind.

@@ -68,6 +68,12 @@ type Params struct {
 	// authenticated, encrypted RDMA with a goroce peer; see Security.
 	// With it PrivateData shrinks by SecurityLen bytes.
 	Security *Security
+
+	// SelectiveRepeat offers (Dial) or grants (Accept) goroce's
+	// selective repeat and adaptive retransmission timeout
+	// (ConnParam.SelectiveRepeat): on only if both sides ask for it and
+	// the peer is goroce; otherwise the QPs use IBTA go-back-N.
+	SelectiveRepeat bool
 }
 
 // NoRetry, as Params.RetryCount or Params.RNRRetryCount, asks for zero
@@ -81,7 +87,7 @@ func (p *Params) connParam() (ConnParam, error) {
 		p = &z
 	}
 	c := ConnParam{PrivateData: p.PrivateData, ResponderResources: MaxResponderResources,
-		InitiatorDepth: MaxInitiatorDepth, RetryCount: 7, RNRRetryCount: 7}
+		InitiatorDepth: MaxInitiatorDepth, RetryCount: 7, RNRRetryCount: 7, SelectiveRepeat: p.SelectiveRepeat}
 	for _, d := range []struct {
 		name string
 		v    int

@@ -98,6 +98,10 @@ func (id *ID) qpAttr(state verbs.QPState, t verbs.QPType) (verbs.QPAttr, verbs.Q
 				a.MinRNRTimer = DefaultMinRNRTimer
 			}
 			mask |= verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
+			if id.sr {
+				a.SelectiveRepeat = true
+				mask |= verbs.QPAttrSelectiveRepeat
+			}
 		}
 		return a, mask, nil
 	case verbs.QPStateRTS:

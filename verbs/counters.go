@@ -134,6 +134,18 @@ type Counters struct {
 	// not the QP's (rxe's port qkey_viol_cntr).
 	QKeyViolations uint64
 
+	// Selective repeat between goroce peers (QPAttr.SelectiveRepeat):
+	// SRHeld counts out-of-order requests the responder kept for replay,
+	// SRSACKSent and SRSACKRcvd the SACKs sent and received, SRResends
+	// the packets the requester resent because a SACK or the adaptive
+	// timeout showed them lost (no go-back-N), SREarlyTimeouts the
+	// expiries of the adaptive timeout (which spend no retry_cnt).
+	SRHeld          uint64
+	SRSACKSent      uint64
+	SRSACKRcvd      uint64
+	SRResends       uint64
+	SREarlyTimeouts uint64
+
 	// ICRCIDPredicted counts packets accepted with a full 32-bit ICRC
 	// check for a non-zero IPv4 identification that follows the previous
 	// packet's from the same source (segments of a GSO send); device only.
@@ -210,6 +222,11 @@ var counterFields = [...]counterField{
 	{"dropped_msgs", func(c *Counters) *uint64 { return &c.DroppedMsgs }},
 	{"dropped_no_recv", func(c *Counters) *uint64 { return &c.DroppedNoRecv }},
 	{"qkey_violations", func(c *Counters) *uint64 { return &c.QKeyViolations }},
+	{"sr_held", func(c *Counters) *uint64 { return &c.SRHeld }},
+	{"sr_sack_sent", func(c *Counters) *uint64 { return &c.SRSACKSent }},
+	{"sr_sack_rcvd", func(c *Counters) *uint64 { return &c.SRSACKRcvd }},
+	{"sr_resends", func(c *Counters) *uint64 { return &c.SRResends }},
+	{"sr_early_timeouts", func(c *Counters) *uint64 { return &c.SREarlyTimeouts }},
 	{"icrc_id_predicted", func(c *Counters) *uint64 { return &c.ICRCIDPredicted }},
 	{"tx_gso", func(c *Counters) *uint64 { return &c.TxGSO }},
 	{"rx_gro", func(c *Counters) *uint64 { return &c.RxGRO }},
@@ -348,6 +365,11 @@ func (qp *QP) countersLocked() Counters {
 	c.DroppedMsgs = t.DroppedMessages
 	c.DroppedNoRecv = t.DroppedNoRecv
 	c.QKeyViolations = t.QKeyViolations
+	c.SRHeld = t.HeldRequests
+	c.SRSACKSent = t.SACKSent
+	c.SRSACKRcvd = t.SACKReceived
+	c.SRResends = t.SelectiveResends
+	c.SREarlyTimeouts = t.EarlyTimeouts
 	return c
 }
 

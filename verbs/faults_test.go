@@ -63,12 +63,21 @@ func TestE2EOpcodesLateDuplicates(t *testing.T) {
 // holds: retransmissions take fresh counters, the tap's duplicates are
 // dropped as replays, its corruptions by the ICRC before authentication.
 func TestE2EFaults(t *testing.T) {
-	for _, sealed := range []bool{false, true} {
-		t.Run(map[bool]string{false: "plain", true: "sealed"}[sealed], func(t *testing.T) { e2eFaults(t, sealed) })
+	// With selective repeat (QPAttr.SelectiveRepeat) on both QPs too:
+	// held and replayed requests, SACKs through the real packet path,
+	// plain and sealed.
+	for _, sr := range []bool{false, true} {
+		for _, sealed := range []bool{false, true} {
+			name := map[bool]string{false: "plain", true: "sealed"}[sealed]
+			if sr {
+				name += "/selective-repeat"
+			}
+			t.Run(name, func(t *testing.T) { e2eFaults(t, sealed, sr) })
+		}
 	}
 }
 
-func e2eFaults(t *testing.T, sealed bool) {
+func e2eFaults(t *testing.T, sealed, sr bool) {
 	f := verbs.Faults{Drop: 0.05, Duplicate: 0.05, Corrupt: 0.02, Reorder: 0.05, Jitter: 100 * time.Microsecond}
 	fa, fb := f, f
 	fa.Seed, fb.Seed = 1, 2
@@ -79,6 +88,7 @@ func e2eFaults(t *testing.T, sealed bool) {
 	// ms for a CPU on a loaded machine ended the run in RETRY_EXC_ERR.
 	link := rdmatest.DefaultLink()
 	link.Timeout = 14
+	link.SelectiveRepeat = sr
 	if sealed {
 		if err := a.QP.SetPacketKeys(&testKeys); err != nil {
 			t.Fatal(err)
@@ -88,6 +98,13 @@ func e2eFaults(t *testing.T, sealed bool) {
 		}
 	}
 	rdmatest.Connect(t, a, b, link, link)
+	if sr {
+		defer func() {
+			if c := b.Dev.Counters(); c.SRHeld == 0 || c.SRSACKSent == 0 {
+				t.Errorf("selective repeat did not run: %+v", c)
+			}
+		}()
+	}
 
 	// Each work request of a round has a slot: 4 KiB in each area.
 	const (
@@ -95,10 +112,17 @@ func e2eFaults(t *testing.T, sealed bool) {
 		perRnd  = 20
 		slot    = 4096
 		srcArea = 0         // a: WRITE and SEND sources
-		rdArea  = 128 << 10 // a: READ destinations; b: READ sources
+		rdArea  = 128 << 10 // a: READ destinations; b: READ sources of even rounds
 		atArea  = 256 << 10 // a: FETCH_ADD results; b: SEND destinations
 		dstArea = 384 << 10 // b: WRITE destinations
 		counter = 512 << 10 // b: the FETCH_ADD target
+		// b: the READ sources of odd rounds. A duplicate of a READ
+		// that already completed (the tap's, or a retransmission that
+		// crossed the response) is answered again from b's memory,
+		// as IBTA wants: refilling the source the next round would
+		// race with that replay. A replay would now have to come a
+		// whole round late.
+		rdArea2 = 576 << 10
 	)
 	const initial = 0x0100_0000_0000_0000
 	binary.NativeEndian.PutUint64(b.Buf[counter:], initial)
@@ -136,11 +160,15 @@ func e2eFaults(t *testing.T, sealed bool) {
 					clear(b.Buf[dstArea+off : dstArea+off+slot])
 				}
 			case verbs.WRRDMARead:
-				fill(b.Buf[rdArea+off:rdArea+off+n], byte(k))
-				p.want = append([]byte(nil), b.Buf[rdArea+off:rdArea+off+n]...)
+				src := rdArea + off
+				if r%2 == 1 {
+					src = rdArea2 + off
+				}
+				fill(b.Buf[src:src+n], byte(k))
+				p.want = append([]byte(nil), b.Buf[src:src+n]...)
 				clear(a.Buf[rdArea+off : rdArea+off+slot])
 				wr.SGList = []verbs.SGE{a.MR.SGE(rdArea+off, n)}
-				wr.RDMA = verbs.RDMAParams{RemoteAddr: b.MR.IOVA() + uint64(rdArea+off), RKey: b.MR.RKey()}
+				wr.RDMA = verbs.RDMAParams{RemoteAddr: b.MR.IOVA() + uint64(src), RKey: b.MR.RKey()}
 			case verbs.WRAtomicFetchAndAdd:
 				p.n = 8
 				p.orig = sum

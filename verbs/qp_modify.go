@@ -70,6 +70,16 @@ type QPAttr struct {
 	RetryCnt         uint8 // transport retries (3 bits); 7 is not infinite
 	RNRRetry         uint8 // RNR retries (3 bits); 7 = infinite
 	RateLimit        uint32
+
+	// SelectiveRepeat turns on goroce's selective repeat and adaptive
+	// retransmission timeout (RC only, on the way to RTR, mask bit
+	// QPAttrSelectiveRepeat): out-of-order requests are kept and
+	// SACKed, and only lost packets are resent. Set it only when the
+	// peer is a goroce QP that sets it too (the connection manager
+	// negotiates it: cm.Params.SelectiveRepeat); rxe and NICs do not
+	// know the SACK and would drop it. Without it the QP speaks plain
+	// IBTA go-back-N. libibverbs has no such attribute.
+	SelectiveRepeat bool
 }
 
 // QPAttrMask selects QPAttr fields (enum ibv_qp_attr_mask).
@@ -100,7 +110,11 @@ const (
 	QPAttrDestQPN          QPAttrMask = 1 << 20 // IBV_QP_DEST_QPN
 	QPAttrRateLimit        QPAttrMask = 1 << 25 // IBV_QP_RATE_LIMIT
 
-	qpAttrKnown = 1<<21 - 1 | QPAttrRateLimit
+	// QPAttrSelectiveRepeat selects QPAttr.SelectiveRepeat: goroce's
+	// own, on a bit libibverbs does not use.
+	QPAttrSelectiveRepeat QPAttrMask = 1 << 31
+
+	qpAttrKnown = 1<<21 - 1 | QPAttrRateLimit | QPAttrSelectiveRepeat
 )
 
 // qpAttrFields are the libibverbs field names of the mask bits, by bit
@@ -111,7 +125,7 @@ var qpAttrFields = [...]string{
 	9: "timeout", 10: "retry_cnt", 11: "rnr_retry", 12: "rq_psn",
 	13: "max_rd_atomic", 14: "alt_ah_attr", 15: "min_rnr_timer", 16: "sq_psn",
 	17: "max_dest_rd_atomic", 18: "path_mig_state", 19: "cap", 20: "dest_qp_num",
-	25: "rate_limit",
+	25: "rate_limit", 31: "selective_repeat",
 }
 
 // qpAttrMaskNames are the enumerator names without IBV_QP_, by bit.
@@ -121,6 +135,7 @@ var qpAttrMaskNames = [...]string{
 	10: "RETRY_CNT", 11: "RNR_RETRY", 12: "RQ_PSN", 13: "MAX_QP_RD_ATOMIC",
 	14: "ALT_PATH", 15: "MIN_RNR_TIMER", 16: "SQ_PSN", 17: "MAX_DEST_RD_ATOMIC",
 	18: "PATH_MIG_STATE", 19: "CAP", 20: "DEST_QPN", 25: "RATE_LIMIT",
+	31: "SELECTIVE_REPEAT",
 }
 
 // field returns the attribute name of the lowest bit of m.
@@ -282,7 +297,7 @@ var qpTransitions = [QPStateErr + 1][QPStateErr + 1]transition{
 				0,
 			),
 			opt: byType(
-				QPAttrAltPath|QPAttrAccessFlags|QPAttrPKeyIndex,
+				QPAttrAltPath|QPAttrAccessFlags|QPAttrPKeyIndex|QPAttrSelectiveRepeat,
 				QPAttrAltPath|QPAttrAccessFlags|QPAttrPKeyIndex,
 				QPAttrPKeyIndex|QPAttrQKey,
 			),
@@ -477,6 +492,9 @@ func applyQPAttr(a, src *QPAttr, mask QPAttrMask) {
 	if mask&QPAttrDestQPN != 0 {
 		a.DestQPNum = src.DestQPNum
 	}
+	if mask&QPAttrSelectiveRepeat != 0 {
+		a.SelectiveRepeat = src.SelectiveRepeat
+	}
 }
 
 // applyTransportLocked hands the new attributes to the transport state
@@ -527,6 +545,9 @@ func (qp *QP) applyTransportLocked(op string, a *QPAttr, mask QPAttrMask, cur, n
 	set(QPAttrMaxDestRdAtomic, tq.SetMaxDestRdAtomic(a.MaxDestRdAtomic))
 	if mask&QPAttrAccessFlags != 0 {
 		tq.SetAccessFlags(a.QPAccessFlags)
+	}
+	if mask&QPAttrSelectiveRepeat != 0 {
+		tq.SetSelectiveRepeat(a.SelectiveRepeat)
 	}
 	if len(errs) > 0 {
 		// checkAttrValues admits only values the transport takes.

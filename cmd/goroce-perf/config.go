@@ -112,6 +112,7 @@ type config struct {
 	loopbackAddrs [2]netip.Addr
 	udpPort       int
 	check         bool
+	sr            bool
 	json          bool
 	plot          string
 	counters      bool
@@ -209,6 +210,7 @@ func (c *config) defineFlags(fs *flag.FlagSet, size, iters, txDepth *int, loopAd
 	both(loopAddrs, "", "loopback-addrs", *loopAddrs, "the server's and the client's addresses with --loopback")
 	both(&c.udpPort, "", "udp-port", verbs.DefaultUDPPort, "RoCEv2 UDP port of both devices (only goroce peers can change it)")
 	both(&c.check, "", "check", false, "validate the data end to end (goroce peers only)")
+	both(&c.sr, "", "selective-repeat", false, "RC: selective repeat and an adaptive retransmission timeout instead of go-back-N (goroce peers only: give it on both sides)")
 	both(&c.json, "", "json", false, "print one JSON object per result line instead of the table")
 	both(&c.counters, "", "counters", false, "print the device's counters (rxe's hw_counters and goroce's own) at the end")
 	both(&c.busyPoll, "", "busy-poll", false, "poll completions and memory in a tight loop that also receives the device's packets (DeviceConfig.BusyPoll), never yielding the processor (lowest latency; burns a core per waiting side)")

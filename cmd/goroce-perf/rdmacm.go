@@ -297,6 +297,7 @@ func (s *side) cmParams(data bool) *cm.Params {
 		p.Security = &cm.Security{PSK: s.cfg.psk, Require: true}
 	}
 	if data {
+		p.SelectiveRepeat = s.cfg.sr && s.cfg.conn == "RC" // offered, or granted if offered
 		if v := s.cfg.test.verb; v == verbRead || v == verbAtomic {
 			p.ResponderResources, p.InitiatorDepth = s.outs, s.outs
 		}

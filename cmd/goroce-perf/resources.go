@@ -161,13 +161,18 @@ func (s *side) connect() error {
 		if s.outs > 1 {
 			rdAtomic = max(1, min(s.outs, int(r.OutReads)))
 		}
+		mask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
+			verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
+		if s.cfg.sr {
+			mask |= verbs.QPAttrSelectiveRepeat
+		}
 		if err := qp.Modify(&verbs.QPAttr{
 			QPState: verbs.QPStateRTR, PathMTU: s.mtu, DestQPNum: r.QPN, RQPSN: r.PSN,
 			MaxDestRdAtomic: da.MaxQPRdAtom, MinRNRTimer: defMinRNRTimer,
 			AHAttr: verbs.AddressVector{DGID: verbs.GID(r.GID), SGIDIndex: s.cfg.gidIndex, HopLimit: defHopLimit,
 				IsGlobal: true, PortNum: 1, UDPPort: uint16(s.cfg.udpPort)},
-		}, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
+			SelectiveRepeat: s.cfg.sr,
+		}, mask); err != nil {
 			return fmt.Errorf("QP %d to RTR: %w", i, err)
 		}
 		if err := qp.Modify(&verbs.QPAttr{

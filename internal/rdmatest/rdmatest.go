@@ -192,6 +192,9 @@ type Link struct {
 	MinRNRTimer     uint8
 	MaxRdAtomic     int // initiator depth
 	MaxDestRdAtomic int // responder resources
+	// SelectiveRepeat: goroce's selective repeat (QPAttr.SelectiveRepeat);
+	// both ends must have it.
+	SelectiveRepeat bool
 }
 
 // UDQKey is the Q_Key of rdma-core's tools (ibv_ud_pingpong, pyverbs).
@@ -253,6 +256,10 @@ func Transitions(typ verbs.QPType, l Link, psn uint32, peer Peer) [3]Transition 
 	if typ == verbs.QPTypeRC {
 		rtr.Attr.MaxDestRdAtomic, rtr.Attr.MinRNRTimer = l.MaxDestRdAtomic, l.MinRNRTimer
 		rtr.Mask |= verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
+		if l.SelectiveRepeat {
+			rtr.Attr.SelectiveRepeat = true
+			rtr.Mask |= verbs.QPAttrSelectiveRepeat
+		}
 		rts.Attr.Timeout, rts.Attr.RetryCnt, rts.Attr.RNRRetry, rts.Attr.MaxRdAtomic = l.Timeout, l.RetryCnt, l.RNRRetry, l.MaxRdAtomic
 		rts.Mask |= verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
 	}

@@ -34,6 +34,7 @@ func (qp *QP) armTimer(now time.Time) {
 	if qp.timeout != 0 && !qp.comp.timerArmed {
 		qp.comp.timerArmed = true
 		qp.comp.deadline = now.Add(qp.timeoutDuration())
+		qp.armEarly(now)
 	}
 }
 
@@ -44,6 +45,7 @@ func (qp *QP) armTimer(now time.Time) {
 // nothing is outstanding.
 func (qp *QP) progress(now time.Time, from psn.PSN) {
 	qp.growWindow(from)
+	qp.endSample(now)
 	qp.comp.retryLeft = qp.retryCnt
 	qp.comp.rnrLeft = qp.rnrRetry
 	qp.comp.startedRetry = false
@@ -63,6 +65,8 @@ func (qp *QP) handleResponse(p *wire.Packet, info wire.OpInfo, now time.Time) {
 		return
 	}
 	switch {
+	case p.BTH.Opcode() == wire.RCSACK:
+		qp.handleSACK(p, P, now)
 	case info.IsReadResponse():
 		qp.readResponse(p, P, now)
 	case p.BTH.Opcode() == wire.RCAtomicAcknowledge:
@@ -240,6 +244,21 @@ func (qp *QP) retry(now time.Time, timeout bool) {
 	qp.comp.startedRetry = true
 	qp.counters.CompleterRetry++
 	qp.shrinkWindow()
+	if qp.ssr.on && timeout && qp.comp.retryLeft+1 == qp.retryCnt {
+		// Selective repeat, first timeout since progress: probe, as
+		// the adaptive timeout does (sr.go); the SACK the newest
+		// packet draws names what to resend. On a loaded machine the
+		// answers are more often late than lost: resending the window
+		// would only add to the queue that delays them.
+		qp.rto.sampling = false
+		qp.ssr.probe = true
+		qp.armTimer(now)
+		return
+	}
+	if qp.ssr.on {
+		// Again without progress: whatever the SACKs said, go back N.
+		qp.forgetSACKs()
+	}
 	qp.rewind()
 	// A retry means a packet or its response was lost: send the head of
 	// the retransmission more than once, so that one more loss on the
@@ -342,7 +361,12 @@ func (qp *QP) completeHead(st ibv.WCStatus) {
 	s := qp.sq.at(qp.sq.head)
 	qp.sq.head++
 	if int32(qp.req.idx-qp.sq.head) < 0 {
+		// The requester was resending (a rewind) what is now
+		// acknowledged. It resumes at the new head: pump finds the PSN
+		// of a started one; an unstarted one must start at the next
+		// new PSN, not at the resend position, whose PSNs were used.
 		qp.req.idx, qp.req.off = qp.sq.head, 0
+		qp.req.psn = qp.req.sentHigh
 	}
 	if s.started && isReadOrAtomic(s.wqe.Opcode) {
 		qp.req.rdAtomic--

@@ -47,6 +47,46 @@
 // partly answered READ asks again for the missing bytes only, with an
 // adjusted RETH, at the PSN of its first missing response.
 //
+// # Selective repeat between goroce peers
+//
+// SetSelectiveRepeat, which both QPs must be given (nothing on the wire
+// negotiates it: verbs.QPAttr.SelectiveRepeat, set by the application or
+// the connection's setup), replaces go-back-N (sr.go, rto.go):
+//
+//   - The responder keeps requests ahead of the expected PSN, whole, in a
+//     buffer of one window (srWindow: the QP's maximum window rounded up
+//     to a power of two, at most 1,024 packets of MTU+64 bytes, allocated
+//     once, at the first out-of-order packet) and runs them through
+//     respond, as if they had just arrived, when the PSNs before them have
+//     been executed. Every rule of the in-sequence path holds unchanged:
+//     receive WQEs in message order, WRITE placement from the FIRST's RETH,
+//     READs and atomics executed once and in order, RNR and errors where
+//     they would have stopped. The ACKs the replayed packets ask for
+//     become one at the end.
+//   - Instead of a sequence NAK it sends a SACK (wire.RCSACK, opcode 0xC0):
+//     the first missing PSN and a bitmap of the PSNs held after it, when a
+//     packet opens a new gap or asks for an ACK, and after a replay that
+//     leaves a gap.
+//   - The requester stamps every transmission with a counter. A SACK
+//     acknowledges the PSNs before its own and marks the held ones; every
+//     packet not held whose latest stamp is older than the first stamp of
+//     a held one is lost and resent (RACK, RFC 8985, by transmission
+//     order), before anything new. This spends no retry_cnt and does not
+//     narrow the window. A lost READ response or atomic ACK still goes
+//     back N (lostResponse).
+//   - The adaptive timeout (rto.go: RFC 6298 over the QP's own round
+//     trips, Karn's rule, floor 1 ms, doubled per expiry, at most half the
+//     IBTA timeout) probes the oldest unacknowledged packet and the newest
+//     one when nothing was acknowledged for an RTO, spending no
+//     retry_cnt; it is armed only while it expires before the IBTA timer,
+//     which is unchanged. The IBTA
+//     timer's first expiry since progress probes the same way; a second
+//     one in a row forgets the SACKs and goes back N.
+//
+// A QP without it never holds a request nor sends a SACK, and treats a
+// SACK it receives as a stale response: against rxe or a NIC the wire is
+// IBTA's.
+//
 // # Responder
 //
 // HandlePacket runs the responder's checks in the order of rxe's state

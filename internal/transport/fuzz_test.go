@@ -13,14 +13,19 @@ import (
 	"github.com/goroce/goroce/internal/wire"
 )
 
-var updateSeeds = flag.Bool("update-seeds", false, "rewrite testdata/fuzz/FuzzHandlePacket from fuzzSeeds")
+var updateSeeds = flag.Bool("update-seeds", false, "rewrite testdata/fuzz/FuzzHandlePacket and FuzzSelectiveRepeat from fuzzSeeds")
 
 // TestFuzzSeeds checks that the committed seed corpus is what fuzzSeeds
 // builds, so that the seeds follow changes of the harness; run with
 // -update-seeds to rewrite it.
 func TestFuzzSeeds(t *testing.T) {
-	dir := filepath.Join("testdata", "fuzz", "FuzzHandlePacket")
-	for _, s := range fuzzSeeds() {
+	checkSeeds(t, "FuzzHandlePacket", fuzzSeeds())
+	checkSeeds(t, "FuzzSelectiveRepeat", append(fuzzSeeds(), srFuzzSeeds()...))
+}
+
+func checkSeeds(t *testing.T, target string, seeds []fuzzSeed) {
+	dir := filepath.Join("testdata", "fuzz", target)
+	for _, s := range seeds {
 		file := filepath.Join(dir, s.name)
 		want := "go test fuzz v1\n[]byte(" + strconv.Quote(string(s.data)) + ")\n"
 		if *updateSeeds {
@@ -55,10 +60,24 @@ func fuzzPackets(data []byte, fn func(step time.Duration, pkt []byte)) {
 // request at most once.
 func FuzzHandlePacket(f *testing.F) {
 	// The seeds are in testdata/fuzz/FuzzHandlePacket (see TestFuzzSeeds).
-	f.Fuzz(func(t *testing.T, data []byte) {
+	f.Fuzz(func(t *testing.T, data []byte) { fuzzPair(t, data, false) })
+}
+
+// FuzzSelectiveRepeat is FuzzHandlePacket with selective repeat on both
+// QPs: out-of-order requests are held and replayed, and SACKs (a new
+// parser of network bytes: their bitmap) reach the requester. The same
+// must hold. Seeds: testdata/fuzz/FuzzSelectiveRepeat (TestFuzzSeeds).
+func FuzzSelectiveRepeat(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte) { fuzzPair(t, data, true) })
+}
+
+// fuzzPair runs a fuzz input against a pair with work in progress.
+func fuzzPair(t *testing.T, data []byte, sr bool) {
+	{
 		o := defaultOpts()
 		o.mtu = 256
 		o.rdAtomic = 2
+		o.sr = sr
 		a, b := newPair(t, o)
 		now := time.Unix(1_000_000, 0)
 		local := make([]byte, 4096)
@@ -128,7 +147,7 @@ func FuzzHandlePacket(f *testing.F) {
 		if n := len(a.scq.c); n != 4 && !(n < 4 && a.qp.Snapshot().SQDepth == 0) {
 			t.Fatalf("%d send completions after flush", n)
 		}
-	})
+	}
 }
 
 type fuzzSeed struct {
@@ -188,5 +207,45 @@ func fuzzSeeds() []fuzzSeed {
 			resp(wire.RCAcknowledge, 3, wire.RNRNakSyndrome(1), nil, nil))},
 		{"remote_access_nak", seq(resp(wire.RCAcknowledge, 3, wire.NakSyndrome(wire.NAKRemoteAccessError), nil, nil))},
 		{"read_response_bad_length", seq(resp(wire.RCRDMAReadResponseOnly, 3, ack, full[:100], nil))},
+	}
+}
+
+// srFuzzSeeds are the seeds of FuzzSelectiveRepeat besides fuzzSeeds':
+// SACKs and requests out of order, in the shapes selective repeat sends.
+func srFuzzSeeds() []fuzzSeed {
+	sack := func(n uint32, syn wire.AETHSyndrome, bitmap []byte) []byte {
+		h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.RCSACK, PKey: 0xFFFF, DestQP: qpnA, PSN: base.Add(n)},
+			AETH: wire.AETHFields{Syndrome: syn}}
+		return append(wire.AppendHeaders(nil, &h), bitmap...)
+	}
+	seq := func(pkts ...[]byte) []byte {
+		var b []byte
+		for _, x := range pkts {
+			b = binary.BigEndian.AppendUint16(b, uint16(len(x)))
+			b = append(b, 10)
+			b = append(b, x...)
+		}
+		return b
+	}
+	full := make([]byte, 256)
+	ack := wire.SyndromeAckUnlimited
+	return []fuzzSeed{
+		// WRITE at +0..+2, READ at +3..+5, FETCH_ADD at +6, SEND at +7..+8.
+		{"sack_write_gap", seq(sack(1, ack, []byte{0x01, 0, 0, 0}))},
+		{"sack_read_lost", seq(sack(3, ack, []byte{0x0F, 0, 0, 0}), sack(3, ack, []byte{0xFF, 0xFF, 0xFF, 0xFF}))},
+		{"sack_wide_then_ack", seq(sack(0, ack, full[:128]), sack(2, ack, []byte{0xFF, 0, 0, 0, 0, 0, 0, 0}))},
+		{"sack_nak_syndrome", seq(sack(1, wire.NakSyndrome(wire.NAKPSNSequenceError), []byte{0x02, 0, 0, 0}))},
+		{"sack_ahead", seq(sack(40, ack, []byte{0x01, 0, 0, 0}))},
+		{"write_last_before_first", seq(req(wire.RCRDMAWriteLast, base.Add(1), true, full[:44], nil),
+			req(wire.RCRDMAWriteFirst, base, false, full, func(h *wire.Headers) {
+				h.RETH = wire.RETHFields{VA: 0, RKey: 0x15A, DMALength: 300}
+			}))},
+		{"sends_reversed", seq(req(wire.RCSendOnly, base.Add(3), true, full[:9], nil), req(wire.RCSendOnly, base.Add(2), false, full[:7], nil),
+			req(wire.RCSendOnly, base.Add(1), true, full[:5], nil), req(wire.RCSendOnly, base, false, full[:3], nil))},
+		{"atomic_held_then_replayed", seq(req(wire.RCFetchAdd, base.Add(1), true, nil, func(h *wire.Headers) {
+			h.AtomicETH = wire.AtomicETHFields{VA: 16, RKey: 0x15A, SwapAdd: 5}
+		}), req(wire.RCSendOnly, base, true, full[:3], nil), req(wire.RCFetchAdd, base.Add(1), true, nil, func(h *wire.Headers) {
+			h.AtomicETH = wire.AtomicETHFields{VA: 16, RKey: 0x15A, SwapAdd: 5}
+		}))},
 	}
 }

@@ -128,6 +128,7 @@ type pairOpts struct {
 	access    ibv.AccessFlags
 	psnA      psn.PSN // a's SQ PSN (b's RQ PSN)
 	psnB      psn.PSN
+	sr        bool // both QPs agreed to selective repeat
 }
 
 func defaultOpts() pairOpts {
@@ -171,6 +172,7 @@ func (e *endpoint) connect(t testing.TB, o pairOpts, dest uint32, sq, rq psn.PSN
 	must(t, qp.SetMaxRdAtomic(o.rdAtomic))
 	must(t, qp.SetMaxDestRdAtomic(o.rdAtomic))
 	qp.SetAccessFlags(o.access)
+	qp.SetSelectiveRepeat(o.sr)
 	qp.SetDest(e.name)
 	qp.SetState(ibv.QPStateRTR)
 	qp.SetState(ibv.QPStateRTS)

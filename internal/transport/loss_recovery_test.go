@@ -286,3 +286,40 @@ func TestLostNak(t *testing.T) {
 	}
 	checkIdle(t, a, b)
 }
+
+// TestSpuriousRewindThenFullAck: a retransmit timeout rewinds the
+// requester, which resends only the narrowed window's worth; then the
+// ACK of everything sent arrives (the timeout was spurious: the ACKs were
+// only late). The WQEs posted after must start at the next new PSN, not
+// where the resending had got to: PSNs used twice would read as
+// duplicates at the responder, and the requester would wait for an ACK
+// beyond anything it believes sent until RETRY_EXC_ERR, or, with a
+// message boundary moved, the responder would see a MIDDLE where a FIRST
+// was due and fail the QP. Both with and without selective repeat.
+func TestSpuriousRewindThenFullAck(t *testing.T) {
+	for _, sr := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sr=%v", sr), func(t *testing.T) {
+			o := defaultOpts()
+			o.timeout, o.maxSendWR, o.sr = 8, 512, sr // 1 ms
+			s := newSim(t, 1, simnet.LinkConfig{Delay: 10 * time.Microsecond}, o)
+			a, b := s.eps[0], s.eps[1]
+			// 4-packet messages: 64 of them fill the 256-PSN window exactly,
+			// so the WQE after them has not started when they complete.
+			w := newUniformWorkload(t, 1, a, b, 300, o.mtu, ibv.WRRDMAWrite, 4*o.mtu)
+			w.maxSQ = 300
+			s.wls = []*workload{w}
+			until := s.clk.Now().Add(1500 * time.Microsecond)
+			s.drop = func(from int, _ []byte) bool { return from == 1 && s.clk.Now().Before(until) }
+			if !s.run(10 * time.Second) {
+				t.Fatalf("not finished: %+v %+v", a.qp.Snapshot(), a.qp.Counters())
+			}
+			if a.qp.State() != ibv.QPStateRTS || b.qp.State() != ibv.QPStateRTS {
+				t.Fatalf("states %v %v: %+v %+v", a.qp.State(), b.qp.State(), a.qp.Counters(), b.qp.Refusal())
+			}
+			w.verify()
+			if c := a.qp.Counters(); c.Timeouts == 0 {
+				t.Fatalf("no timeout: the test did not rewind: %+v", c)
+			}
+		})
+	}
+}

@@ -81,6 +81,12 @@ type QP struct {
 	comp completer
 	resp responder
 
+	// Selective repeat and the adaptive timeout, between goroce peers
+	// that agreed to them (sr.go, rto.go).
+	ssr srRequester
+	rsr srResponder
+	rto rtoState
+
 	hdr wire.Headers // scratch for building headers
 	wc  Completion   // scratch for completions
 	now time.Time    // of the latest call, for Deadline
@@ -185,6 +191,7 @@ func (qp *QP) resetState() {
 	qp.resp = responder{epsn: rqpsn, res: res, replies: replies}
 	qp.resp.held.store = held
 	qp.un.dropping = false
+	qp.resetSR()
 }
 
 // PostSend queues a send work request and transmits what the window allows.
@@ -275,7 +282,14 @@ func (qp *QP) HandlePacket(p *wire.Packet, now time.Time, out *Output) {
 	case info.IsRequest():
 		switch qp.state {
 		case ibv.QPStateRTR, ibv.QPStateRTS, ibv.QPStateSQD, ibv.QPStateSQE:
+			// With requests held for replay, the ACK this one asks
+			// for is owed after the replay (replayHeld).
+			qp.rsr.deferAck = qp.rsr.count > 0
 			qp.respond(p, info, out)
+			qp.rsr.deferAck = false
+			if qp.rsr.count > 0 || qp.rsr.ackDue {
+				qp.replayHeld(out)
+			}
 		default:
 			qp.counters.DroppedPackets++
 		}
@@ -314,6 +328,7 @@ func (qp *QP) OnTimer(now time.Time, out *Output) {
 		qp.req.rnrWait = false
 		qp.rewind()
 	}
+	qp.earlyTimeout(now)
 	if qp.comp.timerArmed && !now.Before(qp.comp.deadline) {
 		qp.comp.timerArmed = false
 		if qp.outstanding() {
@@ -334,6 +349,9 @@ func (qp *QP) Deadline() (time.Time, bool) {
 	ok := false
 	if qp.comp.timerArmed {
 		d, ok = qp.comp.deadline, true
+		if qp.rto.armed && qp.rto.deadline.Before(d) {
+			d = qp.rto.deadline
+		}
 	}
 	if qp.req.rnrWait && (!ok || qp.req.rnrUntil.Before(d)) {
 		d, ok = qp.req.rnrUntil, true

@@ -130,12 +130,20 @@ func (qp *QP) SetAccessFlags(a ibv.AccessFlags) { qp.access = a }
 // window also means more to resend after a loss under go-back-N, so the
 // effective window shrinks toward 128 on retries and grows back to n as
 // PSNs are acknowledged (window.go, doc.go); with n at most 128 it is fixed
-// at n. The window starts at n.
+// at n. The window starts at n. With selective repeat on it is at most
+// 1,024.
 func (qp *QP) SetMaxUnackedPSNs(n int) error {
 	if n < 1 || n > 1<<22 {
 		return ErrBadAttr
 	}
 	qp.window = uint32(n)
+	if qp.ssr.on {
+		// Selective repeat tracks at most maxSRWindow PSNs, in rings
+		// sized for the window: size them again.
+		qp.window = min(qp.window, maxSRWindow)
+		qp.ssr.slots = nil
+		qp.rsr = srResponder{}
+	}
 	qp.req.win, qp.req.winCredit = qp.window, 0
 	return nil
 }

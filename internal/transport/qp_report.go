@@ -85,6 +85,13 @@ type Counters struct {
 	DroppedMessages  uint64 // UC messages dropped after a PSN gap or a failed check, until the next FIRST/ONLY
 	DroppedNoRecv    uint64 // UC and UD messages dropped for want of a receive WQE (no RNR on UC/UD)
 	QKeyViolations   uint64 // UD datagrams dropped for a wrong Q_Key (rxe's qkey_viol_cntr)
+
+	// Selective repeat (sr.go, rto.go), between goroce peers only.
+	HeldRequests     uint64 // out-of-order requests kept for replay
+	SACKSent         uint64 // SACKs sent
+	SACKReceived     uint64 // SACKs received
+	SelectiveResends uint64 // packets resent on a SACK or an early timeout
+	EarlyTimeouts    uint64 // adaptive retransmit timer expiries (no retry_cnt spent)
 }
 
 // Counters returns the QP's counters.

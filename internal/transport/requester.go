@@ -45,6 +45,16 @@ func (qp *QP) pump(now time.Time, out *Output) {
 		return
 	}
 	qp.retireLocalOps()
+	if qp.ssr.on && !qp.req.rnrWait {
+		// Selective repeat: what is known lost goes before anything
+		// new (sr.go).
+		if qp.ssr.probe && !qp.sendProbes(now, out) {
+			return
+		}
+		if qp.ssr.lostBelow != 0 && !qp.resendLost(now, out) {
+			return
+		}
+	}
 	for !qp.req.rnrWait && qp.req.idx != qp.sq.tail {
 		s := qp.sq.at(qp.req.idx)
 		if s.failed {
@@ -187,6 +197,12 @@ func (qp *QP) transmit(s *sendSlot, now time.Time, out *Output) bool {
 		}
 	}
 	h.BTH.AckReq = last || qp.req.ackNext || qp.req.noAck+1 >= qp.ackInterval()
+	if qp.ssr.on {
+		qp.noteSent(qp.req.psn)
+		if h.BTH.AckReq && qp.req.psn == qp.req.sentHigh {
+			qp.startSample(qp.req.psn, now)
+		}
+	}
 	if !qp.appendRequest(s, payload, qp.dest, out) {
 		s.failed, s.status = true, ibv.WCLocProtErr
 		qp.counters.LocalErrors++
@@ -341,6 +357,7 @@ func (qp *QP) sglSlice(sgl []SGE, off, n uint32) (b []byte, ref Ref, ok bool) {
 // a partially acknowledged SEND or WRITE resumes at its first unacknowledged
 // packet, a partially answered READ re-requests only the missing bytes.
 func (qp *QP) rewind() {
+	qp.rto.sampling = false // Karn: what follows is sent again
 	qp.req.idx = qp.sq.head
 	qp.req.off = 0
 	qp.req.noAck = 0

@@ -106,6 +106,9 @@ func (qp *QP) respond(p *wire.Packet, info wire.OpInfo, out *Output) {
 
 	// Check PSN.
 	switch d := P.Sub(qp.resp.epsn); {
+	case d > 0 && qp.ssr.on:
+		qp.holdOutOfOrder(p, P, d, out)
+		return
 	case d > 0:
 		// Out of sequence: NAK with the expected PSN once per gap, then
 		// drop further out-of-sequence requests silently until the

@@ -170,6 +170,10 @@ func (qp *QP) sendRNRNak(P psn.PSN, out *Output) {
 // ackIfRequested acknowledges a request that asks for it; ACKs are
 // coalesced otherwise, since the next ACK covers this PSN too.
 func (qp *QP) ackIfRequested(p *wire.Packet, P psn.PSN, out *Output) {
+	if p.BTH.AckReq() && qp.rsr.deferAck {
+		qp.rsr.ackDue = true // one ACK after the replay (sr.go)
+		return
+	}
 	if p.BTH.AckReq() {
 		qp.sendAck(wire.SyndromeAckUnlimited, P, out)
 	} else {

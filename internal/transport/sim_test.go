@@ -27,6 +27,9 @@ type sim struct {
 	pkt   wire.Packet
 	bad   int // packets dropped for a parse or ICRC error
 	wls   []*workload
+	// drop, if set, is asked about every packet endpoint from sends,
+	// before the network: true drops it (a chosen loss).
+	drop func(from int, pkt []byte) bool
 }
 
 func newSim(t testing.TB, seed int64, link simnet.LinkConfig, o pairOpts) *sim {
@@ -42,6 +45,9 @@ func newSim(t testing.TB, seed int64, link simnet.LinkConfig, o pairOpts) *sim {
 func (s *sim) flush() {
 	for i, e := range s.eps {
 		for _, p := range e.out.Packets() {
+			if s.drop != nil && s.drop(i, p.Bytes) {
+				continue
+			}
 			s.buf = frame(s.buf, p.Bytes, s.ips[i], s.ips[1-i])
 			s.net.Send(s.addrs[i], s.addrs[1-i], s.buf)
 		}
@@ -572,8 +578,18 @@ func TestSimPartitionHeals(t *testing.T) {
 // TestSimRNRRecovery: receives are posted late; SENDs are RNR-NAKed and
 // retried until they land (rnr_retry 7).
 func TestSimRNRRecovery(t *testing.T) {
+	for _, sr := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sr=%v", sr), func(t *testing.T) { testSimRNRRecovery(t, sr) })
+	}
+}
+
+// testSimRNRRecovery is TestSimRNRRecovery, with selective repeat (SENDs
+// held while no receive is posted, refused at replay, kept) or without.
+func testSimRNRRecovery(t *testing.T, sr bool) {
+	var held uint64
 	for seed := range 5 {
 		o := simOpts()
+		o.sr = sr
 		s := newSim(t, int64(seed), simnet.LinkConfig{Delay: 10 * time.Microsecond, Loss: 0.02, Jitter: 3 * time.Microsecond}, o)
 		a, b := s.eps[0], s.eps[1]
 		w := newWorkload(t, uint64(seed), a, b, 60, o.mtu)
@@ -589,5 +605,9 @@ func TestSimRNRRecovery(t *testing.T) {
 		if len(w.consumers) > 0 && b.qp.Counters().RNRNakSent == 0 {
 			t.Fatalf("seed %d: no RNR NAK", seed)
 		}
+		held += b.qp.Counters().HeldRequests
+	}
+	if sr && held == 0 {
+		t.Error("no request was held")
 	}
 }

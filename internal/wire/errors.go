@@ -61,6 +61,7 @@ var (
 	errEmptyLast         = &ParseError{"payload", "empty LAST packet", ErrPayloadLength}
 	errAtomicWriteLen    = &ParseError{"payload", "ATOMIC_WRITE payload is not 8 bytes", ErrPayloadLength}
 	errCNPLen            = &ParseError{"payload", "CNP does not have 16 reserved bytes", ErrPayloadLength}
+	errSACKLen           = &ParseError{"payload", "SACK bitmap is not 1 to 32 whole words", ErrPayloadLength}
 
 	errPayloadAboveMTU = &ParseError{"payload", "payload longer than the MTU", ErrMTU}
 	errPayloadNotMTU   = &ParseError{"payload", "FIRST or MIDDLE payload differs from the MTU", ErrMTU}

@@ -70,6 +70,11 @@ const (
 // with BECN set (Parse does not insist), 16 reserved bytes and the ICRC.
 const CNP Opcode = 0x81
 
+// RCSACK is goroce's selective acknowledgement (sack.go), an RC response in
+// the manufacturer-specific opcode range (0xC0-0xFF, IBTA 9.2.1): sent only
+// to a peer that agreed to selective repeat, so rxe and NICs never see it.
+const RCSACK Opcode = 0xC0
+
 // CNPReservedLen is the number of reserved bytes after the BTH of a CNP. The
 // parser returns them as the packet's payload.
 const CNPReservedLen = 16
@@ -193,6 +198,9 @@ const (
 	// PayloadCNP: the 16 reserved bytes of a congestion notification
 	// packet.
 	PayloadCNP
+	// PayloadSACK: the bitmap of a selective acknowledgement, 4 to
+	// SACKMaxLen bytes in whole 32-bit words, no pad (sack.go).
+	PayloadSACK
 )
 
 // AtomicWriteLen is the payload length of an ATOMIC_WRITE.
@@ -205,6 +213,7 @@ var payloadRuleNames = [...]string{
 	PayloadLast:        "1..MTU",
 	PayloadAtomicWrite: "8",
 	PayloadCNP:         "16 reserved",
+	PayloadSACK:        "4..128 in words",
 }
 
 // String describes the allowed lengths, e.g. "1..MTU".
@@ -257,6 +266,10 @@ func (r PayloadRule) Check(n, pad, mtu int) error {
 	case PayloadCNP:
 		if n != CNPReservedLen {
 			return errCNPLen
+		}
+	case PayloadSACK:
+		if n < 4 || n > SACKMaxLen || n&3 != 0 || pad != 0 {
+			return errSACKLen
 		}
 	}
 	if n == 0 && pad != 0 {
@@ -448,4 +461,6 @@ var opTable = [256]OpInfo{
 	UDSendOnlyWithImmediate: op("UD SEND_ONLY_WITH_IMMEDIATE", TransportUD, HdrDETH|HdrImmDt, PayloadUpToMTU, sendReq|fOnly|fImmediate),
 
 	CNP: op("CNP", TransportCNP, 0, PayloadCNP, 0),
+
+	RCSACK: op("RC GOROCE_SACK_ACKNOWLEDGE", TransportRC, HdrAETH, PayloadSACK, fAck|fResponse|fOnly),
 }

@@ -71,6 +71,8 @@ func payloadLens(r PayloadRule, mtu int) []int {
 		return []int{AtomicWriteLen}
 	case PayloadCNP:
 		return []int{CNPReservedLen}
+	case PayloadSACK:
+		return []int{4, 32, SACKMaxLen}
 	}
 	return nil
 }

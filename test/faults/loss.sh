@@ -49,6 +49,8 @@
 #   HIGH_ITERS, HIGH_ATOMIC_ITERS  those counts (default 200 and 2000)
 # With the defaults the whole script takes one to two minutes.
 #   TIMEOUT    seconds per run (default 120)
+#   PERF_ARGS  extra goroce-perf arguments for both sides, e.g.
+#              --selective-repeat (default none: IBTA go-back-N)
 #   CAPTURE    when set, tcpdump UDP 4791 in goroce-la into $OUT per run
 #   OUT        keep the logs (and captures) in this directory (default: a
 #              temporary directory, kept only when a run fails)
@@ -206,6 +208,8 @@ checks() {
 run() {
 	local p=$1 t=$2 pct name srv cli spid cpid dpid srv_rc cli_rc reason=() bw
 	local args=(--check --json -m "$MTU" -p "$OOB_PORT")
+	# shellcheck disable=SC2206 # PERF_ARGS is a list of arguments
+	args+=(${PERF_ARGS:-})
 	local iters=$ITERS atomic_iters=$ATOMIC_ITERS
 	if awk -v p="$p" -v h="$HIGH_LOSS" 'BEGIN { exit !(p >= h) }'; then
 		iters=$HIGH_ITERS atomic_iters=$HIGH_ATOMIC_ITERS
