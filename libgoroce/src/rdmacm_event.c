@@ -124,6 +124,7 @@ static int get_event(struct gr_cm_channel *ch, struct rdma_cm_event **event)
 	struct gr_cm_evt *e;
 	struct gr_cm_id *p;
 	int failed, orphaned;
+	uint32_t reported, acked;
 
 	for (;;) {
 		failed = read_event(channel, &w);
@@ -153,6 +154,8 @@ static int get_event(struct gr_cm_channel *ch, struct rdma_cm_event **event)
 			continue;
 		}
 		p->events_reported++;
+		reported = p->events_reported;
+		acked = p->events_completed;
 		pthread_mutex_unlock(&gr_cm_mu);
 		e->owner = p;
 		e->ev.id = &p->id;
@@ -176,8 +179,7 @@ static int get_event(struct gr_cm_channel *ch, struct rdma_cm_event **event)
 			break;
 		}
 		gr_debug("rdma_get_cm_event: %s, status %d, id %u (%u reported, %u acknowledged)",
-			 rdma_event_str(e->ev.event), e->ev.status, p->handle, p->events_reported,
-			 p->events_completed);
+			 rdma_event_str(e->ev.event), e->ev.status, p->handle, reported, acked);
 		*event = &e->ev;
 		return 0;
 	}
