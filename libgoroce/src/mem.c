@@ -20,8 +20,10 @@
  * anonymous mapping again, with their content.
  *
  * Semantic differences from pinned pages, documented in README:
- *  - a thread writing the pages while ibv_reg_mr converts them can lose that
- *    write (the copy is taken before the new mapping replaces the old);
+ *  - a thread writing the pages while ibv_reg_mr converts them, or while the
+ *    last ibv_dereg_mr restores them, can lose that write (the copy is taken
+ *    before the new mapping replaces the old). The pages hold whatever else
+ *    the heap put there: a known defect (README, "Semantic differences");
  *  - converted pages are shared memory: after free() of a registered buffer
  *    (undefined behaviour anyway) madvise(MADV_DONTNEED) no longer zeroes
  *    them, and mlock, MAP_GROWSDOWN and madvise state of the old mapping is
