@@ -76,8 +76,14 @@ func TestModifyToErrRightAfterReceiveStillAcks(t *testing.T) {
 // ackPair connects two ends; a, the sender, never retransmits.
 func ackPair(t *testing.T) (a, b *rdmatest.End) {
 	t.Helper()
+	return ackPairWith(t, rdmatest.EndOptions{})
+}
+
+// ackPairWith is ackPair with the receiver b made with bo.
+func ackPairWith(t *testing.T, bo rdmatest.EndOptions) (a, b *rdmatest.End) {
+	t.Helper()
 	a = newEnd(t, 1, rdmatest.EndOptions{})
-	b = newEnd(t, 2, rdmatest.EndOptions{})
+	b = newEnd(t, 2, bo)
 	oa := rdmatest.DefaultLink()
 	oa.Timeout = 0 // no retransmission timer
 	rdmatest.Connect(t, a, b, oa, rdmatest.DefaultLink())
@@ -109,11 +115,19 @@ func holdBatch(t *testing.T, d *verbs.Device, at verbs.BatchPoint) (held <-chan 
 	return h, release
 }
 
-// sendOne sends a 64-byte SEND from a to b and waits for b's receive
+// sendOne sends a 64-byte SEND from a to b (through b's SRQ if it has
+// one) and waits for b's receive
 // completion, which the receive path delivers before its batch ends.
 func sendOne(t *testing.T, a, b *rdmatest.End) {
 	t.Helper()
-	rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{b.MR.SGE(0, 64)}})
+	recv := verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{b.MR.SGE(0, 64)}}
+	if b.SRQ != nil {
+		if err := b.SRQ.PostRecv(&recv); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		rdmatest.PostRecv(t, b.QP, recv)
+	}
 	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
 		SGList: []verbs.SGE{a.MR.SGE(0, 64)}})
 	if wc := rdmatest.WaitN(t, b.CQ, 1)[0]; wc.Status != verbs.WCSuccess {
@@ -141,20 +155,9 @@ func wantSendDone(t *testing.T, a *rdmatest.End) {
 // TestDestroyRightAfterSRQReceiveStillAcks: the same for a QP that
 // receives through a shared receive queue (goroce-srq-pingpong's ends).
 func TestDestroyRightAfterSRQReceiveStillAcks(t *testing.T) {
-	a := newEnd(t, 1, rdmatest.EndOptions{})
-	b := newEnd(t, 2, rdmatest.EndOptions{SRQ: &verbs.SRQInitAttr{MaxWR: 4, MaxSGE: 1}})
-	oa := rdmatest.DefaultLink()
-	oa.Timeout = 0 // no retransmission timer
-	rdmatest.Connect(t, a, b, oa, rdmatest.DefaultLink())
+	a, b := ackPairWith(t, rdmatest.EndOptions{SRQ: &verbs.SRQInitAttr{MaxWR: 4, MaxSGE: 1}})
 	held, release := holdBatch(t, b.Dev, verbs.BatchStart)
-	if err := b.SRQ.PostRecv(&verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{b.MR.SGE(0, 64)}}); err != nil {
-		t.Fatal(err)
-	}
-	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
-		SGList: []verbs.SGE{a.MR.SGE(0, 64)}})
-	if wc := rdmatest.WaitN(t, b.CQ, 1)[0]; wc.Status != verbs.WCSuccess {
-		t.Fatalf("receive: %+v", wc)
-	}
+	sendOne(t, a, b)
 	<-held
 	if err := b.QP.Destroy(); err != nil {
 		t.Fatal(err)
