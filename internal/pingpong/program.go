@@ -338,6 +338,9 @@ func (p *program) pingpong(ctx context.Context, o *options) (err error) {
 	bytes := int64(o.size) * int64(o.iters) * 2
 	fmt.Fprintf(p.stdout, "%d bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, usec/1e6, float64(bytes)*8/usec)
 	fmt.Fprintf(p.stdout, "%d iters in %.2f seconds = %.2f usec/iter\n", o.iters, usec/1e6, usec/float64(o.iters))
+	if len(pp.qps) > 1 {
+		pp.drain(ctx)
+	}
 	// Closing destroys the QPs, whose counters stay in the device's: read
 	// after, they include everything the run did. The device has stopped
 	// writing the buffer then too.

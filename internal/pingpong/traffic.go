@@ -71,6 +71,30 @@ func (pp *pingpongCtx) run(ctx context.Context) (result, error) {
 	return result{elapsed: time.Since(start)}, nil
 }
 
+// drainTime is how long drain keeps the QPs open after the run.
+const drainTime = 500 * time.Millisecond
+
+// drain keeps a multi-QP run's QPs open for drainTime before they are
+// destroyed, so that the peer's extra sends are acknowledged.
+//
+// Why: the examples' loop (this one and ibv_srq_pingpong's) counts sends and
+// receives over all QPs together and posts a send on a QP whenever the total
+// of send completions is below iters, so a side may post up to numQP-1 sends
+// more than its peer waits for. If the peer has destroyed its QPs by then,
+// the sender retransmits into nothing until its retry count runs out (rxe
+// counts completer_retry_err). The extra sends are posted as soon as the
+// sender sees this side's last messages, so they arrive within a round trip;
+// the SRQ still holds receives for them. Their completions are left on the
+// CQ, which is destroyed with the QPs.
+func (pp *pingpongCtx) drain(ctx context.Context) {
+	t := time.NewTimer(drainTime)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
 // poll takes completions from the CQ and accounts for them.
 //
 // After an event (--events) it takes everything the CQ holds: the CQ is

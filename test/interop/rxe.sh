@@ -644,7 +644,11 @@ host_server "send_lat_ud/s=64/goroce-server" "has_result 64 $ITERS" \
 # ibv_uc_pingpong, ibv_ud_pingpong, ibv_srq_pingpong: as ibv_rc_pingpong,
 # data checked on both sides. UC: 4096 bytes is four packets, which UC
 # reassembles with no retransmission; UD: at most the MTU (1024), no -m;
-# SRQ: four RC QPs receiving from one shared receive queue.
+# SRQ: four RC QPs receiving from one shared receive queue. With -q 4 both
+# tools may post up to three sends more than the peer waits for;
+# goroce-srq-pingpong keeps its QPs open for half a second after the run
+# so that rxe's extra sends are acknowledged, not retried into destroyed
+# QPs (completer_retry_err).
 for v in uc ud srq; do
     case $v in
     uc) sizes="1 4096" opts="-m $MTU" ;;
