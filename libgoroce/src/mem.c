@@ -29,7 +29,8 @@
  *    them, and mlock, MAP_GROWSDOWN and madvise state of the old mapping is
  *    not carried over;
  *  - after fork the child gets private copies of all converted pages (as
- *    FOLL_PIN gives on hardware) in the atfork child handler.
+ *    FOLL_PIN gives on hardware), taken in the atfork prepare handler: what
+ *    the parent writes after fork returns never shows in the child.
  */
 #include "shim.h"
 
@@ -56,6 +57,7 @@ struct gr_seg {
 	int dead; /* the process remapped the range: never restore it */
 	dev_t dev;
 	ino_t ino;
+	void *snap; /* the child's private copy, between prepare and fork's end */
 	struct gr_seg *next; /* live segments, sorted, disjoint */
 };
 
@@ -557,19 +559,73 @@ void gr_mem_unshare(struct gr_share *sh)
 	memset(sh, 0, sizeof(*sh));
 }
 
+/* snapshot returns a private anonymous copy of the converted segment g,
+ * with the protections its pages have now, or NULL. It reads through a
+ * view of the memfd, so pages the process may not read are copied too. */
+static void *snapshot(const struct gr_seg *g, struct gr_vma *v, int n)
+{
+	size_t len = g->end - g->start;
+	void *src, *tmp = map_anon(len, g->huge);
+	uintptr_t a;
+
+	if (tmp == MAP_FAILED)
+		return NULL;
+	src = mmap(NULL, len, PROT_READ, MAP_SHARED, g->fd, (off_t)g->off);
+	if (src == MAP_FAILED) {
+		munmap(tmp, len);
+		return NULL;
+	}
+	memcpy(tmp, src, len);
+	munmap(src, len);
+	for (a = g->start; a < g->end;) {
+		struct gr_vma *m = gr_vma_at(v, n, a);
+		uintptr_t e = m->end < g->end ? m->end : g->end;
+
+		if (m->prot != (PROT_READ | PROT_WRITE))
+			mprotect((char *)tmp + (a - g->start), e - a, m->prot);
+		a = e;
+	}
+	return tmp;
+}
+
+/* The fork handlers. The child's copies of converted pages are taken here,
+ * in the parent before fork, and inherited by the child (private memory is
+ * the child's own after fork), which moves them into place: copied in the
+ * child instead, the copy would race the parent's writes after fork
+ * returns, which the child must not see (a child that ran late copied the
+ * parent's "parent" over its own "before fork"). */
 void gr_mem_prefork(void)
 {
+	struct gr_vma *v = NULL;
+	struct gr_seg *g;
+	int n;
+
 	pthread_mutex_lock(&mem_mu);
+	if (!segs)
+		return;
+	n = gr_read_maps(&v);
+	for (g = segs; g; g = g->next)
+		if (g->converted && n >= 0 && seg_intact(g, v, n))
+			g->snap = snapshot(g, v, n);
+	free(v);
 }
 
 void gr_mem_postfork_parent(void)
 {
+	struct gr_seg *g;
+
+	for (g = segs; g; g = g->next)
+		if (g->snap) {
+			munmap(g->snap, g->end - g->start);
+			g->snap = NULL;
+		}
 	pthread_mutex_unlock(&mem_mu);
 }
 
 /* In the child of fork: converted pages still shared with the parent (and
- * the daemon) become private copies, and the segments are forgotten (the
- * child's regions are the parent's, unusable here). */
+ * the daemon) are replaced by the private copies taken before fork (or
+ * copied now if there was no memory for one), and the segments are
+ * forgotten (the child's regions are the parent's, unusable here). */
 void gr_mem_forked(void)
 {
 	struct gr_seg *g, *next;
@@ -577,11 +633,19 @@ void gr_mem_forked(void)
 	int n;
 
 	pthread_mutex_init(&mem_mu, NULL);
-	n = gr_read_maps(&v);
+	n = segs ? gr_read_maps(&v) : 0;
 	for (g = segs; g; g = next) {
+		size_t len = g->end - g->start;
+
 		next = g->next;
-		if (g->converted && n >= 0 && seg_intact(g, v, n))
-			restore(g, v, n);
+		if (g->snap) {
+			if (mremap(g->snap, len, len, MREMAP_MAYMOVE | MREMAP_FIXED,
+				   (void *)g->start) == MAP_FAILED)
+				munmap(g->snap, len);
+			g->snap = NULL;
+		} else if (g->converted && n >= 0 && seg_intact(g, v, n)) {
+			restore(g, v, n); /* no memory for a copy before fork */
+		}
 		close(g->fd);
 		g->dead = 1; /* regions of the parent may still point here */
 	}

@@ -31,6 +31,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -487,6 +488,7 @@ static int cmd_fork(const char *da, const char *db)
 	struct pair p = {.ca = ca, .cb = cb};
 	struct ibv_pd *pd = ibv_alloc_pd(ca);
 	struct ibv_mr *mr;
+	cpu_set_t all, one;
 	char *page;
 	pid_t pid;
 	int st;
@@ -498,11 +500,19 @@ static int cmd_fork(const char *da, const char *db)
 	strcpy(page, "before fork");
 	CHECK(mr = ibv_reg_mr(pd, page, 8192, IBV_ACCESS_LOCAL_WRITE));
 	pair_run(&p);
+	/* One CPU for both: after fork the parent runs on and writes before
+	 * the child is scheduled, the order in which a copy taken in the
+	 * child (not before fork) would show the parent's write. */
+	CHECK(sched_getaffinity(0, sizeof(all), &all) == 0);
+	CPU_ZERO(&one);
+	CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &one);
+	CHECK(sched_setaffinity(0, sizeof(one), &one) == 0);
 	pid = fork();
 	CHECK(pid >= 0);
 	if (pid == 0) {
-		/* The child's copy is private: the parent's write below must
-		 * not show here, and the child's must not show there. */
+		/* The child's copy is private and taken at fork: the parent's
+		 * write below must not show here, and the child's must not
+		 * show there. */
 		struct ibv_pd *stale;
 
 		CHECK(strcmp(page, "before fork") == 0);
@@ -521,8 +531,8 @@ static int cmd_fork(const char *da, const char *db)
 		}
 		_exit(0);
 	}
-	usleep(50000);
 	strcpy(page, "parent");
+	CHECK(sched_setaffinity(0, sizeof(all), &all) == 0);
 	CHECK(waitpid(pid, &st, 0) == pid);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	CHECK(strcmp(page, "parent") == 0);
