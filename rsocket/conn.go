@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -59,9 +58,8 @@ type Conn struct {
 	dataWR  verbs.SendWR
 	dataSGE [2]verbs.SGE
 
-	maps  ioMaps
-	posts atomic.Uint64 // work requests posted: keepalive probes only an idle connection
-	ka    keepalive     // guarded by mu
+	maps ioMaps
+	ka   keepalive // guarded by mu
 
 	closeOnce sync.Once
 	closeErr  error
@@ -394,7 +392,6 @@ func (c *Conn) postWrite(p []byte, seg segment, m uint32, imm bool) error {
 		c.dataWR.ImmData, c.dataWR.Opcode = 0, verbs.WRRDMAWrite
 	}
 	c.dataWR.RDMA = verbs.RDMAParams{RemoteAddr: seg.dst.addr, RKey: seg.dst.key}
-	c.posts.Add(1)
 	return c.ep.qp.PostSend(&c.dataWR)
 }
 

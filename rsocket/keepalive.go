@@ -7,17 +7,16 @@ import (
 	"github.com/goroce/goroce/verbs"
 )
 
-// Keepalive (rsockets' SO_KEEPALIVE, its period TCP_KEEPIDLE): when a
-// period passes in which the connection posted nothing, it posts a
-// zero-length RDMA WRITE without immediate data from a control slot, its
-// work request marked RS_CTRL_KEEPALIVE (tcp_svc_send_keepalive). The
-// peer's NIC acknowledges it and the peer's program sees nothing. A peer
-// that is gone acknowledges nothing: the transport's retries run out
-// (retry_cnt + 1 local ACK timeouts), the write completes in error and
-// the connection fails, so a blocked Read or Write returns instead of
-// waiting forever. rsockets probes every period, busy or not; probing
-// only an idle connection is the same on the wire, since anything posted
-// meanwhile finds a vanished peer out the same way.
+// Keepalive (rsockets' SO_KEEPALIVE, its period TCP_KEEPIDLE): every
+// period the connection posts a zero-length RDMA WRITE without immediate
+// data from a control slot, its work request marked RS_CTRL_KEEPALIVE
+// (tcp_svc_send_keepalive). The peer's NIC acknowledges it and the peer's
+// program sees nothing. A peer that is gone acknowledges nothing: the
+// transport's retries run out (retry_cnt + 1 local ACK timeouts), the
+// write completes in error and the connection fails, so a blocked Read
+// or Write returns instead of waiting forever. As rsockets, it probes
+// busy connections too: a probe is one small packet and its ACK per
+// period, and on an idle connection the only traffic.
 
 // defaultKeepAlive is the period SetKeepAlive(true) uses unless set:
 // package net's default.
@@ -29,7 +28,7 @@ type keepalive struct {
 	on     bool
 	period time.Duration
 	timer  *time.Timer
-	seen   uint64 // c.posts at the last tick
+	probes uint64 // probes posted
 }
 
 // init starts probing every period, if positive.
@@ -73,15 +72,14 @@ func (c *Conn) SetKeepAlive(on bool) error {
 		return nil
 	}
 	if !c.ka.on {
-		c.ka.on, c.ka.seen = true, c.posts.Load()
+		c.ka.on = true
 		c.ka.arm()
 	}
 	return nil
 }
 
-// SetKeepAlivePeriod sets the idle time after which a probe is sent
-// (TCP_KEEPIDLE on an rsocket); d <= 0 selects 15 s. It does not turn
-// probes on.
+// SetKeepAlivePeriod sets the time between probes (TCP_KEEPIDLE on an
+// rsocket); d <= 0 selects 15 s. It does not turn probes on.
 func (c *Conn) SetKeepAlivePeriod(d time.Duration) error {
 	if d <= 0 {
 		d = defaultKeepAlive
@@ -98,22 +96,23 @@ func (c *Conn) SetKeepAlivePeriod(d time.Duration) error {
 	return nil
 }
 
-// keepaliveTick runs on the timer: it probes if nothing was posted since
-// the last tick, and schedules the next.
+// keepaliveTick runs on the timer: it probes, unless the control slots
+// are all in flight (then the peer is answering, or they will fail), and
+// schedules the next.
 func (c *Conn) keepaliveTick() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.ka.on || c.closed || c.err != nil || c.peerGone || c.discSent {
 		return
 	}
-	if c.posts.Load() == c.ka.seen && c.ctrlSeq != c.ctrlMax {
+	if c.ctrlSeq != c.ctrlMax {
 		if err := c.postProbe(); err != nil {
 			c.broken(err)
 			c.wake()
 			return
 		}
+		c.ka.probes++
 	}
-	c.ka.seen = c.posts.Load()
 	c.ka.arm()
 }
 
@@ -123,6 +122,5 @@ func (c *Conn) keepaliveTick() {
 func (c *Conn) postProbe() error {
 	c.ctrlWR = verbs.SendWR{WRID: uint64(msg(opCtrl, ctrlKeepalive)), Opcode: verbs.WRRDMAWrite, SGList: c.ctrlSGE[:0]}
 	c.ctrlSeq++
-	c.posts.Add(1)
 	return c.ep.qp.PostSend(&c.ctrlWR)
 }

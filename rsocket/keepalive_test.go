@@ -15,21 +15,23 @@ import (
 	"github.com/goroce/goroce/internal/rdmatest/testkit"
 )
 
-// An idle connection with keepalive posts probes, which the peer's device
+// A connection with keepalive posts probes, which the peer's device
 // acknowledges without its program seeing anything: the connection stays
 // up and carries data afterwards.
-func TestKeepAliveProbesIdle(t *testing.T) {
+func TestKeepAliveProbes(t *testing.T) {
 	testkit.CheckLeaks(t)
 	client, server := pair(t, 60, 61, Config{KeepAlive: time.Millisecond})
-	p0 := client.posts.Load()
-	testkit.WaitFor(t, "three keepalive probes", func() bool { return client.posts.Load() >= p0+3 })
-	client.mu.Lock()
-	client.progress()
-	err := client.err
-	client.mu.Unlock()
-	if err != nil {
-		t.Fatalf("the connection broke: %v", err)
+	probes := func() uint64 {
+		client.mu.Lock()
+		defer client.mu.Unlock()
+		client.progress()
+		if client.err != nil {
+			t.Fatalf("the connection broke: %v", client.err)
+		}
+		return client.ka.probes
 	}
+	testkit.WaitFor(t, "three keepalive probes", func() bool { return probes() >= 3 })
+	probes()
 	say(t, client, server, "after the probes")
 	say(t, server, client, "both ways")
 	// Off: no more probes once the one in flight (if any) is posted.

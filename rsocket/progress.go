@@ -185,6 +185,5 @@ func (c *Conn) postCtrl(m uint32, region bool, off int, slotAddr uint64) error {
 		c.ctrlWR.RDMA = verbs.RDMAParams{RemoteAddr: slotAddr, RKey: c.rcv.remote.key}
 	}
 	c.ctrlSeq++
-	c.posts.Add(1)
 	return c.ep.qp.PostSend(&c.ctrlWR)
 }
