@@ -76,11 +76,11 @@ func TestHelperPeer(t *testing.T) {
 // A peer that vanishes (its process killed: no disconnect, no packet
 // more) leaves Read waiting forever unless a keepalive probe finds it
 // gone: with one, Read returns the transport's error within a probe
-// period plus the retries (8 local ACK timeouts of about 1 s), long
+// period plus the retries (8 local ACK timeouts of about 0.5 s), long
 // before the deadline that would otherwise end it.
 func TestKeepAliveVanishedPeer(t *testing.T) {
 	if testing.Short() {
-		t.Skip("waits for the transport's retries (about 9 s)")
+		t.Skip("waits for the transport's retries (about 4 s)")
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperPeer$")
 	cmd.Env = append(os.Environ(), helperEnv+"=listen", testkit.HelperEnv())
