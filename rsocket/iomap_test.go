@@ -154,3 +154,51 @@ func TestIOMapReleasedByClose(t *testing.T) {
 	}
 	testkit.WantErr(t, server.IOUnmap(mr), net.ErrClosed)
 }
+
+// A peer that announces an entry outside this side's table, or an empty
+// one, breaks the protocol: the connection ends with an error wrapping
+// errProtocol, and the entry is not used.
+func TestIOMapBadAnnouncement(t *testing.T) {
+	testkit.CheckLeaks(t)
+	for i, c := range []struct {
+		name  string
+		index uint32
+		entry ioMap
+	}{
+		{"index beyond the table", 7, ioMap{offset: 0, region: sge{addr: 0x1000, key: 1, length: 64}}},
+		{"empty region", 0, ioMap{offset: 0, region: sge{addr: 0x1000, key: 1}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			client, server := pair(t, 70+2*i, 71+2*i, Config{IOMapSize: 1})
+			if err := postIOMapEntry(client, c.entry, c.index); err != nil {
+				t.Fatal(err)
+			}
+			_, err := server.Read(make([]byte, 1))
+			testkit.WantErr(t, err, errProtocol)
+			server.mu.Lock()
+			found := server.maps.find(0)
+			server.mu.Unlock()
+			if found != nil {
+				t.Fatalf("the bad entry was taken: %+v", *found)
+			}
+		})
+	}
+}
+
+// postIOMapEntry is IOMap's post, by hand: entry written to slot 0 of the
+// peer's table, the message naming index.
+func postIOMapEntry(c *Conn, entry ioMap, index uint32) error {
+	c.wrMu.Lock()
+	defer c.wrMu.Unlock()
+	c.postMu.Lock()
+	defer c.postMu.Unlock()
+	c.mu.Lock()
+	if err := c.sendable(); err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	seg := c.snd.reserveOwn(ioMapLen, true)
+	seg.dst = sge{addr: c.maps.remote.addr, key: c.maps.remote.key}
+	c.mu.Unlock()
+	return c.postWrite(appendIOMap(nil, entry, false), seg, msg(opIOMapSGL, index), true)
+}

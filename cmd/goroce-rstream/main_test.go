@@ -80,7 +80,7 @@ func TestCustomVerified(t *testing.T) {
 }
 
 func TestBadArgs(t *testing.T) {
-	for _, args := range [][]string{{"-S", "x"}, {"-C", "0"}, {"-T", "q"}, {"-T", "f"}, {"-f", "gid", "-b", "127.0.0.1"}, {"-p", "1"}} {
+	for _, args := range [][]string{{"-S", "x"}, {"-C", "0"}, {"-T", "q"}, {"-T", "f"}, {"-f", "gid", "-b", "127.0.0.1"}, {"-p", "1"}, {"-k", "-1", "-b", "127.0.0.1"}} {
 		var out, errb bytes.Buffer
 		if code := run(context.Background(), args, &out, &errb); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (%s)", args, code, errb.String())
