@@ -18,6 +18,9 @@ go test -count=1 -timeout 5m -tags purego "$@" ./internal/wire ./internal/netio
 # on purpose, which the race detector reports (it is built without -race
 # only): it runs here.
 go test -count=1 -timeout 5m -run 'TestVersionedRecordHammer' "$@" ./verbs
+# goroce-riostream watches the last byte of a buffer the peer's device
+# stores into, as riostream does, which the race detector reports too.
+go test -count=1 -timeout 5m -run 'TestCustomVerified' "$@" ./cmd/goroce-riostream
 # The plain-UDP socket path that macOS, FreeBSD and Windows take, tested on
 # Linux (see README "Platforms").
 go test -race -count=1 -timeout 10m -tags goroce_portable "$@" ./internal/netio ./verbs ./cm

@@ -21,8 +21,9 @@
 // instead (rstream's sockets mode), for comparison; a, b, n and r change
 // how rstream waits and resolves, and nothing here. -B sets the socket
 // buffer sizes as rstream does (setsockopt SO_SNDBUF and SO_RCVBUF, which
-// rsockets doubles; 512 KiB when absent). -i and -k are accepted and
-// ignored (inline size, keepalive).
+// rsockets doubles; 512 KiB when absent). -k N turns keepalive probes on,
+// every N idle seconds (rstream's SO_KEEPALIVE and TCP_KEEPIDLE). -i, the
+// inline size, is accepted and ignored.
 //
 // goroce is a device of this process, bound to an address: the server's
 // is -b (rstream's default, every address, has no goroce equivalent), the
@@ -67,6 +68,7 @@ type config struct {
 	verify     bool
 	tcp        bool // -T s
 	udpPort    int  // goroce's: the devices' RoCEv2 port
+	keepalive  int  // -k, seconds
 }
 
 func parseArgs(args []string, stderr io.Writer) (*config, error) {
@@ -78,7 +80,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	format := fs.String("f", "", "address format: ip or name (gid is not supported)")
 	fs.IntVar(&c.bufSize, "B", 0, "buffer size (SO_SNDBUF and SO_RCVBUF; 0: 512 KiB)")
 	fs.Int("i", 64, "inline size (ignored)")
-	fs.Int("k", 0, "keepalive time (ignored)")
+	fs.IntVar(&c.keepalive, "k", 0, "keepalive time in seconds (0: none)")
 	var iters, count, size, tests string
 	fs.StringVar(&iters, "I", "", "iterations")
 	fs.StringVar(&count, "C", "", "transfer count")
@@ -121,6 +123,8 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	switch {
 	case strings.HasPrefix(strings.ToLower(*format), "gid"):
 		return nil, errors.New("-f gid: AF_IB addresses are not supported")
+	case c.keepalive < 0:
+		return nil, fmt.Errorf("-k %d: want seconds", c.keepalive)
 	case c.bufSize < 0:
 		return nil, fmt.Errorf("-B %d: want a size", c.bufSize)
 	case c.udpPort < 1 || c.udpPort > 65535:

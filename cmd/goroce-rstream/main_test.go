@@ -79,24 +79,8 @@ func TestCustomVerified(t *testing.T) {
 	}
 }
 
-// rstream's sizes and counts, as librdmacm's size_str and cnt_str print
-// them.
-func TestFormats(t *testing.T) {
-	for n, want := range map[int64]string{64: "64", 192: "192", 1536: "1.5k", 6144: "6k", 65536: "64k",
-		98304: "96k", 1 << 20: "1m", 3 << 19: "1.5m", 6 << 20: "6m", 12800000: "12m", 1 << 30: "1g"} {
-		if got := sizeStr(n); got != want {
-			t.Errorf("sizeStr(%d) = %q, want %q", n, got, want)
-		}
-	}
-	for n, want := range map[int64]string{1: "1", 999: "999", 1000: "1k", 100000: "100k", 1000000: "1m", 2e9: "2b"} {
-		if got := cntStr(n); got != want {
-			t.Errorf("cntStr(%d) = %q, want %q", n, got, want)
-		}
-	}
-}
-
 func TestBadArgs(t *testing.T) {
-	for _, args := range [][]string{{"-S", "x"}, {"-C", "0"}, {"-T", "q"}, {"-T", "f"}, {"-f", "gid", "-b", "127.0.0.1"}, {"-p", "1"}} {
+	for _, args := range [][]string{{"-S", "x"}, {"-C", "0"}, {"-T", "q"}, {"-T", "f"}, {"-f", "gid", "-b", "127.0.0.1"}, {"-p", "1"}, {"-k", "-1", "-b", "127.0.0.1"}} {
 		var out, errb bytes.Buffer
 		if code := run(context.Background(), args, &out, &errb); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (%s)", args, code, errb.String())
