@@ -31,7 +31,8 @@
 # median of the rounds for each workload and transport.
 #
 # Usage (as root): bench/apps.sh
-# Environment: ROUNDS (default 3), DURATION (seconds, default 5), PROFILE
+# Environment: ROUNDS (default 3), DURATION (seconds, default 5), WORKLOADS
+#   (a subset, as "workload:app ..."; default all), PROFILE
 #   (set: write CPU profiles of both sides of each goroce run to OUT),
 #   OUT (keep the raw results there; default a temporary directory).
 set -uo pipefail
@@ -45,7 +46,7 @@ IP_B=10.96.0.2
 PORT=7471
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5}
-WORKLOADS="grpc-unary:grpc grpc-stream:grpc http:http http-1m:http kv-get:kv kv-put:kv"
+WORKLOADS=${WORKLOADS:-"grpc-unary:grpc grpc-stream:grpc http:http http-1m:http kv-get:kv kv-put:kv"}
 export PATH=$PATH:/usr/local/go/bin
 
 if [[ $(id -u) != 0 ]]; then

@@ -18,7 +18,6 @@ import (
 	"github.com/goroce/goroce/examples/apps/httpblob"
 	"github.com/goroce/goroce/examples/apps/kv"
 	"github.com/goroce/goroce/rsocket"
-	"github.com/goroce/goroce/verbs"
 	"google.golang.org/grpc"
 )
 
@@ -29,7 +28,7 @@ type workload struct {
 	app      string // the server's application
 	size     int    // default message size
 	perBytes bool   // report CPU per GB (a bulk transfer), not per request
-	setup    func(ctx context.Context, o options) (*session, error)
+	setup    func(ctx context.Context, o *options) (*session, error)
 }
 
 // session is a connected workload.
@@ -61,7 +60,7 @@ func workloadNames() string {
 }
 
 // dialer returns the dial function of o.net from o.local.
-func dialer(o options) (func(ctx context.Context, network, addr string) (net.Conn, error), error) {
+func dialer(o *options) (func(ctx context.Context, network, addr string) (net.Conn, error), error) {
 	local, err := netip.ParseAddr(o.local)
 	if err != nil {
 		return nil, fmt.Errorf("-local: %w", err)
@@ -70,11 +69,15 @@ func dialer(o options) (func(ctx context.Context, network, addr string) (net.Con
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: local.AsSlice()}}
 		return d.DialContext, nil
 	}
-	d := rsocket.Dialer{LocalAddr: local}
+	dev, err := openDevice(o, local)
+	if err != nil {
+		return nil, err
+	}
+	d := rsocket.Dialer{Device: dev}
 	return d.DialContext, nil
 }
 
-func runClient(ctx context.Context, o options, stdout io.Writer) error {
+func runClient(ctx context.Context, o *options, stdout io.Writer) error {
 	w, ok := workloads[o.workload]
 	if !ok {
 		return fmt.Errorf("-workload %q: one of %s", o.workload, workloadNames())
@@ -120,10 +123,10 @@ func runClient(ctx context.Context, o options, stdout io.Writer) error {
 	}
 	r := result{Side: "client", App: o.workload, Net: o.net, Ops: len(lat), Bytes: bytes, Secs: secs,
 		P50: pct(0.50), P99: pct(0.99), P999: pct(0.999), PerBytes: w.perBytes, Torn: torn}
-	return emit(stdout, r)
+	return emit(stdout, o, r)
 }
 
-func grpcUnary(ctx context.Context, o options) (*session, error) {
+func grpcUnary(ctx context.Context, o *options) (*session, error) {
 	c, err := grpcClient(o)
 	if err != nil {
 		return nil, err
@@ -139,7 +142,7 @@ func grpcUnary(ctx context.Context, o options) (*session, error) {
 	}, close: c.Close}, nil
 }
 
-func grpcClient(o options) (*grpcecho.Client, error) {
+func grpcClient(o *options) (*grpcecho.Client, error) {
 	dial, err := dialer(o)
 	if err != nil {
 		return nil, err
@@ -151,7 +154,7 @@ func grpcClient(o options) (*grpcecho.Client, error) {
 // grpcStream echoes messages on one bidirectional stream, pipelined: a
 // goroutine keeps streamWindow messages ahead of the echoes, and each op
 // is one message's round trip (from its Send to its echo's Recv).
-func grpcStream(ctx context.Context, o options) (*session, error) {
+func grpcStream(ctx context.Context, o *options) (*session, error) {
 	const streamWindow = 4
 	c, err := grpcClient(o)
 	if err != nil {
@@ -204,7 +207,7 @@ func grpcStream(ctx context.Context, o options) (*session, error) {
 	return &session{op: op, close: closeFn}, nil
 }
 
-func httpGet(ctx context.Context, o options) (*session, error) {
+func httpGet(ctx context.Context, o *options) (*session, error) {
 	dial, err := dialer(o)
 	if err != nil {
 		return nil, err
@@ -228,7 +231,7 @@ type kvStore interface {
 
 // kvConnect connects a key-value client over o.net: a TCP connection,
 // or a goroce device, its PD and an RC connection through the CM.
-func kvConnect(ctx context.Context, o options) (kvStore, *session, error) {
+func kvConnect(ctx context.Context, o *options) (kvStore, *session, error) {
 	local, err := netip.ParseAddr(o.local)
 	if err != nil {
 		return nil, nil, fmt.Errorf("-local: %w", err)
@@ -242,27 +245,25 @@ func kvConnect(ctx context.Context, o options) (kvStore, *session, error) {
 		s := kv.NewTCPClient(c)
 		return s, &session{close: s.Close}, nil
 	}
-	dev, err := verbs.Open(verbs.DeviceConfig{Addr: local})
+	dev, err := openDevice(o, local)
 	if err != nil {
 		return nil, nil, err
 	}
 	pd, err := dev.AllocPD()
 	if err != nil {
-		dev.Close()
 		return nil, nil, err
 	}
 	c, err := kv.DialRDMA(ctx, pd, o.addr)
 	if err != nil {
-		dev.Close()
 		return nil, nil, err
 	}
 	return c, &session{torn: c.TornReads, close: func() error {
-		return errors.Join(c.Close(), pd.Dealloc(), dev.Close())
+		return errors.Join(c.Close(), pd.Dealloc())
 	}}, nil
 }
 
 // kvGet GETs random preloaded keys, checking each value.
-func kvGet(ctx context.Context, o options) (*session, error) {
+func kvGet(ctx context.Context, o *options) (*session, error) {
 	c, ss, err := kvConnect(ctx, o)
 	if err != nil {
 		return nil, err
@@ -281,7 +282,7 @@ func kvGet(ctx context.Context, o options) (*session, error) {
 }
 
 // kvPut overwrites random preloaded keys with their own values.
-func kvPut(ctx context.Context, o options) (*session, error) {
+func kvPut(ctx context.Context, o *options) (*session, error) {
 	c, ss, err := kvConnect(ctx, o)
 	if err != nil {
 		return nil, err

@@ -22,11 +22,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime/pprof"
 	"syscall"
 	"time"
+
+	"github.com/goroce/goroce/verbs"
 )
 
 func main() {
@@ -41,6 +44,7 @@ type options struct {
 	app, workload, net, addr, local, profile string
 	size, keys, valueMax                     int
 	duration                                 time.Duration
+	dev                                      *verbs.Device // rdma: the run's device
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer, stdin io.Reader) error {
@@ -82,13 +86,18 @@ func run(ctx context.Context, args []string, stdout io.Writer, stdin io.Reader) 
 		}
 		defer pprof.StopCPUProfile()
 	}
+	defer func() {
+		if o.dev != nil {
+			o.dev.Close()
+		}
+	}()
 	switch args[0] {
 	case "serve":
 		ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
-		return serve(ctx, o, stdout)
+		return serve(ctx, &o, stdout)
 	case "run":
-		return runClient(ctx, o, stdout)
+		return runClient(ctx, &o, stdout)
 	}
 	return fmt.Errorf("unknown subcommand %q", args[0])
 }
@@ -117,12 +126,25 @@ type result struct {
 	Sys      float64 `json:"cpu_sys_s"`
 	AppOps   uint64  `json:"server_app_ops"`       // requests the server's goroutines handled
 	Torn     uint64  `json:"torn_reads,omitempty"` // kv over RDMA: READs discarded as torn
+	Packets  uint64  `json:"packets,omitempty"` // goroce: RoCE packets the device sent and received
 	Load1    string  `json:"load1,omitempty"`
 	PerBytes bool    `json:"per_bytes,omitempty"` // report CPU per GB, not per request
 }
 
-func emit(w io.Writer, r result) error {
+// openDevice opens the goroce device of a run (rdma) on addr, whose
+// packet counters its result reports; run closes it at the end.
+func openDevice(o *options, addr netip.Addr) (*verbs.Device, error) {
+	d, err := verbs.Open(verbs.DeviceConfig{Addr: addr})
+	o.dev = d
+	return d, err
+}
+
+func emit(w io.Writer, o *options, r result) error {
 	r.User, r.Sys = cpuSeconds()
+	if o.dev != nil {
+		c := o.dev.Counters()
+		r.Packets = c.SentPkts + c.RcvdPkts
+	}
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		var l string
 		fmt.Sscan(string(b), &l)

@@ -12,7 +12,7 @@ import (
 
 // figures are one run's numbers as the table shows them.
 type figures struct {
-	throughput, p50, p99, p999, cpuClient, cpuServer, appOps, torn, load1 float64
+	throughput, p50, p99, p999, cpuClient, cpuServer, appOps, torn, load1, packets float64
 }
 
 // figuresOf computes a run's figures from its client's and server's
@@ -26,7 +26,8 @@ func figuresOf(c, s result) figures {
 		tput = float64(c.Bytes) / c.Secs / 1e6
 	}
 	load, _ := strconv.ParseFloat(c.Load1, 64)
-	return figures{tput, c.P50, c.P99, c.P999, per(c), per(s), float64(s.AppOps), float64(c.Torn), load}
+	return figures{tput, c.P50, c.P99, c.P999, per(c), per(s), float64(s.AppOps), float64(c.Torn), load,
+		float64(c.Packets) / float64(c.Ops+1)}
 }
 
 // report reads the JSON lines of runs, each client's line followed by its
@@ -83,8 +84,8 @@ func report(r io.Reader, w io.Writer) error {
 	for _, k := range order {
 		med[k] = median(runs[k])
 	}
-	fmt.Fprintln(w, "| workload | transport | runs | throughput | vs TCP | p50 µs | p99 µs | p99.9 µs | CPU client | CPU server | server app requests | load1 |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| workload | transport | runs | throughput | vs TCP | p50 µs | p99 µs | p99.9 µs | CPU client | CPU server | server app requests | RoCE packets per op | load1 |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, k := range order {
 		f := med[k]
 		unit, cpuUnit, prec := "req/s", "µs/req", 1
@@ -100,9 +101,13 @@ func report(r io.Reader, w io.Writer) error {
 			app += fmt.Sprintf(" (%.0f torn READs re-read)", f.torn)
 		}
 		net := map[string]string{"rdma": "goroce", "tcp": "TCP"}[k.net]
-		fmt.Fprintf(w, "| %s | %s | %d | %.0f %s | %s | %.0f | %.0f | %.0f | %.*f %s | %.*f %s | %.0f | %.2f |\n",
+		pkts := "-"
+		if k.net == "rdma" {
+			pkts = fmt.Sprintf("%.1f", f.packets)
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %.0f %s | %s | %.0f | %.0f | %.0f | %.*f %s | %.*f %s | %.0f | %s | %.2f |\n",
 			app, net, len(runs[k]), f.throughput, unit, vs, f.p50, f.p99, f.p999,
-			prec, f.cpuClient, cpuUnit, prec, f.cpuServer, cpuUnit, f.appOps, f.load1)
+			prec, f.cpuClient, cpuUnit, prec, f.cpuServer, cpuUnit, f.appOps, pkts, f.load1)
 	}
 	return nil
 }
@@ -128,5 +133,6 @@ func median(runs []figures) figures {
 		field(func(f figures) float64 { return f.appOps }),
 		field(func(f figures) float64 { return f.torn }),
 		field(func(f figures) float64 { return f.load1 }),
+		field(func(f figures) float64 { return f.packets }),
 	}
 }

@@ -16,13 +16,12 @@ import (
 	"github.com/goroce/goroce/examples/apps/httpblob"
 	"github.com/goroce/goroce/examples/apps/kv"
 	"github.com/goroce/goroce/rsocket"
-	"github.com/goroce/goroce/verbs"
 	"google.golang.org/grpc"
 )
 
 // serve runs o.app on o.net until ctx ends, then prints the server's
 // result.
-func serve(ctx context.Context, o options, stdout io.Writer) error {
+func serve(ctx context.Context, o *options, stdout io.Writer) error {
 	var ops func() uint64
 	var err error
 	switch o.app {
@@ -36,22 +35,30 @@ func serve(ctx context.Context, o options, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return emit(stdout, result{Side: "server", App: o.app, Net: o.net, AppOps: ops()})
+	return emit(stdout, o, result{Side: "server", App: o.app, Net: o.net, AppOps: ops()})
 }
 
 // listen listens on o.addr over o.net: an rsocket listener (which opens
 // the goroce device on the address) or a TCP one.
-func listen(ctx context.Context, o options) (net.Listener, error) {
+func listen(ctx context.Context, o *options) (net.Listener, error) {
 	if o.net == "tcp" {
 		var lc net.ListenConfig
 		return lc.Listen(ctx, "tcp", o.addr)
 	}
-	var lc rsocket.ListenConfig
+	ap, err := netip.ParseAddrPort(o.addr)
+	if err != nil {
+		return nil, err
+	}
+	dev, err := openDevice(o, ap.Addr())
+	if err != nil {
+		return nil, err
+	}
+	lc := rsocket.ListenConfig{Device: dev}
 	return lc.Listen(ctx, "rdma", o.addr)
 }
 
 // serveStream serves gRPC or HTTP on a stream listener until ctx ends.
-func serveStream(ctx context.Context, o options, stdout io.Writer) (func() uint64, error) {
+func serveStream(ctx context.Context, o *options, stdout io.Writer) (func() uint64, error) {
 	l, err := listen(ctx, o)
 	if err != nil {
 		return nil, err
@@ -111,7 +118,7 @@ func kvValue(i, n int, b []byte) []byte {
 
 // serveKV preloads a table of o.keys keys (twice as many slots) and serves
 // it until ctx ends.
-func serveKV(ctx context.Context, o options, stdout io.Writer) (func() uint64, error) {
+func serveKV(ctx context.Context, o *options, stdout io.Writer) (func() uint64, error) {
 	t, err := kv.NewTable(2*o.keys, o.valueMax)
 	if err != nil {
 		return nil, err
@@ -138,11 +145,10 @@ func serveKV(ctx context.Context, o options, stdout io.Writer) (func() uint64, e
 	if err != nil {
 		return nil, err
 	}
-	dev, err := verbs.Open(verbs.DeviceConfig{Addr: ap.Addr()})
+	dev, err := openDevice(o, ap.Addr())
 	if err != nil {
 		return nil, err
 	}
-	defer dev.Close()
 	s, err := kv.NewRDMAServer(dev, t)
 	if err != nil {
 		return nil, err
