@@ -126,7 +126,7 @@ type result struct {
 	Sys      float64 `json:"cpu_sys_s"`
 	AppOps   uint64  `json:"server_app_ops"`       // requests the server's goroutines handled
 	Torn     uint64  `json:"torn_reads,omitempty"` // kv over RDMA: READs discarded as torn
-	Packets  uint64  `json:"packets,omitempty"` // goroce: RoCE packets the device sent and received
+	Packets  uint64  `json:"packets,omitempty"`    // goroce: RoCE packets the device sent and received
 	Load1    string  `json:"load1,omitempty"`
 	PerBytes bool    `json:"per_bytes,omitempty"` // report CPU per GB, not per request
 }
