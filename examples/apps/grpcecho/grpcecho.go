@@ -11,6 +11,8 @@ package grpcecho
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"fmt"
 	"net"
 
@@ -82,8 +84,10 @@ var serviceDesc = grpc.ServiceDesc{
 		Handler: func(_ any, stream grpc.ServerStream) error {
 			var m []byte
 			for {
-				if err := stream.RecvMsg(&m); err != nil {
-					return nil // io.EOF: the client closed its side
+				if err := stream.RecvMsg(&m); errors.Is(err, io.EOF) {
+					return nil // the client closed its side
+				} else if err != nil {
+					return err
 				}
 				if err := stream.SendMsg(&m); err != nil {
 					return err
