@@ -12,8 +12,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"fmt"
+	"io"
 	"net"
 
 	"google.golang.org/grpc"
