@@ -78,7 +78,9 @@ netns_pair_up "$NS_A" "$NS_B" "$IP_A" "$IP_B" 9000 || exit 2
 run() {
 	local wl=$1 app=$2 net=$3 base="$OUT/$1-$3-$round" prof=()
 	[[ -n ${PROFILE:-} && $net == rdma ]] && prof=(-cpuprofile "$base.srv.pprof")
-	ip netns exec "$NS_A" "$BIN/goroce-apps" serve -app "$app" -net "$net" -addr "$IP_A:$PORT" "${prof[@]}" \
+	# timeout passes the TERM below on to the server, and ends a server
+	# that would not end.
+	timeout -k 5 $((DURATION + 90)) ip netns exec "$NS_A" "$BIN/goroce-apps" serve -app "$app" -net "$net" -addr "$IP_A:$PORT" "${prof[@]}" \
 		>"$base.srv" 2>"$base.srv.err" &
 	local spid=$! i
 	for ((i = 0; i < 100; i++)); do
