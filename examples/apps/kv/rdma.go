@@ -148,8 +148,10 @@ func (s *RDMAServer) serveConn(ctx context.Context, req *cm.Request) error {
 		return err
 	}
 	defer e.close()
+	rwr := verbs.RecvWR{SGList: make([]verbs.SGE, 1)} // reused: PostRecv copies it
 	recv := func(i int) error {
-		return e.qp.PostRecv(&verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{e.msgs.SGE(i*msgMax, msgMax)}})
+		rwr.WRID, rwr.SGList[0] = uint64(i), e.msgs.SGE(i*msgMax, msgMax)
+		return e.qp.PostRecv(&rwr)
 	}
 	for i := range recvDepth {
 		if err := recv(i); err != nil {
@@ -211,7 +213,10 @@ type RDMAClient struct {
 	g      Geometry
 	slot   *verbs.MR // where READs land
 	torn   uint64
-	getWR  verbs.SendWR
+
+	// The work requests, built once.
+	getWR, putWR verbs.SendWR
+	replyWR      verbs.RecvWR
 }
 
 // DialRDMA connects to the RDMA server at addr ("ip:port", the rdma_cm
@@ -238,6 +243,8 @@ func DialRDMA(ctx context.Context, pd *verbs.PD, addr string) (*RDMAClient, erro
 		return nil, err
 	}
 	c.getWR = verbs.SendWR{Opcode: verbs.WRRDMARead, SGList: []verbs.SGE{c.slot.SGE(0, c.g.SlotSize())}}
+	c.putWR = verbs.SendWR{Opcode: verbs.WRSend, SGList: make([]verbs.SGE, 1)}
+	c.replyWR = verbs.RecvWR{SGList: []verbs.SGE{c.e.msgs.SGE(0, replyLen)}}
 	return c, nil
 }
 
@@ -287,13 +294,13 @@ func (c *RDMAClient) Put(ctx context.Context, key, value []byte) error {
 		return ErrTooLarge
 	}
 	reply := c.e.msgs
-	if err := c.e.qp.PostRecv(&verbs.RecvWR{SGList: []verbs.SGE{reply.SGE(0, replyLen)}}); err != nil {
+	if err := c.e.qp.PostRecv(&c.replyWR); err != nil {
 		return err
 	}
 	off := c.g.SlotSize()
 	m := appendRequest(c.slot.Buf()[off:off], opPut, key, value)
-	wr := verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{c.slot.SGE(off, len(m))}}
-	if err := c.e.send(ctx, &wr); err != nil {
+	c.putWR.SGList[0] = c.slot.SGE(off, len(m))
+	if err := c.e.send(ctx, &c.putWR); err != nil {
 		return err
 	}
 	if _, err := c.e.recvCQ.Wait(ctx, c.e.wc[1:2]); err != nil {
