@@ -212,3 +212,43 @@ func TestForgedDREQ(t *testing.T) {
 		})
 	}
 }
+
+// TestDestroyTagsDREQ: an established secured connection whose ID is
+// destroyed without Close (rdma_destroy_id), or whose device closes,
+// sends a DREQ its peer takes: tagged under the disconnect key, so that
+// the peer's connection ends at once instead of waiting for its QP to
+// time out.
+func TestDestroyTagsDREQ(t *testing.T) {
+	checkLeaks(t)
+	for _, how := range []string{"destroy", "device-close"} {
+		t.Run(how, func(t *testing.T) {
+			a, b := newHost(t, 1), newHost(t, 2)
+			p := &Params{Security: &Security{PSK: testPSK, Require: true}}
+			ca, cb, qa, _ := dialPair(t, a, b, p, p)
+			writeOver(t, a, b, qa, "sealed")
+			ab := agentOf(t, b.dev)
+			r0 := ab.counters().Refused
+			if how == "destroy" {
+				if err := ca.id.Destroy(); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := a.dev.Close(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-cb.Done():
+			case <-testkit.Context(t).Done():
+				t.Fatalf("the peer's connection outlived the DREQ (refused DREQs %d, were %d)", ab.counters().Refused, r0)
+			}
+			if err := cb.Err(); !errors.Is(err, ErrDisconnected) {
+				t.Errorf("peer's connection ended with %v, want ErrDisconnected", err)
+			}
+			if r := ab.counters().Refused; r != r0 {
+				t.Errorf("refused DREQs %d, want %d", r, r0)
+			}
+			_ = ca.Close()
+			_ = cb.Close()
+			testkit.WaitFor(t, "records", func() bool { return records(b.dev) == 0 })
+		})
+	}
+}

@@ -129,8 +129,9 @@ func (m *Manager) stale(c *conn, now time.Time, out *Output) {
 // established connection gets one DREQ (not retransmitted), a received
 // DREQ its DREP, a SIDR request SIDR_REP "rejected". The record stays in
 // timewait if the connection got that far; no event is reported for id
-// any more.
-func (m *Manager) Destroy(id ID, now time.Time, out *Output) error {
+// any more. privateData goes in the DREQ or DREP, as Disconnect's: a
+// secured connection's peer takes only a tagged one (package cm).
+func (m *Manager) Destroy(id ID, privateData []byte, now time.Time, out *Output) error {
 	c, err := m.get(id)
 	if err != nil {
 		return err
@@ -147,11 +148,16 @@ func (m *Manager) Destroy(id ID, now time.Time, out *Output) error {
 		m.sendREJ(out, c, mad.RejectConsumer, nil, nil)
 		m.enterTimewait(c, now)
 	case StateEstablished:
-		_ = m.sendDREQ(c, nil, false, now, out)
+		_ = m.sendDREQ(c, privateData, false, now, out)
 	case StateDREQSent:
 		m.enterTimewait(c, now)
 	case StateDREQRcvd:
-		m.send(out, c.peer, c.tid, &mad.DREP{LocalCommID: uint32(c.id), RemoteCommID: c.remoteID})
+		drep := &mad.DREP{LocalCommID: uint32(c.id), RemoteCommID: c.remoteID, PrivateData: privateData}
+		if _, err := drep.AppendBody(m.buf[:0]); err != nil {
+			drep.PrivateData = nil // too long: as the kernel, answer without
+		}
+		c.privateData = clone(drep.PrivateData) // for a duplicate DREQ in timewait
+		m.send(out, c.peer, c.tid, drep)
 		m.enterTimewait(c, now)
 	case StateSIDRReqRcvd:
 		m.sendSIDRREP(out, c, &mad.SIDRREP{Status: mad.SIDRReject})

@@ -176,7 +176,7 @@ func TestStaleConnection(t *testing.T) {
 	ida, idb := established(t, w, a, b)
 	qpn := a.qpn
 	w.drop = func(p *packet) bool { return p.from == a.addr }
-	if err := a.m.Destroy(ida, w.now, &a.out); err != nil {
+	if err := a.m.Destroy(ida, nil, w.now, &a.out); err != nil {
 		t.Fatal(err)
 	}
 	w.flush(a)
@@ -319,7 +319,7 @@ func TestDestroy(t *testing.T) {
 		n, id := c.setup(w, a, b)
 		n.events = nil
 		before := len(w.sent)
-		if err := n.m.Destroy(id, w.now, &n.out); err != nil {
+		if err := n.m.Destroy(id, nil, w.now, &n.out); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		w.flush(n)
