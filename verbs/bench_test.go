@@ -117,7 +117,7 @@ func reportCPUPerGB(b *testing.B, cpu0 time.Duration, size int) {
 	if cpu0 <= 0 || b.N == 0 {
 		return // no CPU clock on this system
 	}
-	b.ReportMetric((cputime.Process() - cpu0).Seconds()/(float64(b.N)*float64(size)/1e9), "cpu-s/GB")
+	b.ReportMetric((cputime.Process()-cpu0).Seconds()/(float64(b.N)*float64(size)/1e9), "cpu-s/GB")
 }
 
 func BenchmarkRCRead(b *testing.B) {
