@@ -274,8 +274,8 @@ func (a *agent) forget(id *ID) {
 func (a *agent) removeLocked() {
 	now := time.Now()
 	var out ibcm.Output
-	for cmID := range a.ids {
-		_ = a.mgr.Destroy(cmID, now, &out)
+	for cmID, id := range a.ids {
+		_ = a.mgr.Destroy(cmID, id.disconnectData(), now, &out)
 	}
 	for i := range out.Sends() {
 		a.transmit(&out.Sends()[i])

@@ -212,3 +212,99 @@ func TestForgedDREQ(t *testing.T) {
 		})
 	}
 }
+
+// TestDestroyTagsDREQ: an established secured connection whose ID is
+// destroyed without Close (rdma_destroy_id), or whose device closes,
+// sends a DREQ its peer takes: tagged under the disconnect key, so that
+// the peer's connection ends at once instead of waiting for its QP to
+// time out.
+func TestDestroyTagsDREQ(t *testing.T) {
+	checkLeaks(t)
+	for _, how := range []string{"destroy", "device-close"} {
+		t.Run(how, func(t *testing.T) {
+			a, b := newHost(t, 1), newHost(t, 2)
+			p := &Params{Security: &Security{PSK: testPSK, Require: true}}
+			ca, cb, qa, _ := dialPair(t, a, b, p, p)
+			writeOver(t, a, b, qa, "sealed")
+			ab := agentOf(t, b.dev)
+			r0 := ab.counters().Refused
+			if how == "destroy" {
+				if err := ca.id.Destroy(); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := a.dev.Close(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-cb.Done():
+			case <-testkit.Context(t).Done():
+				t.Fatalf("the peer's connection outlived the DREQ (refused DREQs %d, were %d)", ab.counters().Refused, r0)
+			}
+			if err := cb.Err(); !errors.Is(err, ErrDisconnected) {
+				t.Errorf("peer's connection ended with %v, want ErrDisconnected", err)
+			}
+			if r := ab.counters().Refused; r != r0 {
+				t.Errorf("refused DREQs %d, want %d", r, r0)
+			}
+			_ = ca.Close()
+			_ = cb.Close()
+			testkit.WaitFor(t, "records", func() bool { return records(b.dev) == 0 })
+		})
+	}
+}
+
+// TestForgedREJ: a REJ forged against an established connection by
+// someone who knows the comm IDs (from the REQ and REP), sent from another
+// address, tears a plain connection down, as rdma_cm's would be, but not
+// a secured one: refused and counted, the data path stays up.
+func TestForgedREJ(t *testing.T) {
+	checkLeaks(t)
+	for _, secured := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "secured"}[secured], func(t *testing.T) {
+			a, b := newHost(t, 1), newHost(t, 2)
+			var p *Params
+			if secured {
+				p = &Params{Security: &Security{PSK: testPSK, Require: true}}
+			}
+			ca, cb, qa, qb := dialPair(t, a, b, p, p)
+			lock()
+			rej := &mad.REJ{LocalCommID: uint32(ca.id.cmID), RemoteCommID: uint32(cb.id.cmID),
+				MsgRejected: mad.RespondOther, Reason: mad.RejectConsumer}
+			unlock()
+			h := mad.CMHeader(mad.AttrREJ, 0x5152)
+			forged, err := mad.AppendMAD(nil, &h, rej)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ab := agentOf(t, b.dev)
+			refused := func() uint64 { return ab.counters().Refused }
+			seen := func() uint64 { return ab.counters().Received[mad.AttrREJ-mad.AttrREQ] }
+			r0, s0 := refused(), seen()
+			newRawPeer(t, 101).send(t, b.dev.Addr(), forged)
+			testkit.WaitFor(t, "the REJ read", func() bool { return seen() > s0 })
+			if !secured {
+				select {
+				case <-cb.Done():
+				case <-testkit.Context(t).Done():
+					t.Fatal("the forged REJ did not tear the plain connection down: the test proves nothing")
+				}
+			} else {
+				if refused() != r0+1 {
+					t.Errorf("refused %d, want %d", refused(), r0+1)
+				}
+				select {
+				case <-cb.Done():
+					t.Fatalf("the forged REJ tore the secured connection down: %v", cb.Err())
+				default:
+				}
+				if qb.State() != verbs.QPStateRTS {
+					t.Fatalf("passive QP in %v", qb.State())
+				}
+				writeOver(t, a, b, qa, "still up")
+			}
+			_ = ca.Close()
+			_ = cb.Close()
+			testkit.WaitFor(t, "records", func() bool { return records(a.dev) == 0 && records(b.dev) == 0 })
+		})
+	}
+}
