@@ -193,7 +193,7 @@ static void restore(struct gr_seg *g, struct gr_vma *v, int n)
 static struct gr_seg *convert(uintptr_t a, uintptr_t b, struct gr_vma *v, int n, int huge)
 {
 	size_t len = b - a;
-	struct gr_seg *g = calloc(1, sizeof(*g));
+	struct gr_seg *g = gr_calloc(1, sizeof(*g));
 	struct stat st;
 	void *tmp;
 
@@ -227,7 +227,7 @@ fail:
 		 (unsigned long)b, strerror(errno));
 	if (g->fd >= 0)
 		close(g->fd);
-	free(g);
+	gr_free(g);
 	return NULL;
 }
 
@@ -264,7 +264,7 @@ static struct gr_seg *adopt(uintptr_t a, uintptr_t b, const struct gr_vma *m, in
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	g = calloc(1, sizeof(*g));
+	g = gr_calloc(1, sizeof(*g));
 	if (!g) {
 		close(fd);
 		return NULL;
@@ -289,7 +289,7 @@ static void seg_put(struct gr_seg *g, struct gr_vma *v, int n)
 			restore(g, v, n);
 	}
 	close(g->fd);
-	free(g);
+	gr_free(g);
 }
 
 /* mark_stale retires live segments in [s, e) that the process remapped. */
@@ -305,7 +305,7 @@ static void mark_stale(uintptr_t s, uintptr_t e, struct gr_vma *v, int n)
 		g->dead = 1;
 		if (g->refs == 0) {
 			close(g->fd);
-			free(g);
+			gr_free(g);
 		}
 	}
 }
@@ -440,9 +440,9 @@ int gr_mem_share(void *addr, size_t len, int writable, struct gr_share *sh)
 	memset(sh, 0, sizeof(*sh));
 	if (!len || e < s)
 		return EINVAL;
-	sh->segs = calloc(GR_MAX_FDS, sizeof(*sh->segs));
-	sh->pieces = calloc(GR_MAX_FDS, sizeof(*sh->pieces));
-	sh->fds = calloc(GR_MAX_FDS, sizeof(*sh->fds));
+	sh->segs = gr_calloc(GR_MAX_FDS, sizeof(*sh->segs));
+	sh->pieces = gr_calloc(GR_MAX_FDS, sizeof(*sh->pieces));
+	sh->fds = gr_calloc(GR_MAX_FDS, sizeof(*sh->fds));
 	if (!sh->segs || !sh->pieces || !sh->fds) {
 		gr_mem_unshare(sh);
 		return ENOMEM;
@@ -486,7 +486,7 @@ int gr_mem_share(void *addr, size_t len, int writable, struct gr_share *sh)
 	}
 out:
 	pthread_mutex_unlock(&mem_mu);
-	free(v);
+	gr_free(v);
 	if (err)
 		gr_mem_unshare(sh);
 	return err;
@@ -503,11 +503,11 @@ void gr_mem_unshare(struct gr_share *sh)
 		for (i = 0; i < sh->nsegs; i++)
 			seg_put(sh->segs[i], n < 0 ? NULL : v, n);
 		pthread_mutex_unlock(&mem_mu);
-		free(v);
+		gr_free(v);
 	}
-	free(sh->segs);
-	free(sh->pieces);
-	free(sh->fds);
+	gr_free(sh->segs);
+	gr_free(sh->pieces);
+	gr_free(sh->fds);
 	memset(sh, 0, sizeof(*sh));
 }
 
@@ -540,5 +540,5 @@ void gr_mem_forked(void)
 		g->dead = 1; /* regions of the parent may still point here */
 	}
 	segs = NULL;
-	free(v);
+	gr_free(v);
 }
