@@ -19,11 +19,16 @@
  * over a converted segment is deregistered the pages become a private
  * anonymous mapping again, with their content.
  *
+ * Both swaps (private to memfd at registration, back at the last
+ * deregistration) go through swap.c: the range is write-protected before it
+ * is copied, so a write another thread makes meanwhile waits for the new
+ * mapping instead of being lost. The pages hold whatever else the heap put
+ * there (the program's state; never the library's own, alloc.c).
+ *
  * Semantic differences from pinned pages, documented in README:
- *  - a thread writing the pages while ibv_reg_mr converts them, or while the
- *    last ibv_dereg_mr restores them, can lose that write (the copy is taken
- *    before the new mapping replaces the old). The pages hold whatever else
- *    the heap put there: a known defect (README, "Semantic differences");
+ *  - during a swap (microseconds) a system call of another thread writing
+ *    into those pages fails with EFAULT, and a thread writing them with
+ *    SIGSEGV blocked is killed (swap.c);
  *  - converted pages are shared memory: after free() of a registered buffer
  *    (undefined behaviour anyway) madvise(MADV_DONTNEED) no longer zeroes
  *    them, and mlock, MAP_GROWSDOWN and madvise state of the old mapping is
