@@ -33,11 +33,11 @@ type tester struct {
 }
 
 func newTester(cfg *config, out io.Writer) *tester {
-	t := &tester{cfg: cfg, out: out, client: cfg.server != "", name: "custom",
-		size: cfg.size, count: cfg.count, iterations: cfg.iterations, settle: settle}
+	t := &tester{cfg: cfg, out: out, client: cfg.Server != "", name: "custom",
+		size: cfg.Size, count: cfg.Count, iterations: cfg.Iterations, settle: settle}
 	n := rsperf.Sizes[len(rsperf.Sizes)-1].Size
-	if cfg.custom {
-		n = cfg.size
+	if cfg.Custom {
+		n = cfg.Size
 	}
 	t.buf = make([]byte, n)
 	return t
@@ -52,50 +52,24 @@ func (t *tester) run(ctx context.Context) error {
 		defer context.AfterFunc(ctx, func() { t.ln.Close() })()
 	}
 	fmt.Fprint(t.out, rsperf.Header)
-	if t.cfg.custom {
+	if t.cfg.Custom {
 		if err := t.connect(ctx); err != nil {
 			return err
 		}
 		defer t.conn.Close()
 		return t.runTest(ctx)
 	}
-	for _, phase := range []func(size int){t.initLatency, t.initBandwidth} {
-		if err := t.connect(ctx); err != nil {
-			return err
-		}
-		for _, s := range rsperf.Sizes {
-			if s.Option > 0 && !t.cfg.allSizes {
-				continue
-			}
-			phase(s.Size)
-			if err := t.runTest(ctx); err != nil {
-				t.conn.Close()
-				return err
-			}
-		}
-		if err := t.conn.Close(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// initLatency and initBandwidth are riostream's init_latency_test and
-// init_bandwidth_test.
-func (t *tester) initLatency(size int) {
-	t.name = rsperf.LatencyName(size)
-	t.count, t.size, t.iterations = 1, size, rsperf.SizeToCount(size)
-}
-
-func (t *tester) initBandwidth(size int) {
-	t.name = rsperf.BandwidthName(size)
-	t.iterations, t.size, t.count = 1, size, rsperf.SizeToCount(size)
+	return rsperf.RunTable(t.cfg.AllSizes, func() error { return t.connect(ctx) }, func() error { return t.conn.Close() },
+		func(x rsperf.Test) error {
+			t.name, t.size, t.count, t.iterations = x.Name, x.Size, x.Count, x.Iterations
+			return t.runTest(ctx)
+		})
 }
 
 // config is riostream's set_options: -B, or 512 KiB, which rsockets
 // doubles, and an iomap table of one entry.
 func (t *tester) config() rsocket.Config {
-	n := t.cfg.bufSize
+	n := t.cfg.BufSize
 	if n == 0 {
 		n = 1 << 19
 	}
@@ -104,9 +78,9 @@ func (t *tester) config() rsocket.Config {
 
 // listen opens the server's listener.
 func (t *tester) listen(ctx context.Context) error {
-	lc := rsocket.ListenConfig{UDPPort: uint16(t.cfg.udpPort), Config: t.config()}
+	lc := rsocket.ListenConfig{UDPPort: uint16(t.cfg.UDPPort), Config: t.config()}
 	var err error
-	t.ln, err = lc.Listen(ctx, "rdma", net.JoinHostPort(t.cfg.bind, t.cfg.port))
+	t.ln, err = lc.Listen(ctx, "rdma", net.JoinHostPort(t.cfg.Bind, t.cfg.Port))
 	return err
 }
 
@@ -115,11 +89,11 @@ func (t *tester) connect(ctx context.Context) error {
 	var c net.Conn
 	var err error
 	if t.client {
-		d := rsocket.Dialer{UDPPort: uint16(t.cfg.udpPort), Config: t.config()}
-		if t.cfg.bind != "" {
-			d.LocalAddr = netip.MustParseAddr(t.cfg.bind) // parseArgs checked it
+		d := rsocket.Dialer{UDPPort: uint16(t.cfg.UDPPort), Config: t.config()}
+		if t.cfg.Bind != "" {
+			d.LocalAddr = netip.MustParseAddr(t.cfg.Bind) // parseArgs checked it
 		}
-		c, err = d.DialContext(ctx, "rdma", net.JoinHostPort(t.cfg.server, t.cfg.port))
+		c, err = d.DialContext(ctx, "rdma", net.JoinHostPort(t.cfg.Server, t.cfg.Port))
 	} else {
 		c, err = t.ln.Accept()
 	}
@@ -195,7 +169,7 @@ func (t *tester) sendXfers(buf []byte, marker byte) error {
 	for i := range t.count {
 		if i == t.count-1 {
 			buf[len(buf)-1] = marker
-			if t.cfg.verify {
+			if t.cfg.Verify {
 				for j := range buf[:len(buf)-1] {
 					buf[j] = t.formatByte
 					t.formatByte++
@@ -236,7 +210,7 @@ func (t *tester) recvXfer(ctx context.Context, mr *verbs.MR, buf []byte, marker 
 			return fmt.Errorf("waiting for the peer's transfer: %w", err)
 		}
 	}
-	if !t.cfg.verify {
+	if !t.cfg.Verify {
 		return nil
 	}
 	for i := 0; i < last; {

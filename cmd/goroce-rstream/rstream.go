@@ -31,11 +31,11 @@ type tester struct {
 }
 
 func newTester(cfg *config, out io.Writer) *tester {
-	t := &tester{cfg: cfg, out: out, client: cfg.server != "", name: "custom",
-		size: cfg.size, count: cfg.count, iterations: cfg.iterations}
+	t := &tester{cfg: cfg, out: out, client: cfg.Server != "", name: "custom",
+		size: cfg.Size, count: cfg.Count, iterations: cfg.Iterations}
 	n := rsperf.Sizes[len(rsperf.Sizes)-1].Size
-	if cfg.custom {
-		n = cfg.size
+	if cfg.Custom {
+		n = cfg.Size
 	}
 	t.buf = make([]byte, max(n, 16))
 	return t
@@ -50,44 +50,18 @@ func (t *tester) run(ctx context.Context) error {
 		defer context.AfterFunc(ctx, func() { t.ln.Close() })()
 	}
 	fmt.Fprint(t.out, rsperf.Header)
-	if t.cfg.custom {
+	if t.cfg.Custom {
 		if err := t.connect(ctx); err != nil {
 			return err
 		}
 		defer t.conn.Close()
 		return t.runTest()
 	}
-	for _, phase := range []func(size int){t.initLatency, t.initBandwidth} {
-		if err := t.connect(ctx); err != nil {
-			return err
-		}
-		for _, s := range rsperf.Sizes {
-			if s.Option > 0 && !t.cfg.allSizes {
-				continue
-			}
-			phase(s.Size)
-			if err := t.runTest(); err != nil {
-				t.conn.Close()
-				return err
-			}
-		}
-		if err := t.conn.Close(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// initLatency and initBandwidth are rstream's init_latency_test and
-// init_bandwidth_test.
-func (t *tester) initLatency(size int) {
-	t.name = rsperf.LatencyName(size)
-	t.count, t.size, t.iterations = 1, size, rsperf.SizeToCount(size)
-}
-
-func (t *tester) initBandwidth(size int) {
-	t.name = rsperf.BandwidthName(size)
-	t.iterations, t.size, t.count = 1, size, rsperf.SizeToCount(size)
+	return rsperf.RunTable(t.cfg.AllSizes, func() error { return t.connect(ctx) }, func() error { return t.conn.Close() },
+		func(x rsperf.Test) error {
+			t.name, t.size, t.count, t.iterations = x.Name, x.Size, x.Count, x.Iterations
+			return t.runTest()
+		})
 }
 
 // listen opens the server's listener.
@@ -95,18 +69,18 @@ func (t *tester) listen(ctx context.Context) error {
 	var err error
 	if t.cfg.tcp {
 		var lc net.ListenConfig
-		t.ln, err = lc.Listen(ctx, "tcp", hostPort(t.cfg.bind, t.cfg.port))
+		t.ln, err = lc.Listen(ctx, "tcp", hostPort(t.cfg.Bind, t.cfg.Port))
 		return err
 	}
-	lc := rsocket.ListenConfig{UDPPort: uint16(t.cfg.udpPort), Config: t.buffers()}
-	t.ln, err = lc.Listen(ctx, "rdma", hostPort(t.cfg.bind, t.cfg.port))
+	lc := rsocket.ListenConfig{UDPPort: uint16(t.cfg.UDPPort), Config: t.buffers()}
+	t.ln, err = lc.Listen(ctx, "rdma", hostPort(t.cfg.Bind, t.cfg.Port))
 	return err
 }
 
 // buffers are rstream's: -B, or 512 KiB, which rsockets doubles; and
 // the keepalive period, -k.
 func (t *tester) buffers() rsocket.Config {
-	n := t.cfg.bufSize
+	n := t.cfg.BufSize
 	if n == 0 {
 		n = 1 << 19
 	}
@@ -121,16 +95,16 @@ func (t *tester) connect(ctx context.Context) error {
 		t.conn, err = t.ln.Accept()
 	case t.cfg.tcp:
 		var d net.Dialer
-		if t.cfg.bind != "" {
-			d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(t.cfg.bind)}
+		if t.cfg.Bind != "" {
+			d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(t.cfg.Bind)}
 		}
-		t.conn, err = d.DialContext(ctx, "tcp", hostPort(t.cfg.server, t.cfg.port))
+		t.conn, err = d.DialContext(ctx, "tcp", hostPort(t.cfg.Server, t.cfg.Port))
 	default:
-		d := rsocket.Dialer{UDPPort: uint16(t.cfg.udpPort), Config: t.buffers()}
-		if t.cfg.bind != "" {
-			d.LocalAddr = netip.MustParseAddr(t.cfg.bind) // parseArgs checked it
+		d := rsocket.Dialer{UDPPort: uint16(t.cfg.UDPPort), Config: t.buffers()}
+		if t.cfg.Bind != "" {
+			d.LocalAddr = netip.MustParseAddr(t.cfg.Bind) // parseArgs checked it
 		}
-		t.conn, err = d.DialContext(ctx, "rdma", hostPort(t.cfg.server, t.cfg.port))
+		t.conn, err = d.DialContext(ctx, "rdma", hostPort(t.cfg.Server, t.cfg.Port))
 	}
 	if c, ok := t.conn.(*net.TCPConn); ok && err == nil {
 		err = c.SetNoDelay(true)
@@ -178,7 +152,7 @@ func (t *tester) exchange(size, count int) error {
 
 func (t *tester) send(size int) error {
 	b := t.buf[:size]
-	if t.cfg.verify {
+	if t.cfg.Verify {
 		for i := range b {
 			b[i] = t.sendByte
 			t.sendByte++
@@ -193,7 +167,7 @@ func (t *tester) recv(size int) error {
 	if _, err := io.ReadFull(t.conn, b); err != nil {
 		return fmt.Errorf("rrecv: %w", err)
 	}
-	if !t.cfg.verify {
+	if !t.cfg.Verify {
 		return nil
 	}
 	for i := range b {

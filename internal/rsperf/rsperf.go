@@ -95,3 +95,42 @@ func SizeToCount(size int) int {
 	}
 	return 100000
 }
+
+// Test is one test of a run: its name and what it moves.
+type Test struct {
+	Name                    string
+	Size, Count, Iterations int
+}
+
+// LatencyTest and BandwidthTest are init_latency_test and
+// init_bandwidth_test: a ping-pong of one transfer of size, repeated
+// SizeToCount times, and SizeToCount transfers each way, once.
+func LatencyTest(size int) Test { return Test{LatencyName(size), size, 1, SizeToCount(size)} }
+
+func BandwidthTest(size int) Test { return Test{BandwidthName(size), size, SizeToCount(size), 1} }
+
+// RunTable runs the default tests as rstream's and riostream's main do:
+// a latency test per size on one connection, then a bandwidth test per
+// size on a second; the sizes of option 1 only with all (-S all). A
+// connection is made by open and ended by closeConn, also after a failed
+// test (whose error is returned).
+func RunTable(all bool, open, closeConn func() error, run func(Test) error) error {
+	for _, test := range []func(int) Test{LatencyTest, BandwidthTest} {
+		if err := open(); err != nil {
+			return err
+		}
+		for _, s := range Sizes {
+			if s.Option > 0 && !all {
+				continue
+			}
+			if err := run(test(s.Size)); err != nil {
+				_ = closeConn()
+				return err
+			}
+		}
+		if err := closeConn(); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,7 +1,10 @@
 package rsperf
 
 import (
+	"errors"
+	"fmt"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
@@ -37,5 +40,36 @@ func TestLine(t *testing.T) {
 	}
 	if !regexp.MustCompile(`^\S+ +\S+ +\S+ +\S+ +\S+ +\d+\.\d\ds +\d+\.\d\d +\d+\.\d\d\n$`).MatchString(got) {
 		t.Fatalf("Line %q does not parse", got)
+	}
+}
+
+// TestRunTable: latency tests on one connection, then bandwidth tests on
+// a second; -S all adds the option-1 sizes; a failed test closes its
+// connection and ends the run.
+func TestRunTable(t *testing.T) {
+	var log []string
+	open := func() error { log = append(log, "open"); return nil }
+	closeConn := func() error { log = append(log, "close"); return nil }
+	record := func(x Test) error {
+		log = append(log, fmt.Sprintf("%s %d %d %d", x.Name, x.Size, x.Count, x.Iterations))
+		return nil
+	}
+	if err := RunTable(false, open, closeConn, record); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"open", "64_lat 64 1 100000", "4k_lat 4096 1 10000", "64k_lat 65536 1 1000", "1m_lat 1048576 1 100", "close",
+		"open", "64_bw 64 100000 1", "4k_bw 4096 10000 1", "64k_bw 65536 1000 1", "1m_bw 1048576 100 1", "close"}
+	if strings.Join(log, "|") != strings.Join(want, "|") {
+		t.Fatalf("ran\n%v\nwant\n%v", log, want)
+	}
+	log = nil
+	if err := RunTable(true, open, closeConn, record); err != nil || len(log) != 2*(len(Sizes)+2) {
+		t.Fatalf("-S all: %v, %d steps", err, len(log))
+	}
+	log = nil
+	boom := errors.New("boom")
+	err := RunTable(false, open, closeConn, func(x Test) error { log = append(log, x.Name); return boom })
+	if !errors.Is(err, boom) || strings.Join(log, "|") != "open|64_lat|close" {
+		t.Fatalf("after a failed test: %v, %v", err, log)
 	}
 }
