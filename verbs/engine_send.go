@@ -46,9 +46,10 @@ import (
 //     QP's port; replies sent by a timer or a PostSend use it too.
 //  6. Teardown. Deferring a batch's output stays invisible to the peer:
 //     Modify and Destroy first send what the QP's Output holds
-//     (transmitDeferredLocked), and Destroy flushes the replies a batch
-//     took from it (flushReplies), so the ACK of a receive the
-//     application already holds always leaves.
+//     (transmitDeferredLocked), and Destroy and a move to ERR flush the
+//     replies a batch took from it (flushReplies), so the ACK of a
+//     receive the application already holds always leaves, and before
+//     the DREQ of a disconnect.
 
 // connectLocked points the QP at the device its AV names and takes the UDP
 // source port of the connection (step 1).
