@@ -52,6 +52,9 @@ type engine struct {
 	// seals those sealed packets wait in (seal.go).
 	outputs outputPool
 	seals   sealPool
+	// doorbell corks the packets of posts that come back to back and
+	// sends them in batches (doorbell.go).
+	doorbell *doorbell
 	// now and nowUses are rxNow's clock reading and how many packets
 	// used it. Receive goroutine only.
 	now     time.Time
@@ -88,7 +91,12 @@ func startEngine(d *Device, faults *netio.Faults, noOffload, perQPReplies bool) 
 	if !perQPReplies {
 		e.replies = &replyBatch{sender: conn.ReplySender()}
 	}
-	e.done.Add(2)
+	e.doorbell = newDoorbell(&e.outputs)
+	e.done.Add(3)
+	go func() {
+		defer e.done.Done()
+		e.doorbell.run(ctx)
+	}()
 	go func() {
 		defer e.done.Done()
 		_ = conn.Serve(ctx, e)
@@ -100,7 +108,7 @@ func startEngine(d *Device, faults *netio.Faults, noOffload, perQPReplies bool) 
 	return e, nil
 }
 
-// stop ends both goroutines and closes the socket. QPs must be destroyed
+// stop ends the goroutines and closes the socket. QPs must be destroyed
 // first, so that no call into the transport is left waiting for a lock.
 func (e *engine) stop() {
 	e.cancel()

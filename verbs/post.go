@@ -51,7 +51,7 @@ func (qp *QP) PostSend(wr *SendWR) error {
 	err = qp.postSendLocked(op, wr, info)
 	// Even after an error: qp.out may hold what the receive path left
 	// for the end of its batch.
-	qp.transmitLocked()
+	qp.ringLocked()
 	return err
 }
 
@@ -73,11 +73,11 @@ func (qp *QP) PostSendList(wrs []SendWR) (int, error) {
 			err = qp.postSendLocked(op, &wrs[i], info)
 		}
 		if err != nil {
-			qp.transmitLocked()
+			qp.ringLocked()
 			return i, err
 		}
 	}
-	qp.transmitLocked()
+	qp.ringLocked()
 	return len(wrs), nil
 }
 

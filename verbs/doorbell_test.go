@@ -1,0 +1,176 @@
+package verbs_test
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/rdmatest"
+	"github.com/goroce/goroce/internal/rdmatest/testkit"
+	"github.com/goroce/goroce/verbs"
+)
+
+// heldFlusher holds the doorbell's flusher in its first batch until
+// release is called; entered is closed once it holds.
+type heldFlusher struct {
+	once     sync.Once
+	entered  chan struct{}
+	released chan struct{}
+	release  func()
+	batches  atomic.Int32 // batches the flusher began to send
+}
+
+// hold is the doorbell's hold hook.
+func (h *heldFlusher) hold() {
+	h.batches.Add(1)
+	h.once.Do(func() {
+		close(h.entered)
+		<-h.released
+	})
+}
+
+// corkedPair connects two RC QPs whose client's doorbell corks every post
+// (its clock stands still, and the last send took an hour) and
+// holds its flusher in the first batch; waiting is the drain's hook.
+func corkedPair(t *testing.T, waiting func(h *heldFlusher) func()) (client, server *rdmatest.End, h *heldFlusher) {
+	server, client = rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{SQSigAll: true})
+	h = &heldFlusher{entered: make(chan struct{}), released: make(chan struct{})}
+	h.release = sync.OnceFunc(func() { close(h.released) })
+	var w func()
+	if waiting != nil {
+		w = waiting(h)
+	}
+	verbs.DoorbellHooks(client.Dev, func() int64 { return 0 }, h.hold, w)
+	verbs.DoorbellCost(client.Dev, int64(time.Hour))
+	t.Cleanup(h.release) // never leave the flusher blocked
+	return client, server, h
+}
+
+// write64 posts a 64-byte WRITE of the client's buffer at off to the
+// server's.
+func write64(t *testing.T, client, server *rdmatest.End, id uint64, off int) {
+	t.Helper()
+	rdmatest.PostSend(t, client.QP, verbs.SendWR{
+		WRID: id, Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{client.MR.SGE(off, 64)},
+		RDMA: verbs.RDMAParams{RemoteAddr: server.MR.IOVA() + uint64(off), RKey: server.MR.RKey()},
+	})
+}
+
+func waitEntered(t *testing.T, h *heldFlusher) {
+	t.Helper()
+	select {
+	case <-h.entered:
+	case <-time.After(testkit.Timeout):
+		t.Fatal("the first post was not corked: the flusher never ran")
+	}
+}
+
+// TestDoorbellCorksWhileSending posts WRITEs one at a time from one
+// goroutine while the flusher is sending the first: none leaves inline,
+// and all sixteen leave in one system call once the first is sent.
+func TestDoorbellCorksWhileSending(t *testing.T) {
+	client, server, h := corkedPair(t, nil)
+	fill(client.Buf[:17*64], 3)
+	before := client.Dev.Counters()
+	write64(t, client, server, 0, 0)
+	waitEntered(t, h)
+	for i := 1; i <= 16; i++ {
+		write64(t, client, server, uint64(i), i*64)
+	}
+	if n := verbs.Corked(client.QP); n != 17 {
+		t.Errorf("%d transmissions corked, want 17", n)
+	}
+	if c := client.Dev.Counters(); c.SentPkts != before.SentPkts {
+		t.Errorf("%d packets left while the flusher was held: a post sent inline", c.SentPkts-before.SentPkts)
+	}
+	h.release()
+	for _, wc := range rdmatest.WaitN(t, client.CQ, 17) {
+		if wc.Status != verbs.WCSuccess {
+			t.Fatalf("completion %+v", wc)
+		}
+	}
+	after := client.Dev.Counters()
+	if after.RetryTimeouts == before.RetryTimeouts {
+		if calls, pkts := after.TxCalls-before.TxCalls, after.SentPkts-before.SentPkts; calls != 2 || pkts != 17 {
+			t.Errorf("17 WRITEs left in %d packets and %d system calls, want 17 in 2", pkts, calls)
+		}
+	}
+	if got := h.batches.Load(); got != 2 {
+		t.Errorf("the flusher sent %d batches, want 2", got)
+	}
+	if n := verbs.Corked(client.QP); n != 0 {
+		t.Errorf("%d transmissions still corked after their completions", n)
+	}
+	for i := range 17 * 64 {
+		if server.Buf[i] != client.Buf[i] {
+			t.Fatalf("byte %d: server %d, client %d", i, server.Buf[i], client.Buf[i])
+		}
+	}
+}
+
+// TestDoorbellLonePostInline checks the rule that keeps a lone message's
+// latency: a post that comes longer after the device's last send than
+// that send took leaves before PostSend returns, without the flusher; one
+// that comes sooner is corked.
+func TestDoorbellLonePostInline(t *testing.T) {
+	server, client := rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{SQSigAll: true})
+	var now atomic.Int64
+	var batches atomic.Int32
+	verbs.DoorbellHooks(client.Dev, now.Load, func() { batches.Add(1) }, nil)
+	verbs.DoorbellCost(client.Dev, 1000)
+	now.Store(5000) // 5 µs after the last send, which took 1
+	before := client.Dev.Counters()
+	write64(t, client, server, 1, 0)
+	if c := client.Dev.Counters(); c.SentPkts != before.SentPkts+1 || verbs.Corked(client.QP) != 0 {
+		t.Errorf("a lone post: %d packets sent by PostSend's return, %d corked; want 1, 0", c.SentPkts-before.SentPkts, verbs.Corked(client.QP))
+	}
+	rdmatest.WaitN(t, client.CQ, 1)
+	if batches.Load() != 0 {
+		t.Errorf("the flusher sent a lone post")
+	}
+	// The clock stood still during that send: cost 0. Back to back
+	// now means within 1 µs of its end.
+	verbs.DoorbellCost(client.Dev, 1000)
+	now.Store(5500)
+	write64(t, client, server, 2, 64)
+	rdmatest.WaitN(t, client.CQ, 1)
+	if batches.Load() != 1 {
+		t.Errorf("a post 0.5 µs after a send of 1 µs: the flusher sent %d batches, want 1", batches.Load())
+	}
+}
+
+// TestDoorbellTeardownSendsCorked checks step 6: a move to ERR, and
+// Destroy, return only after the QP's corked packets have left (so never
+// after the source port was released under them).
+func TestDoorbellTeardownSendsCorked(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		teardown func(*verbs.QP) error
+	}{
+		{"ERR", func(qp *verbs.QP) error {
+			return qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.QPAttrState)
+		}},
+		{"Destroy", (*verbs.QP).Destroy},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The drain releases the flusher when it starts waiting.
+			client, server, h := corkedPair(t, func(h *heldFlusher) func() { return h.release })
+			before := client.Dev.Counters()
+			write64(t, client, server, 0, 0)
+			waitEntered(t, h)
+			for i := 1; i <= 3; i++ {
+				write64(t, client, server, uint64(i), i*64)
+			}
+			if err := tc.teardown(client.QP); err != nil {
+				t.Fatal(err)
+			}
+			if sent := client.Dev.Counters().SentPkts - before.SentPkts; sent != 4 {
+				t.Errorf("%d of 4 corked packets sent when the teardown returned", sent)
+			}
+			if n := verbs.Corked(client.QP); n != 0 {
+				t.Errorf("%d transmissions corked after the teardown", n)
+			}
+		})
+	}
+}
