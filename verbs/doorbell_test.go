@@ -174,3 +174,70 @@ func TestDoorbellTeardownSendsCorked(t *testing.T) {
 		})
 	}
 }
+
+// TestDoorbellQPsShareIt has two QPs of one device post WRITEs back to
+// back from two goroutines, every post corked: each QP's packets arrive in
+// order (no request ahead of or behind its PSN at the responder), every
+// WRITE completes and lands, and the device needs fewer system calls than
+// packets.
+func TestDoorbellQPsShareIt(t *testing.T) {
+	server, client := rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{SQSigAll: true})
+	// A second connection between the same devices, own CQ each.
+	c2, s2 := *client, *server
+	c2.CQ, s2.CQ = rdmatest.CQ(t, client.Dev, 512), rdmatest.CQ(t, server.Dev, 512)
+	init := verbs.QPInitAttr{QPType: verbs.QPTypeRC, SendCQ: c2.CQ, RecvCQ: c2.CQ, Cap: rdmatest.DefaultCap, SQSigAll: true}
+	c2.QP = rdmatest.QP(t, client.PD, init)
+	init.SendCQ, init.RecvCQ = s2.CQ, s2.CQ
+	s2.QP = rdmatest.QP(t, server.PD, init)
+	rdmatest.Connect(t, &s2, &c2, rdmatest.DefaultLink(), rdmatest.DefaultLink())
+	verbs.DoorbellHooks(client.Dev, func() int64 { return 0 }, nil, nil)
+	fill(client.Buf, 9)
+	before := client.Dev.Counters()
+	const n = 200 // per QP
+	var wg sync.WaitGroup
+	for q, e := range []*rdmatest.End{client, &c2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wcs := make([]verbs.WorkCompletion, 16)
+			posted, done := 0, 0
+			for done < n {
+				for ; posted < n && posted-done < rdmatest.DefaultCap.MaxSendWR; posted++ {
+					verbs.DoorbellCost(client.Dev, int64(time.Hour)) // cork them all
+					off := (q*n + posted) * 64
+					wr := verbs.SendWR{WRID: uint64(posted), Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{e.MR.SGE(off, 64)},
+						RDMA: verbs.RDMAParams{RemoteAddr: server.MR.IOVA() + uint64(off), RKey: server.MR.RKey()}}
+					if err := e.QP.PostSend(&wr); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+				k, err := e.CQ.Poll(wcs)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, wc := range wcs[:k] {
+					if wc.Status != verbs.WCSuccess || wc.WRID != uint64(done) {
+						t.Errorf("QP %d: completion %+v, want WR %d successful", q, wc, done)
+						return
+					}
+					done++
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	after, srv := client.Dev.Counters(), server.Dev.Counters()
+	if srv.OutOfSeqRequest != 0 || srv.DuplicateRequest != 0 {
+		t.Errorf("the responder saw %d requests ahead of their PSN and %d behind", srv.OutOfSeqRequest, srv.DuplicateRequest)
+	}
+	if calls, pkts := after.TxCalls-before.TxCalls, after.SentPkts-before.SentPkts; calls >= pkts {
+		t.Errorf("%d packets in %d system calls", pkts, calls)
+	}
+	for i := range 2 * n * 64 {
+		if server.Buf[i] != client.Buf[i] {
+			t.Fatalf("byte %d: server %d, client %d", i, server.Buf[i], client.Buf[i])
+		}
+	}
+}
