@@ -41,7 +41,8 @@ import (
 //     counters in send order.
 //   - Teardown (step 6): Modify and Destroy wait until the QP's corked
 //     packets have left (drain) before they change what the QP may send or
-//     release its source port.
+//     release its source port; so does the transport's own move to ERR,
+//     before the flush completions return the buffers to the application.
 //   - The retransmission timer is filed when the packets are corked, a few
 //     microseconds before they leave: a little early, never late.
 

@@ -241,3 +241,50 @@ func TestDoorbellQPsShareIt(t *testing.T) {
 		}
 	}
 }
+
+// TestDoorbellErrorSendsCorkedFirst checks the transport's own move to
+// ERR (a NAK): the WRITEs corked behind the refused one leave before their
+// flush completions hand the buffers back to the application.
+func TestDoorbellErrorSendsCorkedFirst(t *testing.T) {
+	server, client := rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{SQSigAll: true})
+	var batches atomic.Int32
+	first, second := make(chan struct{}), make(chan struct{})
+	releaseFirst, releaseSecond := sync.OnceFunc(func() { close(first) }), sync.OnceFunc(func() { close(second) })
+	t.Cleanup(releaseFirst)
+	t.Cleanup(releaseSecond)
+	entered := make(chan struct{})
+	verbs.DoorbellHooks(client.Dev, func() int64 { return 0 }, func() {
+		switch batches.Add(1) {
+		case 1: // the refused WRITE, held until the others are corked
+			close(entered)
+			<-first
+		case 2: // the others, held until the drain waits for them
+			<-second
+		}
+	}, releaseSecond)
+	verbs.DoorbellCost(client.Dev, int64(time.Hour))
+	before := client.Dev.Counters()
+	rdmatest.PostSend(t, client.QP, verbs.SendWR{WRID: 0, Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{client.MR.SGE(0, 64)},
+		RDMA: verbs.RDMAParams{RemoteAddr: server.MR.IOVA(), RKey: server.MR.RKey() ^ 0x100}})
+	select {
+	case <-entered:
+	case <-time.After(testkit.Timeout):
+		t.Fatal("the first post was not corked")
+	}
+	for i := 1; i <= 3; i++ {
+		write64(t, client, server, uint64(i), i*64)
+	}
+	releaseFirst()
+	wcs := rdmatest.WaitN(t, client.CQ, 4)
+	if sent := client.Dev.Counters().SentPkts - before.SentPkts; sent != 4 {
+		t.Errorf("%d of 4 packets sent when the flush completions arrived", sent)
+	}
+	if wcs[0].Status != verbs.WCRemAccessErr {
+		t.Errorf("refused WRITE: %v, want %v", wcs[0].Status, verbs.WCRemAccessErr)
+	}
+	for _, wc := range wcs[1:] {
+		if wc.Status != verbs.WCWRFlushErr {
+			t.Errorf("WRITE %d: %v, want %v", wc.WRID, wc.Status, verbs.WCWRFlushErr)
+		}
+	}
+}
