@@ -45,6 +45,8 @@ import (
 //     before the flush completions return the buffers to the application.
 //   - The retransmission timer is filed when the packets are corked, a few
 //     microseconds before they leave: a little early, never late.
+//   - Memory: at most maxCorked packets wait; a post that finds as many
+//     waits for the flusher, so the Outputs and pins held stay bounded.
 
 // doorbell is a device's batch of corked packets and its flusher.
 type doorbell struct {
