@@ -195,7 +195,7 @@ func (qp *QP) sendAck(syn wire.AETHSyndrome, P psn.PSN, out *Output) {
 // MSN.
 func (qp *QP) emitAck(syn wire.AETHSyndrome, P psn.PSN, out *Output) {
 	if syn.Kind() == wire.AETHAck {
-		qp.coalesceAck(out)
+		qp.coalesceAck(P, out)
 	}
 	h := &qp.hdr
 	*h = wire.Headers{}
@@ -210,15 +210,17 @@ func (qp *QP) emitAck(syn wire.AETHSyndrome, P psn.PSN, out *Output) {
 // responders coalesce). So the requests of one QP that a receive batch
 // holds (the Output waits for its end) get one ACK, not one each, and a
 // message-rate test's requester reads one ACK per batch. A NAK, an RNR
-// NAK or a response after the ACK keeps it.
-func (qp *QP) coalesceAck(out *Output) {
+// NAK, a response after the ACK, or an ACK of a later PSN than P keeps
+// it.
+func (qp *QP) coalesceAck(P psn.PSN, out *Output) {
 	if out.n == 0 {
 		return
 	}
 	last := &out.pkts[out.n-1]
 	b := last.Bytes
 	if last.QPN != qp.qpn || last.Payload != nil || len(b) != wire.BTHLen+wire.AETHLen ||
-		wire.Opcode(b[0]) != wire.RCAcknowledge || wire.AETH(b[wire.BTHLen:]).Syndrome().Kind() != wire.AETHAck {
+		wire.Opcode(b[0]) != wire.RCAcknowledge || wire.AETH(b[wire.BTHLen:]).Syndrome().Kind() != wire.AETHAck ||
+		P.LessThan(wire.BTH(b).PSN()) {
 		return
 	}
 	out.n--

@@ -638,8 +638,8 @@ func TestLargeReadWithLoss(t *testing.T) {
 }
 
 // TestCoalesceAck checks which ACKs an output's next ACK replaces: the
-// QP's own plain ACK that ends the output, never a NAK or RNR NAK, nor an
-// ACK a NAK follows.
+// QP's own plain ACK that ends the output, never a NAK or RNR NAK, an
+// ACK a NAK follows, nor an ACK of a later PSN.
 func TestCoalesceAck(t *testing.T) {
 	_, b := newPair(t, defaultOpts())
 	var out Output
@@ -658,10 +658,12 @@ func TestCoalesceAck(t *testing.T) {
 	b.qp.emitAck(wire.RNRNakSyndrome(1), 5, &out)
 	b.qp.emitAck(ack, 6, &out)
 	b.qp.emitAck(ack, 7, &out) // replaces 6
-	if got, want := psns(), []psn.PSN{2, 3, 4, 5, 7}; !slices.Equal(got, want) {
+	b.qp.emitAck(ack, 7, &out) // replaces 7
+	b.qp.emitAck(ack, 3, &out) // an older PSN: kept after 7
+	if got, want := psns(), []psn.PSN{2, 3, 4, 5, 7, 3}; !slices.Equal(got, want) {
 		t.Errorf("PSNs of the output %v, want %v", got, want)
 	}
-	if c := b.qp.Counters(); c.AckDeferred != 2 || c.SentPackets != 5 {
-		t.Errorf("AckDeferred %d, SentPackets %d; want 2, 5", c.AckDeferred, c.SentPackets)
+	if c := b.qp.Counters(); c.AckDeferred != 3 || c.SentPackets != 6 {
+		t.Errorf("AckDeferred %d, SentPackets %d; want 3, 6", c.AckDeferred, c.SentPackets)
 	}
 }
