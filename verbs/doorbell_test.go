@@ -90,6 +90,9 @@ func TestDoorbellCorksWhileSending(t *testing.T) {
 			t.Fatalf("completion %+v", wc)
 		}
 	}
+	// On loopback the peer can take the packets and answer before the
+	// flusher's sendmmsg returns and it counts them.
+	testkit.WaitFor(t, "the flusher to return", func() bool { return verbs.Corked(client.QP) == 0 })
 	after := client.Dev.Counters()
 	if after.RetryTimeouts == before.RetryTimeouts {
 		if calls, pkts := after.TxCalls-before.TxCalls, after.SentPkts-before.SentPkts; calls != 2 || pkts != 17 {
@@ -98,9 +101,6 @@ func TestDoorbellCorksWhileSending(t *testing.T) {
 	}
 	if got := h.batches.Load(); got != 2 {
 		t.Errorf("the flusher sent %d batches, want 2", got)
-	}
-	if n := verbs.Corked(client.QP); n != 0 {
-		t.Errorf("%d transmissions still corked after their completions", n)
 	}
 	for i := range 17 * 64 {
 		if server.Buf[i] != client.Buf[i] {
@@ -217,6 +217,11 @@ func TestDoorbellQPsShareIt(t *testing.T) {
 					t.Error(err)
 					return
 				}
+				if k == 0 {
+					// Leave the processors to the device's
+					// goroutines, as rdmatest.WaitN does.
+					time.Sleep(50 * time.Microsecond)
+				}
 				for _, wc := range wcs[:k] {
 					if wc.Status != verbs.WCSuccess || wc.WRID != uint64(done) {
 						t.Errorf("QP %d: completion %+v, want WR %d successful", q, wc, done)
@@ -228,9 +233,14 @@ func TestDoorbellQPsShareIt(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	testkit.WaitFor(t, "the flusher to return", func() bool { return verbs.Corked(client.QP)+verbs.Corked(c2.QP) == 0 })
 	after, srv := client.Dev.Counters(), server.Dev.Counters()
-	if srv.OutOfSeqRequest != 0 || srv.DuplicateRequest != 0 {
-		t.Errorf("the responder saw %d requests ahead of their PSN and %d behind", srv.OutOfSeqRequest, srv.DuplicateRequest)
+	// A retransmission (the machine held a goroutine off its processor
+	// for longer than the 1 s timeout) resends requests the responder
+	// took: duplicates then say nothing about the order.
+	if srv.OutOfSeqRequest != 0 || (srv.DuplicateRequest != 0 && after.RetryTimeouts == before.RetryTimeouts) {
+		t.Errorf("the responder saw %d requests ahead of their PSN and %d behind (%d retransmission timeouts)",
+			srv.OutOfSeqRequest, srv.DuplicateRequest, after.RetryTimeouts-before.RetryTimeouts)
 	}
 	if calls, pkts := after.TxCalls-before.TxCalls, after.SentPkts-before.SentPkts; calls >= pkts {
 		t.Errorf("%d packets in %d system calls", pkts, calls)
