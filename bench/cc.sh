@@ -105,12 +105,12 @@ wait_listen() { # wait_listen PID PORT
 	return 1
 }
 
-# start NAME K ARGS...: a goroce-perf pair on UDP port 4791+2K and TCP port
-# 18515+K; sets cpid to the client's PID.
+# start NAME K TEST ARGS...: a goroce-perf TEST pair on UDP port 4791+2K
+# and TCP port 18515+K; sets cpid to the client's PID.
 start() {
-	local name=$1 k=$2
-	shift 2
-	local args=(--json -m 4096 -p $((18515 + k)) --udp-port $((4791 + 2 * k)) "$@")
+	local name=$1 k=$2 t=$3
+	shift 3
+	local args=("$t" --json -m 4096 -p $((18515 + k)) --udp-port $((4791 + 2 * k)) "$@")
 	in_a timeout -k 5 $((SECS + 120)) "$BIN/goroce-perf" "${args[@]}" --bind "$IP_A" \
 		>"$OUT/$name.server" 2>"$OUT/$name.server.err" &
 	pids+=($!)
