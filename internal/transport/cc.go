@@ -100,7 +100,7 @@ type CCConfig struct {
 // paper's marking): mlx5's byte counter (32767 bytes) and α period (1 µs)
 // are sized for a NIC's microsecond feedback; with them the byte counter
 // made the increase proportional to the rate and one flow took the link
-// (Jain's index 0.37), where the paper's values share it (0.998, 96 %
+// (Jain's index 0.37), where the paper's values share it (0.997, 96 %
 // busy, the queue near Kmax).
 func DefaultCCConfig() CCConfig {
 	const mbps = 1e6 / 8 // bytes per second in a Mb/s

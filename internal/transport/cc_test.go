@@ -470,7 +470,7 @@ func sum(x []float64) float64 {
 func TestDCQCNBottleneck(t *testing.T) {
 	const rate = 1.25e9 // 10 Gb/s
 	bn := newBottleneck(t, 4, DefaultCCConfig(), rate, true)
-	rates := bn.run(300*time.Millisecond, 150*time.Millisecond)
+	rates := bn.run(200*time.Millisecond, 100*time.Millisecond)
 	j := jain(rates)
 	t.Logf("rates %.3g, Jain %.3f, max queue %.0f B, marked %d, dropped %d", rates, j, bn.maxQueue, bn.marked, bn.dropped)
 	if j < 0.95 {
