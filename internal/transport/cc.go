@@ -199,10 +199,11 @@ func (qp *QP) MarkCE(now time.Time, out *Output) {
 }
 
 // handleCNP is the reaction point's entry: a CNP for this QP (the caller
-// checked that it came from the QP's peer).
+// checked that it came from the QP's peer). Only RC requests are paced: a
+// UC QP sends CNPs for what it receives but ignores those it gets.
 func (qp *QP) handleCNP(now time.Time) {
 	qp.counters.CNPReceived++
-	if !qp.cc.cfg.ECN {
+	if !qp.cc.cfg.ECN || qp.typ != ibv.QPTypeRC {
 		return
 	}
 	switch qp.state {
