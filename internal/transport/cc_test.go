@@ -523,3 +523,50 @@ func TestRTTBottleneck(t *testing.T) {
 		t.Errorf("queue reached %.0f bytes", bn.maxQueue)
 	}
 }
+
+// TestPacingWaitForgotten: a rate-limited QP waiting for tokens asks for
+// a call when they are there; once something else holds the requester (a
+// full window here, ERR below), that wait is over: a deadline left in the past would
+// be due again at every call.
+func TestPacingWaitForgotten(t *testing.T) {
+	for _, flush := range []bool{false, true} {
+		c := DefaultCCConfig()
+		c.RPMaxRate = 1e9
+		a, b := newPair(t, defaultOpts())
+		a.qp.SetCongestionControl(c)
+		now := time.Unix(1000, 0)
+		a.qp.handleCNP(now)
+		a.qp.cc.rp.rc = 1e6 // 1 MB/s; the bucket holds two packets
+		a.qp.cc.rp.tokens = a.qp.bucketDepth()
+		lkey := a.mem.register(pd, make([]byte, 4096), 0x1000, ibv.AccessLocalWrite)
+		rkey := b.mem.register(pd, make([]byte, 4096), 0x2000, ibv.AccessRemoteWrite)
+		for range 3 {
+			w := SendWQE{Opcode: ibv.WRRDMAWrite, SGL: []SGE{{Addr: 0x1000, Length: 1024, LKey: lkey}},
+				RemoteAddr: 0x2000, RKey: rkey, Flags: ibv.SendSignaled}
+			must(t, a.qp.PostSend(&w, now, &a.out))
+		}
+		if n := a.out.Len(); n != 2 {
+			t.Fatalf("%d packets sent, want the bucket's 2", n)
+		}
+		d, ok := a.qp.Deadline()
+		if !ok || !d.After(now) || !a.qp.cc.rp.waiting {
+			t.Fatalf("no token wait: deadline %v %v", d, ok)
+		}
+		if flush {
+			a.qp.Flush()
+			if d, ok := a.qp.Deadline(); ok {
+				t.Fatalf("flushed QP: deadline %v", d)
+			}
+			continue
+		}
+		// The RTT window shrinks below what is in flight (a round trip
+		// above target): the window, not the rate, holds the third.
+		a.qp.cc.cfg.RTT = true
+		a.qp.cc.win = rttWindow{started: true, cwnd: 1}
+		now = d
+		a.qp.OnTimer(now, &a.out)
+		if d, ok := a.qp.Deadline(); !ok || !d.After(now) {
+			t.Fatalf("window full after the wait: deadline %v %v, now %v", d, ok, now)
+		}
+	}
+}

@@ -412,6 +412,7 @@ func (qp *QP) enterError() {
 	qp.comp.timerArmed = false
 	qp.req.rnrWait = false
 	qp.req.kick = false
+	qp.cc.rp.waiting = false
 	qp.dropReplies()
 	for qp.sq.len() > 0 {
 		s := qp.sq.at(qp.sq.head)

@@ -41,6 +41,10 @@ type requester struct {
 // pump transmits as many packets as the window, max_rd_atomic, fences and
 // the QP state allow.
 func (qp *QP) pump(now time.Time, out *Output) {
+	// A wait for the rate limit's tokens is set again below if it still
+	// holds; one left from before, when the window or a fence is what
+	// holds now, would be a past deadline, due again and again.
+	qp.cc.rp.waiting = false
 	if qp.state != ibv.QPStateRTS && qp.state != ibv.QPStateSQD {
 		return
 	}
