@@ -21,11 +21,14 @@
 #   5. scale: goroce-scale (10,000 connected QP pairs, memory per QP and per
 #      MR, registration rate, WRITE throughput with 1,000 active QPs against
 #      one).
+#   6. the bandwidth, message rate and latency comparisons again across a
+#      veth pair between two network namespaces at link MTU 1500 and 9000
+#      (bench/veth.sh, which also runs on its own), the path a NIC has.
 #
 # and writes bench/results/DATE.md (a markdown table with the ratios the
 # issue asks for and the machine's description) and, beside it, DATE/ with
 # every raw output and the plots (SVG). Running it again the same day
-# replaces that day's results. It takes about 3 to 5 minutes.
+# replaces that day's results. It takes about 6 to 8 minutes (the veth part 2.5).
 #
 # Environment (defaults in brackets):
 #   BENCH_NET [0]          third octet of the loopback addresses used:
@@ -40,6 +43,7 @@
 #   BENCH_SCALE_QPS [10000] BENCH_SCALE_MRS [1000000] BENCH_SCALE_ACTIVE [1000]
 #   BENCH_OUT [bench/results]  where the results go
 #   BENCH_NO_INSTALL       set to skip apt-get (the tools must be installed)
+#   BENCH_VETH [1]         0 skips the veth part (step 6); BENCH_VETH_MTUS [1500 9000]
 #
 # Quick run (about a minute): BENCH_DURATION=2 BENCH_LAT_ITERS=5000 BENCH_RATE_ITERS=5000
 # BENCH_ALL_ITERS=50 BENCH_SCALE_QPS=1000 BENCH_SCALE_MRS=10000 bench/run.sh
@@ -76,6 +80,7 @@ install_tools() {
 	command -v iperf3 >/dev/null || missing+=(iperf3)
 	command -v sockperf >/dev/null || missing+=(sockperf)
 	command -v python3 >/dev/null || missing+=(python3)
+	command -v jq >/dev/null || missing+=(jq)
 	if ((${#missing[@]})); then
 		log "installing ${missing[*]}"
 		export DEBIAN_FRONTEND=noninteractive
@@ -217,8 +222,19 @@ main() {
 		-duration "${dur}s" -addrs "$g1,$g2" -json >"$raw/scale.json" 2>"$raw/scale.err" ||
 		log "goroce-scale failed: $(tail -1 "$raw/scale.err")"
 
+	# 6. The same comparisons across a veth pair between two namespaces,
+	# at link MTU 1500 and 9000 (bench/veth.sh; BENCH_VETH=0 skips it).
+	if [[ ${BENCH_VETH:-1} != 0 ]]; then
+		BENCH_PERF=$raw/bin/goroce-perf BENCH_VETH_RAW=$raw/veth BENCH_NO_INSTALL=1 \
+			"$root/bench/veth.sh" >"$raw/veth.md" || log "bench/veth.sh failed"
+	fi
+
 	log "measured in $((SECONDS - start)) s; writing $outdir/$day.md"
 	python3 "$root/bench/report.py" "$raw" "$day" >"$outdir/$day.md"
+	if [[ -s $raw/veth.md ]]; then
+		printf '\n' >>"$outdir/$day.md"
+		cat "$raw/veth.md" >>"$outdir/$day.md"
+	fi
 	rm -rf "${raw:?}/bin"
 	cat "$outdir/$day.md"
 }

@@ -12,7 +12,9 @@
 #   goroce-perf write_bw -R -s 65536 -D $DURATION   (64 KiB WRITE bandwidth)
 #   goroce-perf write_lat -R -s 8 -n $LAT_ITERS     (8-byte WRITE latency)
 # plain and sealed, and prints one line per run with the 1-minute load
-# average at its start, then the medians of each mode and their ratio.
+# average at its start (write_bw: the CPU seconds per GB of each process;
+# write_lat: the typical latency and the 99th percentile), then the
+# medians of each mode and their ratio.
 # The goals (issue 21): at most 20 % less 64 KiB WRITE throughput and at
 # most 2 usec more write_lat (typical).
 #
@@ -116,7 +118,8 @@ for ((round = 1; round <= ROUNDS; round++)); do
 			"$(jq -r '"\(.cpu_sec_per_gb*100|round/100)/\(.srv_cpu*100|round/100)"' <<<"$r")" | tee -a "$OUT/table"
 		load=$(cut -d' ' -f1 /proc/loadavg)
 		r=$(run "$mode" write_lat -s 8 -n "$LAT_ITERS") || continue
-		row "$round" "$mode" write_lat "$(jq -r .t_typical_usec <<<"$r")" usec "$load" | tee -a "$OUT/table"
+		row "$round" "$mode" write_lat "$(jq -r .t_typical_usec <<<"$r")" usec "$load" \
+			"p99 $(jq -r '.p99_usec*100|round/100' <<<"$r")" | tee -a "$OUT/table"
 	done
 done
 
@@ -129,10 +132,14 @@ cp=$(cpu plain | median)
 cs=$(cpu sealed | median)
 lp=$(col plain write_lat | median)
 ls=$(col sealed write_lat | median)
+p99() { awk -v m="$1" '$2 == m && $3 == "write_lat" { print $8 }' "$OUT/table"; }
+pp=$(p99 plain | median)
+ps=$(p99 sealed | median)
 echo
 echo "medians over $ROUNDS rounds:"
-awk -v bp="$bp" -v bs="$bs" -v cp="$cp" -v cs="$cs" -v lp="$lp" -v ls="$ls" 'BEGIN {
+awk -v bp="$bp" -v bs="$bs" -v cp="$cp" -v cs="$cs" -v lp="$lp" -v ls="$ls" -v pp="$pp" -v ps="$ps" 'BEGIN {
 	printf "  write_bw 64 KiB: plain %.0f MB/s, sealed %.0f MB/s: %+.1f %% (goal >= -20 %%)\n", bp, bs, (bs - bp) / bp * 100
 	printf "  write_bw CPU, client + server: plain %.2f s/GB, sealed %.2f s/GB: %+.0f %%\n", cp, cs, (cs - cp) / cp * 100
 	printf "  write_lat 8 B typical: plain %.2f usec, sealed %.2f usec: %+.2f usec (goal <= +2)\n", lp, ls, ls - lp
+	printf "  write_lat 8 B p99: plain %.2f usec, sealed %.2f usec: %+.2f usec\n", pp, ps, ps - pp
 }'

@@ -45,7 +45,8 @@ type agent struct {
 	matchHdr mad.CMAHeader
 	removed  bool
 
-	rx      chan rxMAD
+	rx      *rxQueue
+	cur     rxMAD // the MAD receive handles; the agent's goroutine's
 	commEst chan uint32
 	wake    chan struct{}
 	stop    chan struct{}
@@ -55,16 +56,6 @@ type agent struct {
 	sendErrors atomic.Uint64 // MADs QP 1 could not send
 }
 
-// rxMAD is a MAD waiting for the agent's goroutine.
-type rxMAD struct {
-	from netip.AddrPort
-	mad  [gsi.MADSize]byte
-}
-
-// rxQueue bounds the MADs waiting for the agent: beyond it, a flood is
-// dropped at the door (and counted) instead of growing memory.
-const rxQueue = 256
-
 func newAgent(p gsi.Port) *agent {
 	dev, _ := p.Device().(*verbs.Device)
 	a := &agent{
@@ -73,7 +64,7 @@ func newAgent(p gsi.Port) *agent {
 		ids:     make(map[ibcm.ID]*ID),
 		byQPN:   make(map[uint32]*ID),
 		users:   make(map[*ID]struct{}),
-		rx:      make(chan rxMAD, rxQueue),
+		rx:      newRxQueue(),
 		commEst: make(chan uint32, 64),
 		wake:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
@@ -112,11 +103,7 @@ func (a *agent) ReceiveMAD(from netip.AddrPort, _ netip.Addr, b []byte) {
 	if f := rxFilter.Load(); f != nil && (*f)(from, b) {
 		return
 	}
-	m := rxMAD{from: from}
-	copy(m.mad[:], b)
-	select {
-	case a.rx <- m:
-	default:
+	if !a.rx.push(from, b) {
 		a.rxDropped.Add(1)
 	}
 }
@@ -162,8 +149,8 @@ func (a *agent) run() {
 		select {
 		case <-a.stop:
 			return
-		case m := <-a.rx:
-			a.receive(&m)
+		case <-a.rx.ready:
+			a.receive()
 		case qpn := <-a.commEst:
 			a.communicationEstablished(qpn)
 		case <-timer.C:
@@ -172,26 +159,31 @@ func (a *agent) run() {
 	}
 }
 
-// receive handles m and whatever else waits in rx, under one lock.
-func (a *agent) receive(m *rxMAD) {
+// rxBatch is how many MADs receive handles under one hold of the lock
+// before it lets the timers and the applications' calls have it.
+const rxBatch = 256
+
+// receive handles what waits in rx, rxBatch MADs at a time under one lock.
+func (a *agent) receive() {
 	lock()
 	defer unlock()
 	if a.removed {
 		return
 	}
 	now := time.Now()
-	for i := 0; ; i++ {
+	m := &a.cur
+	for i := 0; i < rxBatch; i++ {
+		if !a.rx.pop(m) {
+			return
+		}
 		a.mgr.HandleMAD(m.from.Addr(), m.mad[:], now, &a.out)
 		a.process(now)
 		a.match = nil
-		if i == rxQueue {
-			return // let the timers and other IDs have the lock
-		}
-		select {
-		case next := <-a.rx:
-			*m = next
+	}
+	if a.rx.len() > 0 {
+		select { // come back after the timers
+		case a.rx.ready <- struct{}{}:
 		default:
-			return
 		}
 	}
 }
@@ -282,8 +274,8 @@ func (a *agent) forget(id *ID) {
 func (a *agent) removeLocked() {
 	now := time.Now()
 	var out ibcm.Output
-	for cmID := range a.ids {
-		_ = a.mgr.Destroy(cmID, now, &out)
+	for cmID, id := range a.ids {
+		_ = a.mgr.Destroy(cmID, id.disconnectData(), now, &out)
 	}
 	for i := range out.Sends() {
 		a.transmit(&out.Sends()[i])

@@ -222,7 +222,7 @@ func TestFlood(t *testing.T) {
 			if i%64 == 0 {
 				for flooding.Err() == nil {
 					c := b.dev.Counters()
-					if sent-(c.GSIRcvd+c.GSIDropped)+uint64(len(ab.rx)) < rxQueue/2 && l.pending() < 32 {
+					if sent-(c.GSIRcvd+c.GSIDropped)+uint64(ab.rx.len()) < rxBatch/2 && l.pending() < 32 {
 						break
 					}
 					time.Sleep(time.Millisecond)

@@ -175,9 +175,11 @@ func (id *ID) disconnectData() []byte {
 }
 
 // disconnecting is the Manager's Disconnecting: a secured connection
-// takes only a DREQ tagged by its peer, so that whoever learnt the comm
-// IDs and QP number (an on-path attacker) cannot tear it down; a refused
-// DREQ is counted by the Manager. The caller holds state.mu.
+// takes only a DREQ, or a REJ once established, tagged by its peer, so
+// that whoever learnt the comm IDs and QP number (an on-path attacker)
+// cannot tear it down; nor does a new REQ or REP reusing its peer's QPN
+// (privateData nil) end it as stale. A refusal is counted by the
+// Manager. The caller holds state.mu.
 func (a *agent) disconnecting(cmID ibcm.ID, privateData []byte) bool {
 	id := a.ids[cmID]
 	if id == nil || id.discKey == nil || id.qp == nil {

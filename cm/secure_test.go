@@ -145,6 +145,82 @@ func TestSecureParams(t *testing.T) {
 	}
 }
 
+// forgery is a connection from a to b, plain or secured, and b's count
+// of refused MADs before a forged one arrived.
+type forgery struct {
+	a, b    *host
+	ca, cb  *Conn
+	qa, qb  *verbs.QP
+	refused func() uint64
+	r0      uint64
+}
+
+// forge connects a to b, forges the MAD of attribute attr that build
+// makes from the connection (what an on-path attacker saw in the REQ and
+// REP: the comm IDs, the QP numbers), sends it to b from a third address,
+// and waits until b's CM has read it.
+func forge(t *testing.T, secured bool, attr mad.AttrID, tid uint64, build func(ca, cb *Conn, qb *verbs.QP) mad.Message) *forgery {
+	t.Helper()
+	f := &forgery{a: newHost(t, 1), b: newHost(t, 2)}
+	var p *Params
+	if secured {
+		p = &Params{Security: &Security{PSK: testPSK, Require: true}}
+	}
+	f.ca, f.cb, f.qa, f.qb = dialPair(t, f.a, f.b, p, p)
+	lock()
+	m := build(f.ca, f.cb, f.qb)
+	unlock()
+	h := mad.CMHeader(attr, tid)
+	forged, err := mad.AppendMAD(nil, &h, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ab := agentOf(t, f.b.dev)
+	f.refused = func() uint64 { return ab.counters().Refused }
+	seen := func() uint64 { return ab.counters().Received[attr-mad.AttrREQ] }
+	s0 := seen()
+	f.r0 = f.refused()
+	newRawPeer(t, 101).send(t, f.b.dev.Addr(), forged)
+	testkit.WaitFor(t, "the forged MAD read", func() bool { return seen() > s0 })
+	return f
+}
+
+// wantTornDown: the forgery ended the plain connection.
+func (f *forgery) wantTornDown(t *testing.T) {
+	t.Helper()
+	select {
+	case <-f.cb.Done():
+	case <-testkit.Context(t).Done():
+		t.Fatal("the forgery did not tear the plain connection down: the test proves nothing")
+	}
+}
+
+// wantStillUp: the secured connection refused and counted the forgery,
+// and still moves data.
+func (f *forgery) wantStillUp(t *testing.T) {
+	t.Helper()
+	if f.refused() != f.r0+1 {
+		t.Errorf("refused %d, want %d", f.refused(), f.r0+1)
+	}
+	select {
+	case <-f.cb.Done():
+		t.Fatalf("the forgery tore the secured connection down: %v", f.cb.Err())
+	default:
+	}
+	if f.qb.State() != verbs.QPStateRTS {
+		t.Fatalf("passive QP in %v", f.qb.State())
+	}
+	writeOver(t, f.a, f.b, f.qa, "still up")
+}
+
+// closeBoth closes both ends and waits until neither CM keeps a record.
+func (f *forgery) closeBoth(t *testing.T) {
+	t.Helper()
+	_ = f.ca.Close()
+	_ = f.cb.Close()
+	testkit.WaitFor(t, "records", func() bool { return records(f.a.dev) == 0 && records(f.b.dev) == 0 })
+}
+
 // TestForgedDREQ: a DREQ forged by someone who knows the comm IDs and the
 // QP number (an on-path attacker saw them in the REQ and REP), sent from
 // another address, tears down a plain connection (as rdma_cm's would be)
@@ -154,61 +230,84 @@ func TestForgedDREQ(t *testing.T) {
 	checkLeaks(t)
 	for _, secured := range []bool{false, true} {
 		t.Run(map[bool]string{false: "plain", true: "secured"}[secured], func(t *testing.T) {
-			a, b := newHost(t, 1), newHost(t, 2)
-			var p *Params
-			if secured {
-				p = &Params{Security: &Security{PSK: testPSK, Require: true}}
-			}
-			ca, cb, qa, qb := dialPair(t, a, b, p, p)
-			lock()
-			dreq := &mad.DREQ{LocalCommID: uint32(ca.id.cmID), RemoteCommID: uint32(cb.id.cmID), RemoteQPN: qb.QPN(),
-				PrivateData: make([]byte, 220)}
-			unlock()
-			h := mad.CMHeader(mad.AttrDREQ, 0x5151)
-			forged, err := mad.AppendMAD(nil, &h, dreq)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ab := agentOf(t, b.dev)
-			refused := func() uint64 { return ab.counters().Refused }
-			seen := func() uint64 { return ab.counters().Received[mad.AttrDREQ-mad.AttrREQ] }
-			r0, s0 := refused(), seen()
-			newRawPeer(t, 101).send(t, b.dev.Addr(), forged)
-			testkit.WaitFor(t, "the DREQ read", func() bool { return seen() > s0 })
+			f := forge(t, secured, mad.AttrDREQ, 0x5151, func(ca, cb *Conn, qb *verbs.QP) mad.Message {
+				return &mad.DREQ{LocalCommID: uint32(ca.id.cmID), RemoteCommID: uint32(cb.id.cmID), RemoteQPN: qb.QPN(),
+					PrivateData: make([]byte, 220)}
+			})
 			if !secured {
-				select {
-				case <-cb.Done():
-				case <-testkit.Context(t).Done():
-					t.Fatal("the forged DREQ did not tear the plain connection down: the test proves nothing")
-				}
-				_ = ca.Close()
-				_ = cb.Close()
-				testkit.WaitFor(t, "records", func() bool { return records(a.dev) == 0 && records(b.dev) == 0 })
+				f.wantTornDown(t)
+				f.closeBoth(t)
 				return
 			}
-			if refused() != r0+1 {
-				t.Errorf("refused DREQs %d, want %d", refused(), r0+1)
-			}
+			f.wantStillUp(t)
+			_ = f.ca.Close()
 			select {
-			case <-cb.Done():
-				t.Fatalf("the forged DREQ tore the secured connection down: %v", cb.Err())
-			default:
-			}
-			if qb.State() != verbs.QPStateRTS {
-				t.Fatalf("passive QP in %v", qb.State())
-			}
-			writeOver(t, a, b, qa, "still up")
-			_ = ca.Close()
-			select {
-			case <-cb.Done():
+			case <-f.cb.Done():
 			case <-testkit.Context(t).Done():
 				t.Fatal("the peer's own DREQ did not end the secured connection")
 			}
-			if refused() != r0+1 {
+			if f.refused() != f.r0+1 {
 				t.Errorf("the genuine DREQ was refused")
 			}
+			f.closeBoth(t)
+		})
+	}
+}
+
+// time out.
+func TestDestroyTagsDREQ(t *testing.T) {
+	checkLeaks(t)
+	for _, how := range []string{"destroy", "device-close"} {
+		t.Run(how, func(t *testing.T) {
+			a, b := newHost(t, 1), newHost(t, 2)
+			p := &Params{Security: &Security{PSK: testPSK, Require: true}}
+			ca, cb, qa, _ := dialPair(t, a, b, p, p)
+			writeOver(t, a, b, qa, "sealed")
+			ab := agentOf(t, b.dev)
+			r0 := ab.counters().Refused
+			if how == "destroy" {
+				if err := ca.id.Destroy(); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := a.dev.Close(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-cb.Done():
+			case <-testkit.Context(t).Done():
+				t.Fatalf("the peer's connection outlived the DREQ (refused DREQs %d, were %d)", ab.counters().Refused, r0)
+			}
+			if err := cb.Err(); !errors.Is(err, ErrDisconnected) {
+				t.Errorf("peer's connection ended with %v, want ErrDisconnected", err)
+			}
+			if r := ab.counters().Refused; r != r0 {
+				t.Errorf("refused DREQs %d, want %d", r, r0)
+			}
+			_ = ca.Close()
 			_ = cb.Close()
-			testkit.WaitFor(t, "records", func() bool { return records(a.dev) == 0 && records(b.dev) == 0 })
+			testkit.WaitFor(t, "records", func() bool { return records(b.dev) == 0 })
+		})
+	}
+}
+
+// TestForgedREJ: a REJ forged against an established connection by
+// someone who knows the comm IDs (from the REQ and REP), sent from another
+// address, tears a plain connection down, as rdma_cm's would be, but not
+// a secured one: refused and counted, the data path stays up.
+func TestForgedREJ(t *testing.T) {
+	checkLeaks(t)
+	for _, secured := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "secured"}[secured], func(t *testing.T) {
+			f := forge(t, secured, mad.AttrREJ, 0x5152, func(ca, cb *Conn, _ *verbs.QP) mad.Message {
+				return &mad.REJ{LocalCommID: uint32(ca.id.cmID), RemoteCommID: uint32(cb.id.cmID),
+					MsgRejected: mad.RespondOther, Reason: mad.RejectConsumer}
+			})
+			if secured {
+				f.wantStillUp(t)
+			} else {
+				f.wantTornDown(t)
+			}
+			f.closeBoth(t)
 		})
 	}
 }

@@ -95,7 +95,9 @@ func (id *ID) destroyLocked() {
 		if id.cmID != 0 && !a.removed {
 			now := time.Now()
 			var out ibcm.Output
-			_ = a.mgr.Destroy(id.cmID, now, &out)
+			// Tagged while the keys are there: a secured peer
+			// takes no other DREQ.
+			_ = a.mgr.Destroy(id.cmID, id.disconnectData(), now, &out)
 			a.forget(id)
 			a.flushOut(&out, now)
 		}

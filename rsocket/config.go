@@ -23,6 +23,15 @@ type Config struct {
 	// SO_RCVBUF and SO_SNDBUF as Linux does: setsockopt(SO_RCVBUF, n)
 	// there is ReceiveBuffer 2n here.
 	ReceiveBuffer int
+	// IOMapSize is how many mappings the peer may announce into this
+	// side's iomap table (rsockets' RDMA_IOMAPSIZE; riostream sets 1):
+	// the peer's Conn.IOMap, or riomap, fails without room, and zero
+	// (rsockets' default) leaves none. The wire's 8-bit scale holds up
+	// to 128, then multiples of 256 up to 32512: other sizes round down.
+	IOMapSize int
+	// KeepAlive, when positive, is the period of keepalive probes
+	// (Conn.SetKeepAlivePeriod); zero, rsockets' default, sends none.
+	KeepAlive time.Duration
 }
 
 const (
@@ -50,8 +59,18 @@ func (c *Config) check() error {
 			return fmt.Errorf("rsocket: Config.%s %d outside %d..%d: %w", f.name, f.v, minBuffer, maxBuffer, verbs.ErrInvalidArgument)
 		}
 	}
+	switch {
+	case c.IOMapSize < 0 || c.IOMapSize > maxIOMapEntries:
+		return fmt.Errorf("rsocket: Config.IOMapSize %d outside 0..%d: %w", c.IOMapSize, maxIOMapEntries, verbs.ErrInvalidArgument)
+	case c.KeepAlive < 0:
+		return fmt.Errorf("rsocket: Config.KeepAlive %v negative: %w", c.KeepAlive, verbs.ErrInvalidArgument)
+	}
 	return nil
 }
+
+// ioMapSize is the table's size as announced: IOMapSize in the wire's
+// scale.
+func (c *Config) ioMapSize() int { return fromScale(toScale(c.IOMapSize)) }
 
 // Addr is the address of one side of a connection: the IP address of its
 // goroce device and the rdma_cm port.

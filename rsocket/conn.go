@@ -58,6 +58,9 @@ type Conn struct {
 	dataWR  verbs.SendWR
 	dataSGE [2]verbs.SGE
 
+	maps ioMaps
+	ka   keepalive // guarded by mu
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -73,7 +76,7 @@ var (
 // newConn starts a connected endpoint's connection: the sender and
 // receiver from the peer's announcement, the completion sink, and the
 // first credits (rsockets returns the second half of its buffer at once).
-func newConn(ep *endpoint, cmc *cm.Conn, release func(), peer *connData) *Conn {
+func newConn(ep *endpoint, cmc *cm.Conn, release func(), peer *connData, cfg *Config) *Conn {
 	c := &Conn{ep: ep, cmc: cmc, release: release,
 		local: Addr{cmc.LocalAddr()}, remote: Addr{cmc.Remote().Addr},
 		peerBE: peer.flags&connFlagNet != 0,
@@ -84,8 +87,10 @@ func newConn(ep *endpoint, cmc *cm.Conn, release func(), peer *connData) *Conn {
 		rdTimer: stoppedTimer(), wrTimer: stoppedTimer()}
 	c.cq = &completions{ring: make([]verbs.WorkCompletion, ep.sq+ep.rq), wake: c.wake}
 	c.ctrlWR.SGList = c.ctrlSGE[:0]
+	c.maps = newIOMaps(ep, peer)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.ka.init(c, cfg.KeepAlive)
 	// Messages the peer wrote before the sink took over are in the CQ.
 	if err := ep.cq.SetSink(c.cq); err != nil {
 		c.err = err
@@ -364,6 +369,13 @@ func (c *Conn) writable() error {
 // wraps; nothing when p is nil: ReadFrom read the data there) and posts
 // the write of seg.n bytes with its message.
 func (c *Conn) postData(p []byte, seg segment) error {
+	return c.postWrite(p, seg, msg(opData, uint32(seg.n)), true)
+}
+
+// postWrite is postData for any message m: the work request's ID, and
+// with imm its immediate data (a riowrite has none: the peer is not told).
+// The caller holds postMu.
+func (c *Conn) postWrite(p []byte, seg segment, m uint32, imm bool) error {
 	lkey := c.ep.smr.LKey()
 	base := c.ep.smr.IOVA()
 	k := min(seg.n, c.ep.sbufSz-seg.off)
@@ -375,8 +387,10 @@ func (c *Conn) postData(p []byte, seg segment) error {
 		c.dataSGE[1] = verbs.SGE{Addr: base, Length: uint32(seg.n - k), LKey: lkey}
 		c.dataWR.SGList = c.dataSGE[:2]
 	}
-	m := msg(opData, uint32(seg.n))
 	c.dataWR.WRID, c.dataWR.ImmData, c.dataWR.Opcode = uint64(m), m, verbs.WRRDMAWriteWithImm
+	if !imm {
+		c.dataWR.ImmData, c.dataWR.Opcode = 0, verbs.WRRDMAWrite
+	}
 	c.dataWR.RDMA = verbs.RDMAParams{RemoteAddr: seg.dst.addr, RKey: seg.dst.key}
 	return c.ep.qp.PostSend(&c.dataWR)
 }
@@ -489,6 +503,7 @@ func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
 		c.closed = true
+		c.ka.stop()
 		c.mu.Unlock()
 		c.wake()
 		c.postMu.Lock() // a message reserved is posted first

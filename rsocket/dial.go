@@ -76,7 +76,7 @@ func (d *Dialer) dial(ctx context.Context, network, address string) (*Conn, erro
 		release()
 		return nil, err
 	}
-	return newConn(ep, cmc, release, &peer), nil
+	return newConn(ep, cmc, release, &peer, &d.Config), nil
 }
 
 // device returns the device to dial address from.

@@ -47,10 +47,22 @@
 // Messages are up to 256 KiB from a write's first byte (rsockets sends
 // 2 KiB, doubling to 64 KiB, to overlap its copy with the transfer): a
 // receiver takes any length its regions hold, and larger messages halve
-// the per-message cost. Not implemented: riomap and riowrite (the iomap:
-// goroce announces no iomap, and ignores RS_OP_WRITE and RS_OP_IOMAP_SGL
-// completions), keepalive, the iWARP variant (RS_OPT_MSG_SEND: messages
-// as SENDs), AF_IB addresses and datagram rsockets. A peer that breaks
+// the per-message cost. Not implemented: the iWARP variant
+// (RS_OPT_MSG_SEND: messages as SENDs), AF_IB addresses and datagram
+// rsockets.
+//
+// # The iomap and keepalive
+//
+// iomap.go: Conn.IOMap is riomap (a buffer registered for the peer's
+// writes, announced as an rs_iomap in the peer's iomap table, which
+// follows its target SGL ring, with RS_OP_IOMAP_SGL), Conn.IOWrite is
+// riowrite (plain RDMA WRITEs into the peer's mappings by offset, which
+// the peer is not told of) and Conn.IOUnmap riounmap; Config.IOMapSize is
+// RDMA_IOMAPSIZE, the entries this side offers the peer (none by
+// default, as in rsockets). keepalive.go: Config.KeepAlive,
+// Conn.SetKeepAlive and SetKeepAlivePeriod are SO_KEEPALIVE and
+// TCP_KEEPIDLE: a zero-length RDMA WRITE every period, whose failure ends
+// a connection whose peer vanished. A peer that breaks
 // the protocol (more bytes or messages than its credits, reserved
 // operations, a data message whose length differs from its write's) ends
 // the connection with an error wrapping errProtocol; a request whose

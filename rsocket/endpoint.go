@@ -22,6 +22,10 @@ type endpoint struct {
 	smr, rmr, tmr  *verbs.MR
 	sq, rq         int
 	sbufSz, rbufSz int
+	ioMaps         int // entries of this side's iomap table, after the ring in tmr
+	// mapped holds this side's mappings (Conn.IOMap) by their index in
+	// the peer's iomap table; guarded by the connection's mu.
+	mapped []*verbs.MR
 }
 
 // Queue sizes: rsockets' defaults (def_sqsize, def_rqsize).
@@ -37,7 +41,7 @@ const recvFlag = 1 << 63
 // newEndpoint creates the objects, moves the QP to INIT and posts every
 // receive: the peer may write as soon as it is connected.
 func newEndpoint(dev *verbs.Device, cfg *Config) (_ *endpoint, err error) {
-	e := &endpoint{dev: dev, sq: sqSize, rq: rqSize, sbufSz: cfg.sendBuffer(), rbufSz: cfg.receiveBuffer()}
+	e := &endpoint{dev: dev, sq: sqSize, rq: rqSize, sbufSz: cfg.sendBuffer(), rbufSz: cfg.receiveBuffer(), ioMaps: cfg.ioMapSize()}
 	defer func() {
 		if err != nil {
 			e.destroy()
@@ -61,7 +65,7 @@ func newEndpoint(dev *verbs.Device, cfg *Config) (_ *endpoint, err error) {
 	if e.rmr, err = e.pd.RegMR(make([]byte, e.rbufSz), remote); err != nil {
 		return nil, err
 	}
-	if e.tmr, err = e.pd.RegMR(make([]byte, sglSize*sgeLen), remote); err != nil {
+	if e.tmr, err = e.pd.RegMR(make([]byte, sglSize*sgeLen+e.ioMaps*ioMapLen), remote); err != nil {
 		return nil, err
 	}
 	if err = cm.PrepareQP(e.qp); err != nil {
@@ -78,9 +82,10 @@ func newEndpoint(dev *verbs.Device, cfg *Config) (_ *endpoint, err error) {
 
 // connData is what this side announces (rs_format_conn_data): a
 // little-endian host (goroce writes ring SGEs little-endian whatever the
-// machine), no iomap, the target ring and the first half of the buffer.
+// machine), the size of its iomap table (which follows the ring), the
+// target ring and the first half of the buffer.
 func (e *endpoint) connData() []byte {
-	c := connData{version: connVersion, flags: connFlagIOMap, credits: uint16(e.rq),
+	c := connData{version: connVersion, flags: connFlagIOMap, credits: uint16(e.rq), iomapSize: toScale(e.ioMaps),
 		targetSGL: sge{addr: e.tmr.IOVA(), key: e.tmr.RKey(), length: sglSize},
 		dataBuf:   sge{addr: e.rmr.IOVA(), key: e.rmr.RKey(), length: uint32(e.rbufSz / 2)}}
 	return c.append(make([]byte, 0, connDataLen))
@@ -97,7 +102,7 @@ func (e *endpoint) destroy() error {
 	if e.qp != nil {
 		keep(e.qp.Destroy())
 	}
-	for _, mr := range []*verbs.MR{e.smr, e.rmr, e.tmr} {
+	for _, mr := range append([]*verbs.MR{e.smr, e.rmr, e.tmr}, e.mapped...) {
 		if mr != nil {
 			keep(mr.Dereg())
 		}

@@ -60,13 +60,27 @@ type segment struct {
 func (s *sender) reserve(left int) segment {
 	n := min(left, maxMessage, s.sbufAvail, int(s.target[s.targetIdx].length))
 	t := &s.target[s.targetIdx]
-	seg := segment{off: s.sbufPos, n: n, dst: sge{addr: t.addr, key: t.key, length: uint32(n)}}
+	seg := s.reserveOwn(n, true)
+	seg.dst = sge{addr: t.addr, key: t.key, length: uint32(n)}
 	t.addr += uint64(n)
 	t.length -= uint32(n)
 	if t.length == 0 {
 		s.targetIdx = (s.targetIdx + 1) % sglSize
 	}
-	s.seq++
+	return seg
+}
+
+// reserveOwn takes n bytes of the send buffer (at most sbufAvail) and a
+// work request for a write whose destination the caller sets: reserve's
+// data, an iomap entry (rs_write_iomap) or a riowrite (rs_write_direct).
+// A message that the peer receives takes a sequence number (counted):
+// rsockets counts iomap entries so, although a receiver's credits count
+// data messages only, and each costs the sender a credit for good.
+func (s *sender) reserveOwn(n int, counted bool) segment {
+	seg := segment{off: s.sbufPos, n: n}
+	if counted {
+		s.seq++
+	}
 	s.sqeAvail--
 	s.sbufAvail -= n
 	s.sbufPos = (s.sbufPos + n) % s.sbufSize

@@ -148,7 +148,7 @@ func (l *Listener) accept(req *cm.Request) (*Conn, error) {
 			return nil, err
 		}
 	}
-	return newConn(ep, cmc, release, &peer), nil
+	return newConn(ep, cmc, release, &peer, &l.cfg), nil
 }
 
 // Refused returns how many connection requests Accept rejected because

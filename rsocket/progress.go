@@ -110,6 +110,10 @@ func (c *Conn) received(wc *verbs.WorkCompletion) {
 			region = &s
 		}
 		c.snd.credit(uint16(m.data), region)
+	case opIOMapSGL:
+		if err := c.maps.announced(c.tbuf, m.data); err != nil {
+			c.broken(err)
+		}
 	case opCtrl:
 		switch m.data {
 		case ctrlDisconnect:
@@ -118,8 +122,8 @@ func (c *Conn) received(wc *verbs.WorkCompletion) {
 			c.rdEOF = true
 			c.peerGone = c.wrShut
 		}
-		// opWrite, opIOMapSGL: riowrite into an iomap, and this side
-		// advertises none.
+		// opWrite: rsockets' riowrite carries no immediate data, so
+		// this is no message; ignored, as rsockets does.
 	}
 }
 
@@ -127,8 +131,10 @@ func (c *Conn) received(wc *verbs.WorkCompletion) {
 func (c *Conn) sendDone(wc *verbs.WorkCompletion) {
 	m := uint32(wc.WRID)
 	switch msgOp(m) {
-	case opData:
+	case opData, opWrite:
 		c.snd.sent(int(msgData(m)))
+	case opIOMapSGL:
+		c.snd.sent(ioMapLen)
 	default:
 		c.ctrlMax++
 	}

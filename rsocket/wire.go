@@ -109,6 +109,74 @@ func appendSGE(b []byte, s sge, bigEndian bool) []byte {
 	return o.AppendUint32(b, s.length)
 }
 
+// ioMapLen is the size of struct rs_iomap: the offset the mapping
+// answers to (riomap's offset), then its rs_sge.
+const ioMapLen = 8 + sgeLen
+
+// maxIOMapEntries is the largest iomap table rs_conn_data can announce:
+// target_iomap_size is 8 bits, values above 128 scaled by 256.
+const maxIOMapEntries = 0x7f << 8
+
+// ioMap is struct rs_iomap: a region of the peer's memory that riowrite
+// (Conn.IOWrite) addresses by offset, the peer's choice of numbers.
+type ioMap struct {
+	offset uint64
+	region sge
+}
+
+// parseIOMap reads the rs_iomap a peer wrote into this side's iomap table,
+// in this side's byte order (little-endian: the order goroce announces).
+// It refuses an empty region and one whose offsets or addresses wrap, so
+// that covers and the write address computed from it never overflow.
+func parseIOMap(b []byte) (ioMap, error) {
+	var m ioMap
+	if len(b) < ioMapLen {
+		return m, fmt.Errorf("%w: iomap entry of %d bytes", errProtocol, len(b))
+	}
+	m.offset = binary.LittleEndian.Uint64(b)
+	m.region = getSGE(b[8:], false)
+	n := uint64(m.region.length)
+	switch {
+	case n == 0:
+		return m, fmt.Errorf("%w: empty iomap entry", errProtocol)
+	case m.offset+n < m.offset || m.region.addr+n < m.region.addr:
+		return m, fmt.Errorf("%w: iomap entry wraps (offset %#x, address %#x, %d bytes)", errProtocol, m.offset, m.region.addr, n)
+	}
+	return m, nil
+}
+
+// covers says whether the mapping holds the byte at offset off.
+func (m *ioMap) covers(off uint64) bool {
+	return m.region.length != 0 && off >= m.offset && off-m.offset < uint64(m.region.length)
+}
+
+// appendIOMap appends an rs_iomap, big-endian or little-endian.
+func appendIOMap(b []byte, m ioMap, bigEndian bool) []byte {
+	if bigEndian {
+		b = binary.BigEndian.AppendUint64(b, m.offset)
+	} else {
+		b = binary.LittleEndian.AppendUint64(b, m.offset)
+	}
+	return appendSGE(b, m.region, bigEndian)
+}
+
+// toScale and fromScale are rs_value_to_scale and rs_scale_to_value for
+// 8 bits, the encoding of target_iomap_size: up to 128 as is, above in
+// units of 256 with the top bit set.
+func toScale(v int) uint8 {
+	if v <= 1<<7 {
+		return uint8(v)
+	}
+	return uint8(1<<7 | v>>8)
+}
+
+func fromScale(s uint8) int {
+	if s <= 1<<7 {
+		return int(s)
+	}
+	return int(s&^(1<<7)) << 8
+}
+
 // The messages rsockets carries in the 32 bits of immediate data: an
 // operation in the top 3 bits, 29 bits of data (rs_msg_set).
 const (
@@ -143,9 +211,9 @@ type peerMsg struct {
 
 // parseMsg checks a message the peer wrote with immediate data against
 // the length of its write (byteLen): data messages carry as many bytes as
-// they announce (at least one), credits none or one SGE, the reserved
-// operations are refused. Unknown control values pass (rsockets ignores
-// them, as keepalives).
+// they announce (at least one), credits none or one SGE, iomap updates
+// one rs_iomap, the reserved operations are refused. Unknown control
+// values pass (rsockets ignores them, as keepalives).
 func parseMsg(imm, byteLen uint32) (peerMsg, error) {
 	m := peerMsg{op: msgOp(imm), data: msgData(imm)}
 	switch m.op {
@@ -158,7 +226,11 @@ func parseMsg(imm, byteLen uint32) (peerMsg, error) {
 			return m, fmt.Errorf("%w: credits with %d bytes", errProtocol, byteLen)
 		}
 		m.region = byteLen == sgeLen
-	case opCtrl, opWrite, opIOMapSGL:
+	case opIOMapSGL:
+		if byteLen != ioMapLen {
+			return m, fmt.Errorf("%w: iomap entry with %d bytes", errProtocol, byteLen)
+		}
+	case opCtrl, opWrite:
 	default:
 		return m, fmt.Errorf("%w: reserved operation %d", errProtocol, m.op)
 	}

@@ -91,3 +91,56 @@ func TestMsg(t *testing.T) {
 		t.Errorf("credits %#x", m)
 	}
 }
+
+// rsIOMap is an rs_iomap as riostream's riomap(buf, size, PROT_WRITE, 0,
+// 0) on x86 writes it into the peer's table: offset 0, then the region's
+// rs_sge (address 0x7f0012340000, rkey 0x5678, 4 KiB), little-endian as
+// the host's order.
+var rsIOMap = mustHex("0000000000000000" + "00003412007f0000" + "78560000" + "00100000")
+
+func TestIOMapKnownEncoding(t *testing.T) {
+	want := ioMap{offset: 0, region: sge{addr: 0x7f0012340000, key: 0x5678, length: 4096}}
+	got, err := parseIOMap(rsIOMap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Fatalf("parsed %+v, want %+v", got, want)
+	}
+	if b := appendIOMap(nil, want, false); !bytes.Equal(b, rsIOMap) {
+		t.Fatalf("encoded % x\nwant    % x", b, rsIOMap)
+	}
+	// To a big-endian peer, every field swapped.
+	be := mustHex("0000000000000000" + "00007f0012340000" + "00005678" + "00001000")
+	if b := appendIOMap(nil, want, true); !bytes.Equal(b, be) {
+		t.Fatalf("big-endian % x\nwant       % x", b, be)
+	}
+	for n := range ioMapLen {
+		if _, err := parseIOMap(rsIOMap[:n]); !errors.Is(err, errProtocol) {
+			t.Fatalf("%d bytes: %v, want errProtocol", n, err)
+		}
+	}
+	for name, m := range map[string]ioMap{
+		"empty":         {offset: 5, region: sge{addr: 0x1000, key: 1}},
+		"offset wraps":  {offset: 1<<64 - 10, region: sge{addr: 0x1000, key: 1, length: 11}},
+		"address wraps": {offset: 0, region: sge{addr: 1<<64 - 4096, key: 1, length: 4097}},
+	} {
+		if _, err := parseIOMap(appendIOMap(nil, m, false)); !errors.Is(err, errProtocol) {
+			t.Errorf("%s: %v, want errProtocol", name, err)
+		}
+	}
+}
+
+// The 8-bit scale of target_iomap_size (rs_value_to_scale and
+// rs_scale_to_value): exact up to 128, then multiples of 256.
+func TestIOMapScale(t *testing.T) {
+	for _, c := range []struct {
+		v     int
+		scale uint8
+		back  int
+	}{{0, 0, 0}, {1, 1, 1}, {128, 128, 128}, {200, 0x80, 128}, {256, 0x81, 256}, {300, 0x81, 256}, {32512, 0xff, 32512}} {
+		if s := toScale(c.v); s != c.scale || fromScale(s) != c.back {
+			t.Errorf("%d: scale %#x back %d, want %#x and %d", c.v, s, fromScale(s), c.scale, c.back)
+		}
+	}
+}

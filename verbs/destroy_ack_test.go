@@ -73,6 +73,23 @@ func TestModifyToErrRightAfterReceiveStillAcks(t *testing.T) {
 	wantSendDone(t, a)
 }
 
+// TestModifyToErrFlushesRepliesOfTheBatch: the receive batch has taken
+// the ACK into the device's reply batch when the QP moves to ERR; what the
+// application sends next (rdma_cm's DREQ) must not leave before it, so
+// Modify sends it.
+func TestModifyToErrFlushesRepliesOfTheBatch(t *testing.T) {
+	a, b := ackPair(t)
+	held, release := holdBatch(t, b.Dev, verbs.BatchFlush)
+	sendOne(t, a, b)
+	<-held
+	if err := b.QP.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.QPAttrState); err != nil {
+		t.Fatal(err)
+	}
+	wantAckSent(t, b, "Modify to ERR")
+	release()
+	wantSendDone(t, a)
+}
+
 // ackPair connects two ends; a, the sender, never retransmits.
 func ackPair(t *testing.T) (a, b *rdmatest.End) {
 	t.Helper()

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/goroce/goroce/internal/netio"
+	"github.com/goroce/goroce/internal/seal"
 	"github.com/goroce/goroce/internal/transport"
 	"github.com/goroce/goroce/internal/wire"
 )
@@ -45,9 +46,10 @@ import (
 //     QP's port; replies sent by a timer or a PostSend use it too.
 //  6. Teardown. Deferring a batch's output stays invisible to the peer:
 //     Modify and Destroy first send what the QP's Output holds
-//     (transmitDeferredLocked), and Destroy flushes the replies a batch
-//     took from it (flushReplies), so the ACK of a receive the
-//     application already holds always leaves.
+//     (transmitDeferredLocked), and Destroy and a move to ERR flush the
+//     replies a batch took from it (flushReplies), so the ACK of a
+//     receive the application already holds always leaves, and before
+//     the DREQ of a disconnect.
 
 // connectLocked points the QP at the device its AV names and takes the UDP
 // source port of the connection (step 1).
@@ -177,11 +179,8 @@ func (qp *QP) transmitRepliesToLocked(replies *replyBatch) {
 	if qp.out != nil { // nil: nothing was built since the last transmission
 		pkts = qp.out.Packets()
 	}
-	if qp.sealer != nil {
-		replies = nil // sealed replies are longer than replyLen: the QP's port
-	}
 	if len(pkts) > 0 && qp.sender != nil {
-		msgs := qp.msgs[:0]
+		msgs, held := qp.msgs[:0], qp.replyMsgs[:0]
 		from := len(pkts)
 		if replies != nil {
 			from = firstReply(pkts)
@@ -194,7 +193,12 @@ func (qp *QP) transmitRepliesToLocked(replies *replyBatch) {
 			if ah, ok := pkts[i].Dest.(*AH); ok {
 				dst = ah.dst // a UD send: the WR's address handle
 			}
-			if i >= from && pkts[i].Payload == nil && replies.take(dst, pkts[i].Bytes) {
+			if i >= from && pkts[i].Payload == nil && isReply(pkts[i].Bytes) {
+				if qp.sealer == nil {
+					_ = replies.take(dst, pkts[i].Bytes)
+				} else {
+					held = append(held, netio.Message{Dst: dst, Packet: pkts[i].Bytes}) // sealed below
+				}
 				continue
 			}
 			msgs = append(msgs, netio.Message{Dst: dst, Packet: pkts[i].Bytes, Payload: pkts[i].Payload})
@@ -202,6 +206,11 @@ func (qp *QP) transmitRepliesToLocked(replies *replyBatch) {
 		var sealed []byte
 		if qp.sealer != nil {
 			sealed = qp.sealLocked(msgs)
+			// The replies take their counters after the packets
+			// sent now, which they follow on the wire.
+			for i := range held {
+				replies.takeSealed(held[i].Dst, held[i].Packet, qp.sealer)
+			}
 		}
 		if len(msgs) > 0 {
 			_, _ = qp.sender.SendBatch(msgs)
@@ -211,7 +220,8 @@ func (qp *QP) transmitRepliesToLocked(replies *replyBatch) {
 			replies.mu.Unlock()
 		}
 		clear(msgs) // drop references to the packet buffers
-		qp.msgs = msgs[:0]
+		clear(held)
+		qp.msgs, qp.replyMsgs = msgs[:0], held[:0]
 	}
 	qp.releaseOutputLocked()
 	qp.noteTransportErrorLocked()
@@ -233,7 +243,8 @@ func (qp *QP) transmitDeferredLocked() {
 
 // replyBatch gathers the replies of a receive batch, to send them at its
 // end in one SendBatch from the device's own port (step 4). The packets
-// are copied: a QP's Output is reused once its lock is released. mu
+// are copied (a sealed QP's sealed into the batch): a QP's Output is
+// reused once its lock is released. mu
 // guards the copies: the receive path takes and flushes them, and Destroy
 // flushes them too (flushReplies). Lock order: QP.xmu, then mu.
 type replyBatch struct {
@@ -278,9 +289,25 @@ func (b *replyBatch) take(dst netip.AddrPort, pkt []byte) bool {
 	n := len(b.buf)
 	// If append moves buf, the packets taken so far keep the old array.
 	b.buf = append(b.buf, pkt...)
-	b.buf = append(b.buf, 0, 0, 0, 0) // the ICRC's room
-	b.msgs = append(b.msgs, netio.Message{Dst: dst, Packet: b.buf[n : n+len(pkt) : n+len(pkt)+wire.ICRCLen]})
+	b.add(dst, n)
 	return true
+}
+
+// takeSealed is take for a sealed QP's reply (isReply): it is sealed by s
+// into the batch. Its counter is older than those of what the QP sends until the
+// flush, at the end of the receive batch: far fewer packets than the
+// peer's replay window (seal.WindowSize) can leave meanwhile.
+func (b *replyBatch) takeSealed(dst netip.AddrPort, pkt []byte, s *seal.Sealer) {
+	n := len(b.buf)
+	b.buf = s.Append(b.buf, pkt, nil, 0)
+	b.add(dst, n)
+}
+
+// add files the packet at buf[n:] for dst, with room for its ICRC after it.
+func (b *replyBatch) add(dst netip.AddrPort, n int) {
+	end := len(b.buf)
+	b.buf = append(b.buf, 0, 0, 0, 0) // the ICRC's room
+	b.msgs = append(b.msgs, netio.Message{Dst: dst, Packet: b.buf[n : end : end+wire.ICRCLen]})
 }
 
 // flush sends the replies taken since the last flush. A failed send is

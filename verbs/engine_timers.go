@@ -15,7 +15,14 @@ import (
 //  2. runTimers pops the earliest due QP and runs its transport's OnTimer
 //     under its xmu, then transmits; it never holds tmu while it takes a
 //     QP's xmu.
-//  3. A deadline moved later, or removed, costs at most one early wake-up
+//  3. Before a retransmission, runTimers takes what the receive socket
+//     holds (netio.Conn.Poll): when the process did not run for a while,
+//     the runtime may run this goroutine's timer before it notices that
+//     the socket is readable, and the ACK that makes the retransmission
+//     needless would be read only after it (seen in the rxe interop under
+//     load: resends 240 ms after rxe's ACK arrived). A NIC processes
+//     arrivals in order with its timers; this makes the engine do so too.
+//  4. A deadline moved later, or removed, costs at most one early wake-up
 //     at the old time: schedule wakes the goroutine only for a deadline
 //     before the end of its sleep, not for every WRITE and ACK that arms
 //     or moves its QP's retransmission deadline.
@@ -89,6 +96,11 @@ func (e *engine) runTimers(ctx context.Context) {
 
 		if due != nil {
 			due.xmu.Lock()
+			if due.tq != nil && !due.closed.Load() && due.tq.RetransmitDue(time.Now()) {
+				due.xmu.Unlock()
+				e.conn.Poll() // step 3; delivery takes QPs' xmu
+				due.xmu.Lock()
+			}
 			if due.tq != nil && !due.closed.Load() {
 				raceSync()
 				due.tq.OnTimer(time.Now(), due.outputLocked())

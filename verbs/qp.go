@@ -77,7 +77,10 @@ type QP struct {
 	tq   *transport.QP     // the transport state machines (RC, UC or UD)
 	out  *transport.Output // packets produced under xmu; nil when none (outputLocked)
 	msgs []netio.Message   // their batch for the socket
-	sgl  []transport.SGE   // work request conversion scratch
+	// replyMsgs holds the replies of a sealed QP bound for the receive
+	// batch's replyBatch until the packets before them are sealed.
+	replyMsgs []netio.Message
+	sgl       []transport.SGE // work request conversion scratch
 	// localKey and remoteKey remember the code (keys.go) of the last
 	// lkey and rkey the transport resolved: the packets of one message
 	// use the same key, and a key's code never changes.

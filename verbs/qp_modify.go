@@ -204,6 +204,16 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	// the transition (which discards the Output); a move to ERR it made,
 	// not mirrored yet, counts, with its events.
 	qp.transmitDeferredLocked()
+	if mask&QPAttrState != 0 && attr.QPState == QPStateErr {
+		// So do the replies (ACKs) the batch took from the QP into the
+		// device's reply batch: a move to ERR is the first step of a
+		// teardown, and what follows it (rdma_cm's DREQ, on QP 1) must
+		// not overtake the ACK of a receive the application holds, or
+		// the peer sees the disconnect before its send completes (seen:
+		// goroce-perf -R's server failed its last write with EOF).
+		// Lock order: xmu, then the batch's mu.
+		qp.dev.eng.flushReplies()
+	}
 	qp.noteTransportErrorLocked()
 	cur := qp.State()
 	next := cur

@@ -18,18 +18,27 @@ import (
 // requester's capture, the UDP source port of each response: by default the
 // ACKs come from the responder's device port (several QPs' ACKs share a
 // system call), with PerQPReplyPort from the QP's own; READ responses and
-// ATOMIC_ACKNOWLEDGE always from the QP's. It also checks that the QPs hold
-// no packet buffers once idle.
+// ATOMIC_ACKNOWLEDGE always from the QP's. A sealed connection's ACKs
+// share the device's port too (sealed into the batch). It also checks that
+// the QPs hold no packet buffers once idle.
 func TestReplyPort(t *testing.T) {
-	for _, perQP := range []bool{false, true} {
-		name := "shared"
-		if perQP {
-			name = "PerQPReplyPort"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		perQP, sealed bool
+	}{{"shared", false, false}, {"PerQPReplyPort", true, false}, {"shared-sealed", false, true}} {
+		perQP := tc.perQP
+		t.Run(tc.name, func(t *testing.T) {
 			c := verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4}
 			a := newEnd(t, 1, rdmatest.EndOptions{Cap: c})
 			b := newEnd(t, 2, rdmatest.EndOptions{Cap: c, Device: verbs.DeviceConfig{PerQPReplyPort: perQP}})
+			if tc.sealed {
+				if err := a.QP.SetPacketKeys(&testKeys); err != nil {
+					t.Fatal(err)
+				}
+				if err := b.QP.SetPacketKeys(mirror(testKeys)); err != nil {
+					t.Fatal(err)
+				}
+			}
 			rdmatest.Connect(t, a, b, rdmatest.DefaultLink(), rdmatest.DefaultLink())
 
 			var capture bytes.Buffer
@@ -115,6 +124,9 @@ func TestReplyPort(t *testing.T) {
 			}
 			if len(ports[wire.RCAtomicAcknowledge]) == 0 || len(ports[wire.RCRDMAReadResponseFirst])+len(ports[wire.RCRDMAReadResponseOnly]) == 0 {
 				t.Errorf("READ response or ATOMIC ACKNOWLEDGE missing from the capture: %v", ports)
+			}
+			if d := a.Dev.Counters(); tc.sealed && (d.DroppedAuthFail != 0 || d.DroppedReplay != 0) {
+				t.Errorf("sealed replies dropped: auth %d, replay %d", d.DroppedAuthFail, d.DroppedReplay)
 			}
 
 			// Idle QPs hold no packet buffers: they went back to

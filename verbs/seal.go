@@ -19,8 +19,9 @@ import (
 //   - Send: transmitRepliesToLocked seals the transport's packets into a
 //     buffer lent by the engine (sealLocked, sealPool), the payload read
 //     out of the MR by the cipher, each with a fresh counter,
-//     retransmissions included. Sealed replies leave from the QP's own
-//     port, not the device's batch.
+//     retransmissions included. Sealed replies join the receive batch's
+//     replies (replyBatch.takeSealed), sealed there after the QP's other
+//     packets, and leave with every QP's in one send, as plain ones do.
 //   - Receive: netio asks the engine whether a datagram is for a sealed QP
 //     (Sealed: one atomic load while no QP is sealed), checks its ICRC,
 //     and has it opened in place in its receive buffer (Unseal), before

@@ -217,26 +217,3 @@ func TestSealedWriteNoAlloc(t *testing.T) {
 		t.Fatalf("%v allocations per sealed WRITE", n)
 	}
 }
-
-// BenchmarkRCWriteSealed is BenchmarkRCWrite's 64 KiB case over a sealed
-// connection: the cost of AES-256-GCM on both ends, on one machine.
-func BenchmarkRCWriteSealed(b *testing.B) {
-	const size = 64 << 10
-	o := rdmatest.EndOptions{BufSize: 2 * size}
-	x, y := newEnd(b, 1, o), newEnd(b, 2, o)
-	if err := x.QP.SetPacketKeys(&testKeys); err != nil {
-		b.Fatal(err)
-	}
-	if err := y.QP.SetPacketKeys(mirror(testKeys)); err != nil {
-		b.Fatal(err)
-	}
-	l := rdmatest.DefaultLink()
-	l.MTU = verbs.MTU4096
-	rdmatest.Connect(b, x, y, l, l)
-	wr := verbs.SendWR{Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{x.MR.SGE(0, size)},
-		RDMA: verbs.RDMAParams{RemoteAddr: y.MR.IOVA(), RKey: y.MR.RKey()}}
-	b.SetBytes(size)
-	b.ReportAllocs()
-	b.ResetTimer()
-	runWindow(b, x.QP, x.CQ, &wr, nil)
-}

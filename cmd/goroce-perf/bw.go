@@ -233,7 +233,7 @@ func (s *side) runRecvBW(ctx context.Context, size int) (result, error) {
 		}
 		total += n
 	}
-	r := result{size: size, iters: uint64(total), p9999: math.NaN()}
+	r := result{size: size, iters: uint64(total), p9999: math.NaN(), p50: math.NaN()}
 	span := last.Sub(first).Seconds()
 	if span > 0 {
 		r.bwAvg = float64(size) * float64(total) / span / s.cfg.unitFactor()

@@ -139,6 +139,9 @@ func TestLoopbackEveryTest(t *testing.T) {
 				}
 				if l["remote_report"] != true && !(tc.test == "send_bw" && side == "server" && !bidir) {
 					fields = append(fields, "p99_99_usec")
+					if strings.HasSuffix(tc.test, "_bw") {
+						fields = append(fields, "p50_usec")
+					}
 				}
 				for _, f := range fields {
 					if v, ok := l[f].(float64); !ok || !(v > 0) {

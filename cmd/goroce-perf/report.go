@@ -39,6 +39,7 @@ type result struct {
 	tMin, tMax, tTyp, tAvg, tStdev, p99, p999 float64
 
 	p9999   float64   // µs; NaN when this side timed no messages
+	p50     float64   // the median of samples (bandwidth tests), µs; NaN when none
 	samples []float64 // the per-message latencies behind p9999, sorted (µs)
 	bytes   float64   // payload moved
 	cpu     time.Duration
@@ -69,7 +70,7 @@ func (c *config) unitName() string {
 // window from a post to a later polled completion.
 func bwResult(cfg *config, size int, posted, done []time.Time) result {
 	n := min(len(posted), len(done))
-	r := result{size: size, iters: uint64(n), hasBW: true, p9999: math.NaN(), bytes: float64(size) * float64(n)}
+	r := result{size: size, iters: uint64(n), hasBW: true, p9999: math.NaN(), p50: math.NaN(), bytes: float64(size) * float64(n)}
 	if n == 0 {
 		return r
 	}
@@ -110,6 +111,7 @@ func bwResult(cfg *config, size int, posted, done []time.Time) result {
 	}
 	slices.Sort(lat)
 	r.p9999 = lat[min(n-1, int(math.Ceil(float64(n)*0.9999)))]
+	r.p50 = lat[n/2]
 	r.samples = lat
 	return r
 }
@@ -171,7 +173,7 @@ func (s *side) addResult(r result) {
 // addRemoteResult is the passive server's line: the client's report.
 func (s *side) addRemoteResult(rep oob.BWReport, cpu time.Duration) {
 	s.addResult(result{side: s.role.String(), size: int(rep.Size), iters: rep.Iters, hasBW: true, remote: true,
-		bwPeak: rep.BWPeak, bwAvg: rep.BWAvg, msgRate: rep.MsgRateAvg, p9999: math.NaN(),
+		bwPeak: rep.BWPeak, bwAvg: rep.BWAvg, msgRate: rep.MsgRateAvg, p9999: math.NaN(), p50: math.NaN(),
 		bytes: float64(rep.Size) * float64(rep.Iters), cpu: cpu})
 }
 
@@ -353,6 +355,7 @@ type jsonResult struct {
 	P99        *float64 `json:"p99_usec,omitempty"`
 	P999       *float64 `json:"p99_9_usec,omitempty"`
 	P9999      *float64 `json:"p99_99_usec,omitempty"`
+	P50        *float64 `json:"p50_usec,omitempty"` // bandwidth tests: the median message, as p99_99_usec
 	CPUPerGB   *float64 `json:"cpu_sec_per_gb,omitempty"`
 	RegMiB     float64  `json:"reg_mib"`
 	RegUsec    float64  `json:"reg_usec_per_mib"`
@@ -381,6 +384,7 @@ func (s *side) printJSON(w io.Writer) error {
 			DeregUsec: s.usecPerMiB(s.deregTime), MTU: s.mtu.Bytes(), Check: s.checkState()}
 		if r.hasBW {
 			j.BWUnit, j.BWPeak, j.BWAvg, j.MsgRate = s.cfg.unitName(), num(r.bwPeak), num(r.bwAvg), num(r.msgRate)
+			j.P50 = num(r.p50)
 		}
 		if r.hasLat {
 			j.TMin, j.TMax, j.TTypical, j.TAvg = num(r.tMin), num(r.tMax), num(r.tTyp), num(r.tAvg)

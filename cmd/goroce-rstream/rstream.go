@@ -8,29 +8,9 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/goroce/goroce/internal/rsperf"
 	"github.com/goroce/goroce/rsocket"
 )
-
-// testSize is rstream's table of sizes: option 1 only with -S all.
-var testSizes = []struct{ size, option int }{
-	{1 << 6, 0},
-	{1 << 7, 1}, {1<<7 + 1<<6, 1},
-	{1 << 8, 1}, {1<<8 + 1<<7, 1},
-	{1 << 9, 1}, {1<<9 + 1<<8, 1},
-	{1 << 10, 1}, {1<<10 + 1<<9, 1},
-	{1 << 11, 1}, {1<<11 + 1<<10, 1},
-	{1 << 12, 0}, {1<<12 + 1<<11, 1},
-	{1 << 13, 1}, {1<<13 + 1<<12, 1},
-	{1 << 14, 1}, {1<<14 + 1<<13, 1},
-	{1 << 15, 1}, {1<<15 + 1<<14, 1},
-	{1 << 16, 0}, {1<<16 + 1<<15, 1},
-	{1 << 17, 1}, {1<<17 + 1<<16, 1},
-	{1 << 18, 1}, {1<<18 + 1<<17, 1},
-	{1 << 19, 1}, {1<<19 + 1<<18, 1},
-	{1 << 20, 0}, {1<<20 + 1<<19, 1},
-	{1 << 21, 1}, {1<<21 + 1<<20, 1},
-	{1 << 22, 1}, {1<<22 + 1<<21, 1},
-}
 
 // tester runs rstream's tests on one side.
 type tester struct {
@@ -51,11 +31,11 @@ type tester struct {
 }
 
 func newTester(cfg *config, out io.Writer) *tester {
-	t := &tester{cfg: cfg, out: out, client: cfg.server != "", name: "custom",
-		size: cfg.size, count: cfg.count, iterations: cfg.iterations}
-	n := testSizes[len(testSizes)-1].size
-	if cfg.custom {
-		n = cfg.size
+	t := &tester{cfg: cfg, out: out, client: cfg.Server != "", name: "custom",
+		size: cfg.Size, count: cfg.Count, iterations: cfg.Iterations}
+	n := rsperf.Sizes[len(rsperf.Sizes)-1].Size
+	if cfg.Custom {
+		n = cfg.Size
 	}
 	t.buf = make([]byte, max(n, 16))
 	return t
@@ -69,45 +49,19 @@ func (t *tester) run(ctx context.Context) error {
 		defer t.ln.Close()
 		defer context.AfterFunc(ctx, func() { t.ln.Close() })()
 	}
-	fmt.Fprintf(t.out, "%-10s%-8s%-8s%-8s%-8s%8s %10s%13s\n", "name", "bytes", "xfers", "iters", "total", "time", "Gb/sec", "usec/xfer")
-	if t.cfg.custom {
+	fmt.Fprint(t.out, rsperf.Header)
+	if t.cfg.Custom {
 		if err := t.connect(ctx); err != nil {
 			return err
 		}
 		defer t.conn.Close()
 		return t.runTest()
 	}
-	for _, phase := range []func(size int){t.initLatency, t.initBandwidth} {
-		if err := t.connect(ctx); err != nil {
-			return err
-		}
-		for _, s := range testSizes {
-			if s.option > 0 && !t.cfg.allSizes {
-				continue
-			}
-			phase(s.size)
-			if err := t.runTest(); err != nil {
-				t.conn.Close()
-				return err
-			}
-		}
-		if err := t.conn.Close(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// initLatency and initBandwidth are rstream's init_latency_test and
-// init_bandwidth_test.
-func (t *tester) initLatency(size int) {
-	t.name = fmt.Sprintf("%.4s_lat", sizeStr(int64(size)))
-	t.count, t.size, t.iterations = 1, size, sizeToCount(size)
-}
-
-func (t *tester) initBandwidth(size int) {
-	t.name = fmt.Sprintf("%.4s_bw", sizeStr(int64(size)))
-	t.iterations, t.size, t.count = 1, size, sizeToCount(size)
+	return rsperf.RunTable(t.cfg.AllSizes, func() error { return t.connect(ctx) }, func() error { return t.conn.Close() },
+		func(x rsperf.Test) error {
+			t.name, t.size, t.count, t.iterations = x.Name, x.Size, x.Count, x.Iterations
+			return t.runTest()
+		})
 }
 
 // listen opens the server's listener.
@@ -115,21 +69,22 @@ func (t *tester) listen(ctx context.Context) error {
 	var err error
 	if t.cfg.tcp {
 		var lc net.ListenConfig
-		t.ln, err = lc.Listen(ctx, "tcp", hostPort(t.cfg.bind, t.cfg.port))
+		t.ln, err = lc.Listen(ctx, "tcp", hostPort(t.cfg.Bind, t.cfg.Port))
 		return err
 	}
-	lc := rsocket.ListenConfig{UDPPort: uint16(t.cfg.udpPort), Config: t.buffers()}
-	t.ln, err = lc.Listen(ctx, "rdma", hostPort(t.cfg.bind, t.cfg.port))
+	lc := rsocket.ListenConfig{UDPPort: uint16(t.cfg.UDPPort), Config: t.buffers()}
+	t.ln, err = lc.Listen(ctx, "rdma", hostPort(t.cfg.Bind, t.cfg.Port))
 	return err
 }
 
-// buffers are rstream's: -B, or 512 KiB, which rsockets doubles.
+// buffers are rstream's: -B, or 512 KiB, which rsockets doubles; and
+// the keepalive period, -k.
 func (t *tester) buffers() rsocket.Config {
-	n := t.cfg.bufSize
+	n := t.cfg.BufSize
 	if n == 0 {
 		n = 1 << 19
 	}
-	return rsocket.Config{SendBuffer: 2 * n, ReceiveBuffer: 2 * n}
+	return rsocket.Config{SendBuffer: 2 * n, ReceiveBuffer: 2 * n, KeepAlive: time.Duration(t.cfg.keepalive) * time.Second}
 }
 
 // connect accepts the next connection (server) or dials (client).
@@ -140,16 +95,16 @@ func (t *tester) connect(ctx context.Context) error {
 		t.conn, err = t.ln.Accept()
 	case t.cfg.tcp:
 		var d net.Dialer
-		if t.cfg.bind != "" {
-			d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(t.cfg.bind)}
+		if t.cfg.Bind != "" {
+			d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(t.cfg.Bind)}
 		}
-		t.conn, err = d.DialContext(ctx, "tcp", hostPort(t.cfg.server, t.cfg.port))
+		t.conn, err = d.DialContext(ctx, "tcp", hostPort(t.cfg.Server, t.cfg.Port))
 	default:
-		d := rsocket.Dialer{UDPPort: uint16(t.cfg.udpPort), Config: t.buffers()}
-		if t.cfg.bind != "" {
-			d.LocalAddr = netip.MustParseAddr(t.cfg.bind) // parseArgs checked it
+		d := rsocket.Dialer{UDPPort: uint16(t.cfg.UDPPort), Config: t.buffers()}
+		if t.cfg.Bind != "" {
+			d.LocalAddr = netip.MustParseAddr(t.cfg.Bind) // parseArgs checked it
 		}
-		t.conn, err = d.DialContext(ctx, "rdma", hostPort(t.cfg.server, t.cfg.port))
+		t.conn, err = d.DialContext(ctx, "rdma", hostPort(t.cfg.Server, t.cfg.Port))
 	}
 	if c, ok := t.conn.(*net.TCPConn); ok && err == nil {
 		err = c.SetNoDelay(true)
@@ -197,7 +152,7 @@ func (t *tester) exchange(size, count int) error {
 
 func (t *tester) send(size int) error {
 	b := t.buf[:size]
-	if t.cfg.verify {
+	if t.cfg.Verify {
 		for i := range b {
 			b[i] = t.sendByte
 			t.sendByte++
@@ -212,7 +167,7 @@ func (t *tester) recv(size int) error {
 	if _, err := io.ReadFull(t.conn, b); err != nil {
 		return fmt.Errorf("rrecv: %w", err)
 	}
-	if !t.cfg.verify {
+	if !t.cfg.Verify {
 		return nil
 	}
 	for i := range b {
@@ -227,54 +182,5 @@ func (t *tester) recv(size int) error {
 
 // showPerf prints rstream's line for the test just run.
 func (t *tester) showPerf(d time.Duration) {
-	usec := float64(d.Microseconds())
-	bytes := int64(t.iterations) * int64(t.count) * int64(t.size) * 2
-	fmt.Fprintf(t.out, "%-10s%-8s%-8s%-8s%-8s%8.2fs%10.2f%11.2f\n", t.name, sizeStr(int64(t.size)),
-		cntStr(int64(t.count)), cntStr(int64(t.iterations)), sizeStr(bytes),
-		usec/1e6, float64(bytes*8)/(1000*usec), usec/float64(t.iterations)/float64(t.count*2))
-}
-
-// sizeStr is librdmacm's size_str: 1.5k, 64k, 3m, ...
-func sizeStr(size int64) string {
-	base, mag := int64(1), ""
-	switch {
-	case size >= 1<<30:
-		base, mag = 1<<30, "g"
-	case size >= 1<<20:
-		base, mag = 1<<20, "m"
-	case size >= 1<<10:
-		base, mag = 1<<10, "k"
-	}
-	if size/base < 10 {
-		if f := (size % base) * 10 / base; f != 0 {
-			return fmt.Sprintf("%d.%d%s", size/base, f, mag)
-		}
-	}
-	return fmt.Sprintf("%d%s", size/base, mag)
-}
-
-// cntStr is librdmacm's cnt_str: 100k, 1m, ...
-func cntStr(n int64) string {
-	switch {
-	case n >= 1e9:
-		return fmt.Sprintf("%db", n/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%dm", n/1e6)
-	case n >= 1e3:
-		return fmt.Sprintf("%dk", n/1e3)
-	}
-	return fmt.Sprintf("%d", n)
-}
-
-// sizeToCount is librdmacm's size_to_count.
-func sizeToCount(size int) int {
-	switch {
-	case size >= 1<<20:
-		return 100
-	case size >= 1<<16:
-		return 1000
-	case size >= 1<<10:
-		return 10000
-	}
-	return 100000
+	fmt.Fprint(t.out, rsperf.Line(t.name, t.size, t.count, t.iterations, d))
 }

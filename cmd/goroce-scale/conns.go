@@ -227,9 +227,9 @@ func dialAll(ctx context.Context, cfg *config, e *end, addr string) ([]*cm.Conn,
 // closeAll closes the connections from the active side, cfg.connParallel
 // at a time: each closer sends a DREQ and waits until the passive side's
 // connection (in peers, by the active QP's number) has ended by it, as
-// Dial waits for the handshake. Closing them all at once instead floods
-// the passive device's queue of MADs (256): DREQs dropped at its door are
-// only retransmitted after the CM's response timeout.
+// Dial waits for the handshake. Closing all 10,000 at once instead
+// overflows the passive device's queue of MADs (4096): DREQs dropped at its
+// door are only retransmitted after the CM's response timeout.
 func closeAll(ctx context.Context, cfg *config, conns []*cm.Conn, peers map[uint32]*cm.Conn) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup

@@ -59,12 +59,15 @@ type Config struct {
 	// (with rdma_cm, a mad.CMAHeader and the user's data). Nil listens to
 	// nothing. The private data is valid only during the call.
 	Listening func(sid mad.ServiceID, from netip.Addr, privateData []byte) Verdict
-	// Disconnecting decides whether a DREQ that matches connection id,
-	// established or about to be, is its peer's: a connection whose
-	// peer authenticates its DREQs (package cm's Security) refuses one
-	// without the right tag in its private data. A refused DREQ changes
-	// nothing and is counted (Counters.Refused). Nil takes every DREQ.
-	// The private data is valid only during the call.
+	// Disconnecting decides whether what would end connection id is its
+	// peer's word: a DREQ matching it (established or about to be), a
+	// REJ matching it once established, or, with nil private data, a new
+	// REQ or REP that reuses its remote QPN (which makes it stale). A
+	// connection whose peer authenticates its teardown (package cm's
+	// Security) refuses one without the right tag in its private data,
+	// and a stale verdict always. A refusal changes nothing for id and is
+	// counted (Counters.Refused); a stale REQ or REP is still refused.
+	// Nil takes them all. The private data is valid only during the call.
 	Disconnecting func(id ID, privateData []byte) bool
 	// MRAServiceTimeout is the service timeout of the MRAs sent for
 	// duplicate REQs and REPs (5 bits; default 24).

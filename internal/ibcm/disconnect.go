@@ -119,6 +119,10 @@ func (m *Manager) stale(c *conn, now time.Time, out *Output) {
 	if c.state != StateEstablished {
 		return
 	}
+	if d := m.cfg.Disconnecting; d != nil && !d(c.id, nil) {
+		m.counters.Refused++ // anyone can send a REQ with the peer's GUID and QPN
+		return
+	}
 	m.event(out, c, Event{Type: EventStale})
 	_ = m.sendDREQ(c, nil, true, now, out)
 }
@@ -129,8 +133,10 @@ func (m *Manager) stale(c *conn, now time.Time, out *Output) {
 // established connection gets one DREQ (not retransmitted), a received
 // DREQ its DREP, a SIDR request SIDR_REP "rejected". The record stays in
 // timewait if the connection got that far; no event is reported for id
-// any more.
-func (m *Manager) Destroy(id ID, now time.Time, out *Output) error {
+// any more. privateData goes in the DREQ or DREP, as Disconnect's, and in
+// the REJ of a connection whose RTU has not come: a secured connection's
+// peer takes only a tagged one once established (package cm).
+func (m *Manager) Destroy(id ID, privateData []byte, now time.Time, out *Output) error {
 	c, err := m.get(id)
 	if err != nil {
 		return err
@@ -144,14 +150,21 @@ func (m *Manager) Destroy(id ID, now time.Time, out *Output) error {
 		m.sendREJ(out, c, mad.RejectConsumer, nil, nil)
 		m.free(c)
 	case StateRepSent, StateMRARepRcvd:
-		m.sendREJ(out, c, mad.RejectConsumer, nil, nil)
+		// The peer may be established already (our RTU lost):
+		// the REJ then ends its connection, tagged as a DREQ.
+		m.sendREJ(out, c, mad.RejectConsumer, nil, privateData)
 		m.enterTimewait(c, now)
 	case StateEstablished:
-		_ = m.sendDREQ(c, nil, false, now, out)
+		_ = m.sendDREQ(c, privateData, false, now, out)
 	case StateDREQSent:
 		m.enterTimewait(c, now)
 	case StateDREQRcvd:
-		m.send(out, c.peer, c.tid, &mad.DREP{LocalCommID: uint32(c.id), RemoteCommID: c.remoteID})
+		drep := &mad.DREP{LocalCommID: uint32(c.id), RemoteCommID: c.remoteID, PrivateData: privateData}
+		if _, err := drep.AppendBody(m.buf[:0]); err != nil {
+			drep.PrivateData = nil // too long: as the kernel, answer without
+		}
+		c.privateData = clone(drep.PrivateData) // for a duplicate DREQ in timewait
+		m.send(out, c.peer, c.tid, drep)
 		m.enterTimewait(c, now)
 	case StateSIDRReqRcvd:
 		m.sendSIDRREP(out, c, &mad.SIDRREP{Status: mad.SIDRReject})

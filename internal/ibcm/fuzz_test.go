@@ -133,7 +133,7 @@ func driverCall(n *node, w *world, which, pick byte) {
 	case 3:
 		_ = n.m.Disconnect(id, nil, w.now, &n.out)
 	case 4:
-		_ = n.m.Destroy(id, w.now, &n.out)
+		_ = n.m.Destroy(id, nil, w.now, &n.out)
 	case 5:
 		_ = n.m.Established(id, &n.out)
 	case 6:

@@ -30,7 +30,7 @@ type Counters struct {
 	Unmatched  uint64 // messages for no connection, or a state that ignores them
 	Limited    uint64 // requests dropped by HalfOpenPerSource or Records
 	Dropped    uint64 // requests Listening told to drop
-	Refused    uint64 // DREQs Disconnecting refused
+	Refused    uint64 // DREQs, REJs and stale verdicts Disconnecting refused
 	Evicted    uint64 // half-open requests evicted by HalfOpen
 	Timeouts   uint64 // messages unanswered after all retransmissions
 }

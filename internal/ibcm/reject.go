@@ -87,7 +87,14 @@ func (m *Manager) handleREJ(rej *mad.REJ, now time.Time, out *Output) {
 		} else {
 			m.free(c)
 		}
-	case StateDREQSent, StateRepRcvd, StateMRARepSent, StateEstablished:
+	case StateEstablished:
+		if d := m.cfg.Disconnecting; d != nil && !d(c.id, rej.PrivateData) {
+			m.counters.Refused++
+			return
+		}
+		m.event(out, c, ev)
+		m.enterTimewait(c, now)
+	case StateDREQSent, StateRepRcvd, StateMRARepSent:
 		m.event(out, c, ev)
 		m.enterTimewait(c, now)
 	default:

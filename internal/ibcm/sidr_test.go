@@ -97,7 +97,7 @@ func TestSIDRRetransmitAndDuplicates(t *testing.T) {
 	w2.flush(a2)
 	w2.run(10 * time.Millisecond)
 	req, _ := b2.last(EventSIDRRequest)
-	if err := b2.m.Destroy(req.ID, w2.now, &b2.out); err != nil {
+	if err := b2.m.Destroy(req.ID, nil, w2.now, &b2.out); err != nil {
 		t.Fatal(err)
 	}
 	w2.flush(b2)

@@ -176,7 +176,7 @@ func TestStaleConnection(t *testing.T) {
 	ida, idb := established(t, w, a, b)
 	qpn := a.qpn
 	w.drop = func(p *packet) bool { return p.from == a.addr }
-	if err := a.m.Destroy(ida, w.now, &a.out); err != nil {
+	if err := a.m.Destroy(ida, nil, w.now, &a.out); err != nil {
 		t.Fatal(err)
 	}
 	w.flush(a)
@@ -319,7 +319,7 @@ func TestDestroy(t *testing.T) {
 		n, id := c.setup(w, a, b)
 		n.events = nil
 		before := len(w.sent)
-		if err := n.m.Destroy(id, w.now, &n.out); err != nil {
+		if err := n.m.Destroy(id, nil, w.now, &n.out); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		w.flush(n)
@@ -358,5 +358,43 @@ func TestLAPGetsAPRUnsupported(t *testing.T) {
 	b.m.HandleMAD(a.addr, aprMAD, w.now, &b.out)
 	if len(b.out.Sends())+len(b.out.Events()) != 0 || b.m.Counters().Unmatched == 0 {
 		t.Error("an APR had an effect")
+	}
+}
+
+// TestDisconnectingRefusesREJAndStale: a connection whose Disconnecting
+// refuses (package cm's secured ones, without the peer's tag) survives a
+// REJ matching it and a new REQ reusing its peer's QPN; both are counted
+// as refused, and the new REQ is still refused as stale.
+func TestDisconnectingRefusesREJAndStale(t *testing.T) {
+	w := newWorld(t, 1)
+	a := w.addNode("10.99.0.2", 0x505400fffe990002, nil)
+	b := w.addNode("10.99.0.3", 0x505400fffe990003, func(c *Config) {
+		c.Disconnecting = func(ID, []byte) bool { return false }
+	})
+	ida, idb := established(t, w, a, b)
+	rej, _ := mad.AppendCM(nil, 77, &mad.REJ{LocalCommID: uint32(ida), RemoteCommID: uint32(idb),
+		MsgRejected: mad.RespondOther, Reason: mad.RejectConsumer})
+	b.m.HandleMAD(a.addr, rej, w.now, &b.out)
+	if s, _ := b.m.State(idb); s != StateEstablished || b.m.Counters().Refused != 1 || len(b.out.Events()) != 0 {
+		t.Fatalf("after a REJ: state %v, refused %d, events %v", s, b.m.Counters().Refused, b.out.Events())
+	}
+
+	// As in TestStaleConnection: a loses the connection and comes back
+	// with the same QPN.
+	qpn := a.qpn
+	w.drop = func(p *packet) bool { return p.from == a.addr }
+	if err := a.m.Destroy(ida, nil, w.now, &a.out); err != nil {
+		t.Fatal(err)
+	}
+	w.flush(a)
+	w.run(time.Second)
+	w.drop = nil
+	id2 := a.connectQPN(b, qpn, nil)
+	w.run(time.Second)
+	if ev, ok := a.last(EventRejected); !ok || ev.ID != id2 || ev.Reason != mad.RejectStaleConnection {
+		t.Fatalf("active events %v", a.events)
+	}
+	if s, _ := b.m.State(idb); s != StateEstablished || b.m.Counters().Refused != 2 {
+		t.Fatalf("after a stale REQ: state %v, refused %d, events %v", s, b.m.Counters().Refused, b.eventsOf(idb))
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/goroce/goroce/internal/wire"
@@ -197,6 +198,22 @@ type serveState struct {
 	un  Unsealer
 	ft  *faultTap
 	err error
+}
+
+// readHook, when set (by tests only, through SetReadHook), runs in Serve's
+// goroutine before each batch it reads, holding no lock.
+var readHook atomic.Pointer[func(*Conn)]
+
+// SetReadHook makes Serve call h with its Conn before each batch it reads,
+// holding no lock, so that a test may hold a Serve back while datagrams
+// wait in its socket (for Poll to take, say); nil removes it. Only the
+// Linux receive path calls it. For tests.
+func SetReadHook(h func(*Conn)) {
+	if h == nil {
+		readHook.Store(nil)
+		return
+	}
+	readHook.Store(&h)
 }
 
 // Poll reads what the receive socket holds, without waiting, and hands it

@@ -110,6 +110,9 @@ func (r *receiver) read(fd uintptr) bool {
 func (r *receiver) readBatch(fd uintptr) (more, stop bool) {
 	st := &r.serve
 	c := st.c
+	if h := readHook.Load(); h != nil {
+		(*h)(c)
+	}
 	c.rxMu.Lock()
 	defer c.rxMu.Unlock()
 	r.reset()

@@ -96,6 +96,7 @@ func TestHarness(t *testing.T) {
 		{"twoproc", "goroce1"},
 		{"fork", "goroce0", "goroce1"},
 		{"freed", "goroce0", "goroce1"},
+		{"memrace", "goroce0", "500"},
 	} {
 		t.Run(strings.Join(args, "_"), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

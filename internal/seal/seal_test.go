@@ -249,36 +249,3 @@ func TestHandshake(t *testing.T) {
 		t.Fatal("zero REJ data parsed as a code")
 	}
 }
-
-// BenchmarkSealOpen seals and opens a 4 KiB-MTU packet.
-func BenchmarkSealOpen(b *testing.B) {
-	s, o := NewSealer(&testKey), NewOpener(&testKey)
-	h := writeFirst(0)
-	payload := make([]byte, 4096)
-	buf := make([]byte, 0, 8192)
-	b.SetBytes(int64(len(payload)))
-	for b.Loop() {
-		buf = s.Append(buf[:0], h, payload, 0)
-		buf = append(buf, 0, 0, 0, 0)
-		if _, err := o.Open(buf); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkSealOpenSmall seals and opens an 8-byte WRITE Only, what
-// write_lat sends.
-func BenchmarkSealOpenSmall(b *testing.B) {
-	s, o := NewSealer(&testKey), NewOpener(&testKey)
-	h := writeFirst(0)
-	h[0] = byte(wire.RCRDMAWriteOnly)
-	payload := make([]byte, 8)
-	buf := make([]byte, 0, 256)
-	for b.Loop() {
-		buf = s.Append(buf[:0], h, payload, 0)
-		buf = append(buf, 0, 0, 0, 0)
-		if _, err := o.Open(buf); err != nil {
-			b.Fatal(err)
-		}
-	}
-}

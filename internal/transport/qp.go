@@ -348,6 +348,16 @@ func (qp *QP) OnTimer(now time.Time, out *Output) {
 	qp.pump(now, out)
 }
 
+// RetransmitDue reports whether OnTimer at now would retransmit: the
+// retransmission timer, or the adaptive one before it, has expired with
+// requests outstanding.
+func (qp *QP) RetransmitDue(now time.Time) bool {
+	if qp.typ != ibv.QPTypeRC || !qp.comp.timerArmed || !qp.outstanding() {
+		return false
+	}
+	return !now.Before(qp.comp.deadline) || qp.rto.armed && !now.Before(qp.rto.deadline)
+}
+
 // Deadline returns when OnTimer must be called next, and false if no timer
 // is armed. A deadline at or before the current time means at once: a long
 // READ reply is sent in bursts, each continued by OnTimer.

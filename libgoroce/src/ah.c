@@ -48,7 +48,7 @@ GR_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *at
 	struct gr_ah *ah;
 	int err;
 
-	ah = calloc(1, sizeof(*ah));
+	ah = gr_calloc(1, sizeof(*ah));
 	if (!ah) {
 		errno = ENOMEM;
 		return NULL;
@@ -59,7 +59,7 @@ GR_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *at
 	err = gr_call(to_ctx(pd->context), GR_OP_CREATE_AH, &req, sizeof(req), NULL, 0, NULL, 0,
 		      &resp, sizeof(resp), NULL, 0);
 	if (err) {
-		free(ah);
+		gr_free(ah);
 		errno = err;
 		return NULL;
 	}
@@ -81,7 +81,7 @@ GR_EXPORT int ibv_destroy_ah(struct ibv_ah *ibah)
 	if (err && gr_gone(ctx))
 		err = 0; /* the daemon is gone, and the object with it */
 	if (!err)
-		free(container_of(ibah, struct gr_ah, ah));
+		gr_free(container_of(ibah, struct gr_ah, ah));
 	return err;
 }
 

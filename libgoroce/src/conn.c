@@ -142,7 +142,7 @@ static int recv_msg(int fd, uint32_t op, void *resp, size_t resplen, size_t *got
 	int got = 0, i, err = EIO;
 	ssize_t n;
 
-	if (!(buf = malloc(GR_MAX_MSG)))
+	if (!(buf = gr_malloc(GR_MAX_MSG)))
 		return ENOMEM;
 	iov.iov_base = buf;
 	iov.iov_len = GR_MAX_MSG;
@@ -188,13 +188,13 @@ static int recv_msg(int fd, uint32_t op, void *resp, size_t resplen, size_t *got
 		goto bad;
 	}
 	memcpy(resp, buf + sizeof(h), resplen);
-	free(buf);
+	gr_free(buf);
 	return 0;
 bad:
 	for (i = 0; i < got; i++)
 		close(rfds[i]);
 out:
-	free(buf);
+	gr_free(buf);
 	return err;
 }
 

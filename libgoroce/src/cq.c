@@ -24,7 +24,7 @@ void *gr_map_ring(int fd, size_t size)
 
 GR_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *c)
 {
-	struct gr_channel *ch = calloc(1, sizeof(*ch));
+	struct gr_channel *ch = gr_calloc(1, sizeof(*ch));
 	struct gr_handle resp;
 	int err, fd = -1;
 
@@ -35,7 +35,7 @@ GR_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *c
 	err = gr_call(to_ctx(c), GR_OP_CREATE_CHANNEL, NULL, 0, NULL, 0, NULL, 0, &resp,
 		      sizeof(resp), &fd, 1);
 	if (err) {
-		free(ch);
+		gr_free(ch);
 		errno = err;
 		return NULL;
 	}
@@ -67,7 +67,7 @@ GR_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 	if (err)
 		return err;
 	close(channel->fd);
-	free(ch);
+	gr_free(ch);
 	return 0;
 }
 
@@ -108,7 +108,7 @@ struct gr_cq *gr_create_cq(struct ibv_context *c, int cqe, void *cq_context,
 		errno = EINVAL;
 		return NULL;
 	}
-	cq = calloc(1, sizeof(*cq));
+	cq = gr_calloc(1, sizeof(*cq));
 	if (!cq) {
 		errno = ENOMEM;
 		return NULL;
@@ -122,7 +122,7 @@ struct gr_cq *gr_create_cq(struct ibv_context *c, int cqe, void *cq_context,
 	if (!err)
 		err = cq_attach_ring(cq, fd, &resp);
 	if (err) {
-		free(cq);
+		gr_free(cq);
 		errno = err;
 		return NULL;
 	}
@@ -239,7 +239,7 @@ GR_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 		pthread_cond_wait(&ibcq->cond, &ibcq->mutex);
 	pthread_mutex_unlock(&ibcq->mutex);
 	munmap(cq->ring, cq->ring_size);
-	free(cq);
+	gr_free(cq);
 	return 0;
 }
 

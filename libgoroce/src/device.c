@@ -36,7 +36,7 @@ static struct gr_device *device_for(const struct gr_dev_info *in)
 			d->info = *in;
 			return d;
 		}
-	d = calloc(1, sizeof(*d));
+	d = gr_calloc(1, sizeof(*d));
 	if (!d)
 		return NULL;
 	d->info = *in;
@@ -78,7 +78,7 @@ GR_EXPORT struct ibv_device **ibv_get_device_list(int *num)
 
 	if (num)
 		*num = 0;
-	resp = calloc(1, max);
+	resp = gr_calloc(1, max);
 	if (!resp) {
 		errno = ENOMEM;
 		return NULL;
@@ -94,9 +94,9 @@ GR_EXPORT struct ibv_device **ibv_get_device_list(int *num)
 	info = (struct gr_dev_info *)(resp + 1);
 	if ((size_t)resp->count > (got - sizeof(*resp)) / sizeof(*info))
 		resp->count = (uint32_t)((got - sizeof(*resp)) / sizeof(*info));
-	list = calloc(resp->count + 1, sizeof(*list));
+	list = gr_calloc(resp->count + 1, sizeof(*list));
 	if (!list) {
-		free(resp);
+		gr_free(resp);
 		errno = ENOMEM;
 		return NULL;
 	}
@@ -108,7 +108,7 @@ GR_EXPORT struct ibv_device **ibv_get_device_list(int *num)
 			list[n++] = &d->dev;
 	}
 	pthread_mutex_unlock(&dev_mu);
-	free(resp);
+	gr_free(resp);
 	if (num)
 		*num = n;
 	return list;
@@ -116,7 +116,7 @@ GR_EXPORT struct ibv_device **ibv_get_device_list(int *num)
 
 GR_EXPORT void ibv_free_device_list(struct ibv_device **list)
 {
-	free(list);
+	gr_free(list);
 }
 
 GR_EXPORT const char *ibv_get_device_name(struct ibv_device *device)
@@ -144,14 +144,14 @@ GR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	int fd, err, afd = -1;
 	uint32_t i;
 
-	ctx = calloc(1, sizeof(*ctx));
+	ctx = gr_calloc(1, sizeof(*ctx));
 	if (!ctx) {
 		errno = ENOMEM;
 		return NULL;
 	}
 	fd = gr_connect();
 	if (fd < 0) {
-		free(ctx);
+		gr_free(ctx);
 		errno = -fd == ENOENT || -fd == ECONNREFUSED ? ENODEV : -fd;
 		return NULL;
 	}
@@ -161,7 +161,7 @@ GR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 			 sizeof(ctx->dev), &afd, 1);
 	if (err) {
 		close(fd);
-		free(ctx);
+		gr_free(ctx);
 		errno = err;
 		return NULL;
 	}
@@ -218,7 +218,7 @@ GR_EXPORT int ibv_close_device(struct ibv_context *c)
 		close(ctx->sock);
 	if (c->async_fd >= 0)
 		close(c->async_fd);
-	free(ctx);
+	gr_free(ctx);
 	return 0;
 }
 
@@ -283,10 +283,12 @@ static void prefork(void)
 	gr_cm_prefork();
 	pthread_mutex_lock(&dev_mu);
 	gr_mem_prefork();
+	gr_alloc_prefork();
 }
 
 static void postfork_parent(void)
 {
+	gr_alloc_postfork();
 	gr_mem_postfork_parent();
 	pthread_mutex_unlock(&dev_mu);
 	gr_cm_postfork_parent();
@@ -294,6 +296,7 @@ static void postfork_parent(void)
 
 static void postfork_child(void)
 {
+	gr_alloc_postfork();
 	gr_mem_forked();
 	gr_contexts_forked();
 	gr_cm_forked();

@@ -25,7 +25,7 @@ struct ibv_td *gr_alloc_td(struct ibv_context *c, struct ibv_td_init_attr *attr)
 		errno = EINVAL;
 		return NULL;
 	}
-	td = calloc(1, sizeof(*td));
+	td = gr_calloc(1, sizeof(*td));
 	if (!td) {
 		errno = ENOMEM;
 		return NULL;
@@ -36,7 +36,7 @@ struct ibv_td *gr_alloc_td(struct ibv_context *c, struct ibv_td_init_attr *attr)
 
 int gr_dealloc_td(struct ibv_td *td)
 {
-	free(td);
+	gr_free(td);
 	return 0;
 }
 
@@ -57,7 +57,7 @@ struct ibv_pd *gr_alloc_parent_domain(struct ibv_context *c,
 		errno = EINVAL;
 		return NULL;
 	}
-	pd = calloc(1, sizeof(*pd));
+	pd = gr_calloc(1, sizeof(*pd));
 	if (!pd) {
 		errno = ENOMEM;
 		return NULL;

@@ -15,7 +15,7 @@
 int gr_read_maps(struct gr_vma **out)
 {
 	size_t cap = 1 << 16, len = 0;
-	char *buf = malloc(cap), *line, *save = NULL;
+	char *buf = gr_malloc(cap), *line, *save = NULL;
 	struct gr_vma *v = NULL;
 	int fd, n = 0, vcap = 0;
 	ssize_t r;
@@ -24,12 +24,12 @@ int gr_read_maps(struct gr_vma **out)
 		return -1;
 	fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
-		free(buf);
+		gr_free(buf);
 		return -1;
 	}
 	for (;;) {
 		if (len + 4096 > cap) {
-			char *nb = realloc(buf, cap * 2);
+			char *nb = gr_realloc(buf, cap * 2);
 
 			if (!nb)
 				goto fail;
@@ -59,7 +59,7 @@ int gr_read_maps(struct gr_vma **out)
 			   &ino, &pathpos) < 7)
 			continue;
 		if (n == vcap) {
-			struct gr_vma *nv = realloc(v, sizeof(*v) * (size_t)(vcap ? vcap * 2 : 256));
+			struct gr_vma *nv = gr_realloc(v, sizeof(*v) * (size_t)(vcap ? vcap * 2 : 256));
 
 			if (!nv)
 				goto fail;
@@ -77,14 +77,14 @@ int gr_read_maps(struct gr_vma **out)
 		v[n].huge = pathpos && strstr(line + pathpos, "anon_hugepage") != NULL;
 		n++;
 	}
-	free(buf);
+	gr_free(buf);
 	*out = v;
 	return n;
 fail:
 	if (fd >= 0)
 		close(fd);
-	free(buf);
-	free(v);
+	gr_free(buf);
+	gr_free(v);
 	return -1;
 }
 

@@ -19,11 +19,16 @@
  * over a converted segment is deregistered the pages become a private
  * anonymous mapping again, with their content.
  *
+ * Both swaps (private to memfd at registration, back at the last
+ * deregistration) go through swap.c: the range is write-protected before it
+ * is copied, so a write another thread makes meanwhile waits for the new
+ * mapping instead of being lost. The pages hold whatever else the heap put
+ * there (the program's state; never the library's own, alloc.c).
+ *
  * Semantic differences from pinned pages, documented in README:
- *  - a thread writing the pages while ibv_reg_mr converts them, or while the
- *    last ibv_dereg_mr restores them, can lose that write (the copy is taken
- *    before the new mapping replaces the old). The pages hold whatever else
- *    the heap put there: a known defect (README, "Semantic differences");
+ *  - during a swap (microseconds) a system call of another thread writing
+ *    into those pages fails with EFAULT, and a thread writing them with
+ *    SIGSEGV blocked is killed (swap.c);
  *  - converted pages are shared memory: after free() of a registered buffer
  *    (undefined behaviour anyway) madvise(MADV_DONTNEED) no longer zeroes
  *    them, and mlock, MAP_GROWSDOWN and madvise state of the old mapping is
@@ -41,7 +46,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <dirent.h>
 #include <unistd.h>
@@ -117,53 +121,6 @@ static void *map_anon(size_t len, int huge)
 		    MAP_PRIVATE | MAP_ANONYMOUS | (huge ? MAP_HUGETLB : 0), -1, 0);
 }
 
-/*
- * copy_swap copies len bytes from the live range dst into tmp and then moves
- * tmp over dst. Between the two the calling thread must not write dst: it may
- * be the page its own stack is on. On x86-64 the copy and the mremap are one
- * assembly block that touches no stack; elsewhere a stack page registered by
- * its own thread can lose a write (documented). Signals are blocked meanwhile,
- * so that no handler frame lands on the stack in between.
- */
-static int copy_swap(void *tmp, void *dst, size_t len)
-{
-	sigset_t all, old;
-	long ret;
-
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-#if defined(__x86_64__)
-	{
-		register void *r9 __asm__("r9") = tmp;
-		register long r10 __asm__("r10") = MREMAP_MAYMOVE | MREMAP_FIXED;
-		register void *r8 __asm__("r8") = dst;
-		void *d = tmp;
-		const void *src = dst;
-		size_t n = len;
-
-		ret = SYS_mremap;
-		__asm__ volatile("rep movsb\n\t"
-				 "mov %%r9, %%rdi\n\t"
-				 "mov %%rdx, %%rsi\n\t"
-				 "syscall"
-				 : "+a"(ret), "+D"(d), "+S"(src), "+c"(n)
-				 : "d"(len), "r"(r9), "r"(r10), "r"(r8)
-				 : "r11", "memory");
-	}
-#else
-	memcpy(tmp, dst, len);
-	ret = (long)mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
-	if (ret == (long)MAP_FAILED)
-		ret = -errno;
-#endif
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (ret < 0 && ret > -4096) {
-		errno = (int)-ret;
-		return -1;
-	}
-	return 0;
-}
-
 /* all_rw reports whether [a, b) is readable and writable throughout. */
 static int all_rw(uintptr_t a, uintptr_t b, struct gr_vma *v, int n)
 {
@@ -177,41 +134,65 @@ static int all_rw(uintptr_t a, uintptr_t b, struct gr_vma *v, int n)
 	return 1;
 }
 
+/* set_prots gives the pages of [a, b) the protections the maps entries
+ * list, where they are not read and write. */
+static void set_prots(uintptr_t a, uintptr_t b, struct gr_vma *v, int n)
+{
+	while (a < b) {
+		struct gr_vma *m = gr_vma_at(v, n, a);
+		uintptr_t e = m->end < b ? m->end : b;
+
+		if (m->prot != (PROT_READ | PROT_WRITE))
+			mprotect((void *)a, e - a, m->prot);
+		a = e;
+	}
+}
+
+/* swap replaces the pages of [a, b) with tmp holding a copy of src (which
+ * is a, or a view of its pages), keeping their protections; no write of
+ * another thread is lost (swap.c). */
+static int swap(void *tmp, const void *src, uintptr_t a, uintptr_t b, struct gr_vma *v, int n)
+{
+	int rw = all_rw(a, b, v, n), ret, err;
+	struct gr_swap w;
+
+	gr_swap_begin(&w, a, b);
+	ret = gr_swap_move(tmp, src, (void *)a, b - a);
+	err = errno;
+	/* The new pages (or, on failure, the old ones) are readable and
+	 * writable: give back the others' protections before the window
+	 * closes. */
+	if (!rw)
+		set_prots(a, b, v, n);
+	gr_swap_end(&w);
+	errno = err;
+	return ret;
+}
+
 /* restore turns a converted segment back into private anonymous memory
  * with its current content and the protections the pages have now. */
 static void restore(struct gr_seg *g, struct gr_vma *v, int n)
 {
 	size_t len = g->end - g->start;
-	void *src, *tmp;
-	uintptr_t a;
+	void *src = (void *)g->start, *tmp;
+	int rw = all_rw(g->start, g->end, v, n);
 
 	tmp = map_anon(len, g->huge);
 	if (tmp == MAP_FAILED)
 		return;
-	if (all_rw(g->start, g->end, v, n)) {
-		if (copy_swap(tmp, (void *)g->start, len) < 0)
+	if (!rw) {
+		/* Pages the process may not read: copy from a view of the
+		 * memfd. */
+		src = mmap(NULL, len, PROT_READ, MAP_SHARED, g->fd, (off_t)g->off);
+		if (src == MAP_FAILED) {
 			munmap(tmp, len);
-		return;
+			return;
+		}
 	}
-	/* Pages the process may not read or write: nobody writes them
-	 * meanwhile, so copy from a view of the memfd. */
-	src = mmap(NULL, len, PROT_READ, MAP_SHARED, g->fd, (off_t)g->off);
-	if (src == MAP_FAILED) {
+	if (swap(tmp, src, g->start, g->end, v, n) < 0)
 		munmap(tmp, len);
-		return;
-	}
-	memcpy(tmp, src, len);
-	munmap(src, len);
-	for (a = g->start; a < g->end;) {
-		struct gr_vma *m = gr_vma_at(v, n, a);
-		uintptr_t e = m->end < g->end ? m->end : g->end;
-
-		if (m->prot != (PROT_READ | PROT_WRITE))
-			mprotect((char *)tmp + (a - g->start), e - a, m->prot);
-		a = e;
-	}
-	if (mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)g->start) == MAP_FAILED)
-		munmap(tmp, len);
+	if (!rw)
+		munmap(src, len);
 }
 
 /* convert copies the private range [a, b) (spanning the given maps
@@ -219,9 +200,8 @@ static void restore(struct gr_seg *g, struct gr_vma *v, int n)
 static struct gr_seg *convert(uintptr_t a, uintptr_t b, struct gr_vma *v, int n, int huge)
 {
 	size_t len = b - a;
-	struct gr_seg *g = calloc(1, sizeof(*g));
+	struct gr_seg *g = gr_calloc(1, sizeof(*g));
 	struct stat st;
-	uintptr_t p;
 	void *tmp;
 
 	if (!g)
@@ -237,30 +217,9 @@ static struct gr_seg *convert(uintptr_t a, uintptr_t b, struct gr_vma *v, int n,
 	tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, g->fd, 0);
 	if (tmp == MAP_FAILED)
 		goto fail;
-	if (all_rw(a, b, v, n)) {
-		if (copy_swap(tmp, (void *)a, len) < 0) {
-			munmap(tmp, len);
-			goto fail;
-		}
-	} else {
-		/* Give the new pages the old protections, then swap them in
-		 * (read-only pages: nobody writes them meanwhile). */
-		memcpy(tmp, (void *)a, len);
-		for (p = a; p < b;) {
-			struct gr_vma *m = gr_vma_at(v, n, p);
-			uintptr_t e = m->end < b ? m->end : b;
-
-			if (m->prot != (PROT_READ | PROT_WRITE) &&
-			    mprotect((char *)tmp + (p - a), e - p, m->prot) < 0) {
-				munmap(tmp, len);
-				goto fail;
-			}
-			p = e;
-		}
-		if (mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)a) == MAP_FAILED) {
-			munmap(tmp, len);
-			goto fail;
-		}
+	if (swap(tmp, (void *)a, a, b, v, n) < 0) {
+		munmap(tmp, len);
+		goto fail;
 	}
 	g->start = a;
 	g->end = b;
@@ -275,7 +234,7 @@ fail:
 		 (unsigned long)b, strerror(errno));
 	if (g->fd >= 0)
 		close(g->fd);
-	free(g);
+	gr_free(g);
 	return NULL;
 }
 
@@ -312,7 +271,7 @@ static struct gr_seg *adopt(uintptr_t a, uintptr_t b, const struct gr_vma *m, in
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	g = calloc(1, sizeof(*g));
+	g = gr_calloc(1, sizeof(*g));
 	if (!g) {
 		close(fd);
 		return NULL;
@@ -337,7 +296,7 @@ static void seg_put(struct gr_seg *g, struct gr_vma *v, int n)
 			restore(g, v, n);
 	}
 	close(g->fd);
-	free(g);
+	gr_free(g);
 }
 
 /* mark_stale retires live segments in [s, e) that the process remapped. */
@@ -353,7 +312,7 @@ static void mark_stale(uintptr_t s, uintptr_t e, struct gr_vma *v, int n)
 		g->dead = 1;
 		if (g->refs == 0) {
 			close(g->fd);
-			free(g);
+			gr_free(g);
 		}
 	}
 }
@@ -488,9 +447,9 @@ int gr_mem_share(void *addr, size_t len, int writable, struct gr_share *sh)
 	memset(sh, 0, sizeof(*sh));
 	if (!len || e < s)
 		return EINVAL;
-	sh->segs = calloc(GR_MAX_FDS, sizeof(*sh->segs));
-	sh->pieces = calloc(GR_MAX_FDS, sizeof(*sh->pieces));
-	sh->fds = calloc(GR_MAX_FDS, sizeof(*sh->fds));
+	sh->segs = gr_calloc(GR_MAX_FDS, sizeof(*sh->segs));
+	sh->pieces = gr_calloc(GR_MAX_FDS, sizeof(*sh->pieces));
+	sh->fds = gr_calloc(GR_MAX_FDS, sizeof(*sh->fds));
 	if (!sh->segs || !sh->pieces || !sh->fds) {
 		gr_mem_unshare(sh);
 		return ENOMEM;
@@ -534,7 +493,7 @@ int gr_mem_share(void *addr, size_t len, int writable, struct gr_share *sh)
 	}
 out:
 	pthread_mutex_unlock(&mem_mu);
-	free(v);
+	gr_free(v);
 	if (err)
 		gr_mem_unshare(sh);
 	return err;
@@ -551,11 +510,11 @@ void gr_mem_unshare(struct gr_share *sh)
 		for (i = 0; i < sh->nsegs; i++)
 			seg_put(sh->segs[i], n < 0 ? NULL : v, n);
 		pthread_mutex_unlock(&mem_mu);
-		free(v);
+		gr_free(v);
 	}
-	free(sh->segs);
-	free(sh->pieces);
-	free(sh->fds);
+	gr_free(sh->segs);
+	gr_free(sh->pieces);
+	gr_free(sh->fds);
 	memset(sh, 0, sizeof(*sh));
 }
 
@@ -607,7 +566,7 @@ void gr_mem_prefork(void)
 	for (g = segs; g; g = g->next)
 		if (g->converted && n >= 0 && seg_intact(g, v, n))
 			g->snap = snapshot(g, v, n);
-	free(v);
+	gr_free(v);
 }
 
 void gr_mem_postfork_parent(void)
@@ -650,5 +609,5 @@ void gr_mem_forked(void)
 		g->dead = 1; /* regions of the parent may still point here */
 	}
 	segs = NULL;
-	free(v);
+	gr_free(v);
 }

@@ -12,7 +12,7 @@
 
 GR_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *c)
 {
-	struct gr_pd *pd = calloc(1, sizeof(*pd));
+	struct gr_pd *pd = gr_calloc(1, sizeof(*pd));
 	struct gr_handle resp;
 	int err;
 
@@ -23,7 +23,7 @@ GR_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *c)
 	err = gr_call(to_ctx(c), GR_OP_ALLOC_PD, NULL, 0, NULL, 0, NULL, 0, &resp, sizeof(resp),
 		      NULL, 0);
 	if (err) {
-		free(pd);
+		gr_free(pd);
 		errno = err;
 		return NULL;
 	}
@@ -41,7 +41,7 @@ GR_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 
 	if (p->inner) { /* a parent domain */
 		__atomic_sub_fetch(&p->inner->parents, 1, __ATOMIC_RELAXED);
-		free(p);
+		gr_free(p);
 		return 0;
 	}
 	if (__atomic_load_n(&p->parents, __ATOMIC_RELAXED))
@@ -52,7 +52,7 @@ GR_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 	if (err && gr_gone(ctx))
 		err = 0; /* the daemon is gone, and the object with it */
 	if (!err)
-		free(container_of(pd, struct gr_pd, pd));
+		gr_free(container_of(pd, struct gr_pd, pd));
 	return err;
 }
 
@@ -95,7 +95,7 @@ GR_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
 		errno = EINVAL;
 		return NULL;
 	}
-	mr = calloc(1, sizeof(*mr));
+	mr = gr_calloc(1, sizeof(*mr));
 	if (!mr) {
 		errno = ENOMEM;
 		return NULL;
@@ -108,7 +108,7 @@ GR_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
 	if (!addr) {
 		err = gr_reg_implicit(pd, access, mr);
 		if (err) {
-			free(mr);
+			gr_free(mr);
 			errno = err;
 			return NULL;
 		}
@@ -122,7 +122,7 @@ GR_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
 	req.iova = iova;
 	err = share_and_send(ctx, GR_OP_REG_MR, &req, &mr->share, addr, length, access, &resp);
 	if (err) {
-		free(mr);
+		gr_free(mr);
 		errno = err;
 		return NULL;
 	}
@@ -183,13 +183,13 @@ GR_EXPORT int ibv_dereg_mr(struct ibv_mr *ibmr)
 
 	if (ctx->stale) {
 		/* A child of fork: the region is the parent's. */
-		free(mr);
+		gr_free(mr);
 		return 0;
 	}
 	if (mr->implicit) {
 		err = gr_dereg_implicit(mr);
 		if (!err)
-			free(mr);
+			gr_free(mr);
 		return err;
 	}
 	err = gr_gone(ctx) ? 0 :
@@ -200,7 +200,7 @@ GR_EXPORT int ibv_dereg_mr(struct ibv_mr *ibmr)
 	if (mr->access & IBV_ACCESS_ON_DEMAND)
 		forget_odp(ctx, mr);
 	gr_mem_unshare(&mr->share);
-	free(mr);
+	gr_free(mr);
 	return 0;
 }
 

@@ -21,7 +21,7 @@ struct ibv_mw *gr_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 	struct ibv_mw *mw;
 	int err;
 
-	mw = calloc(1, sizeof(*mw));
+	mw = gr_calloc(1, sizeof(*mw));
 	if (!mw) {
 		errno = ENOMEM;
 		return NULL;
@@ -29,7 +29,7 @@ struct ibv_mw *gr_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 	err = gr_call(to_ctx(pd->context), GR_OP_ALLOC_MW, &req, sizeof(req), NULL, 0, NULL, 0,
 		      &resp, sizeof(resp), NULL, 0);
 	if (err) {
-		free(mw);
+		gr_free(mw);
 		errno = err;
 		return NULL;
 	}
@@ -53,7 +53,7 @@ int gr_dealloc_mw(struct ibv_mw *mw)
 	if (err && gr_gone(ctx))
 		err = 0; /* the daemon is gone, and the object with it */
 	if (!err)
-		free(mw);
+		gr_free(mw);
 	return err;
 }
 

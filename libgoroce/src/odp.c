@@ -48,7 +48,7 @@ struct gr_implicit {
 int gr_reg_implicit(struct ibv_pd *pd, unsigned int access, struct gr_mr *mr)
 {
 	struct gr_context *ctx = to_ctx(pd->context);
-	struct gr_implicit *im = calloc(1, sizeof(*im));
+	struct gr_implicit *im = gr_calloc(1, sizeof(*im));
 	long page = sysconf(_SC_PAGESIZE);
 
 	if (!im)
@@ -57,7 +57,7 @@ int gr_reg_implicit(struct ibv_pd *pd, unsigned int access, struct gr_mr *mr)
 	im->anchor_page = mmap(NULL, (size_t)page, PROT_READ | PROT_WRITE,
 			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (im->anchor_page == MAP_FAILED) {
-		free(im);
+		gr_free(im);
 		return ENOMEM;
 	}
 	im->anchor = ibv_reg_mr(pd, im->anchor_page, (size_t)page, IBV_ACCESS_LOCAL_WRITE);
@@ -65,7 +65,7 @@ int gr_reg_implicit(struct ibv_pd *pd, unsigned int access, struct gr_mr *mr)
 		int err = errno;
 
 		munmap(im->anchor_page, (size_t)page);
-		free(im);
+		gr_free(im);
 		return err;
 	}
 	pthread_mutex_init(&im->mu, NULL);
@@ -99,8 +99,8 @@ int gr_dereg_implicit(struct gr_mr *mr)
 		ibv_dereg_mr(im->children[i].mr);
 	err = ibv_dereg_mr(im->anchor);
 	munmap(im->anchor_page, (size_t)sysconf(_SC_PAGESIZE));
-	free(im->children);
-	free(im);
+	gr_free(im->children);
+	gr_free(im);
 	return err;
 }
 
@@ -123,7 +123,7 @@ static uint32_t fault(struct gr_implicit *im, uintptr_t a, uint64_t len)
 		if (im->children[i].start <= a && a + len <= im->children[i].end)
 			return im->children[i].mr->lkey;
 	if (im->n == im->cap) {
-		struct gr_child *c = realloc(im->children, sizeof(*c) * (size_t)(im->cap ? im->cap * 2 : 8));
+		struct gr_child *c = gr_realloc(im->children, sizeof(*c) * (size_t)(im->cap ? im->cap * 2 : 8));
 
 		if (!c)
 			return 0;

@@ -28,7 +28,7 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr
 		errno = EINVAL;
 		return NULL;
 	}
-	qp = calloc(1, sizeof(*qp));
+	qp = gr_calloc(1, sizeof(*qp));
 	if (!qp) {
 		errno = ENOMEM;
 		return NULL;
@@ -58,7 +58,7 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr
 		err = EIO;
 	}
 	if (err) {
-		free(qp);
+		gr_free(qp);
 		errno = err;
 		return NULL;
 	}
@@ -69,7 +69,7 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr
 		err = errno;
 		close(fds[1]);
 		gr_call(ctx, GR_OP_DESTROY_QP, &d, sizeof(d), NULL, 0, NULL, 0, NULL, 0, NULL, 0);
-		free(qp);
+		gr_free(qp);
 		errno = err;
 		return NULL;
 	}
@@ -91,7 +91,7 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr
 		gr_call(ctx, GR_OP_DESTROY_QP, &d, sizeof(d), NULL, 0, NULL, 0, NULL, 0, NULL, 0);
 		munmap(qp->ring, qp->ring_size);
 		close(qp->db);
-		free(qp);
+		gr_free(qp);
 		errno = err;
 		return NULL;
 	}
@@ -282,7 +282,7 @@ GR_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
 	pthread_mutex_unlock(&ibqp->mutex);
 	munmap(qp->ring, qp->ring_size);
 	close(qp->db);
-	free(qp->ex.scratch);
-	free(qp);
+	gr_free(qp->ex.scratch);
+	gr_free(qp);
 	return 0;
 }

@@ -342,7 +342,7 @@ int gr_qp_ex_init(struct gr_qp *qp, uint64_t send_ops)
 	}
 	if (send_ops & ~valid)
 		return EOPNOTSUPP;
-	qp->ex.scratch = calloc(1, qp->sq.stride);
+	qp->ex.scratch = gr_calloc(1, qp->sq.stride);
 	if (!qp->ex.scratch)
 		return ENOMEM;
 	qp->send_ops = send_ops;

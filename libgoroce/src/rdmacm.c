@@ -155,7 +155,7 @@ void gr_cm_set_info(struct gr_cm_id *p, const struct gr_cm_id_info *in)
 
 struct gr_cm_channel *gr_cm_channel_create(void)
 {
-	struct gr_cm_channel *ch = calloc(1, sizeof(*ch));
+	struct gr_cm_channel *ch = gr_calloc(1, sizeof(*ch));
 	struct gr_cm_req req;
 	struct gr_cm_resp resp;
 	int fd = -1, err;
@@ -169,7 +169,7 @@ struct gr_cm_channel *gr_cm_channel_create(void)
 	err = gr_cm_call(GR_OP_CM_CREATE_CHANNEL, &req, &resp, &fd);
 	pthread_mutex_unlock(&gr_cm_mu);
 	if (err || fd < 0) {
-		free(ch);
+		gr_free(ch);
 		errno = err ? err : EIO;
 		return NULL;
 	}
@@ -206,7 +206,7 @@ GR_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 	}
 	pthread_mutex_unlock(&gr_cm_mu);
 	close(ch->ch.fd);
-	free(ch);
+	gr_free(ch);
 }
 
 /* ---- IDs ---- */
@@ -235,7 +235,7 @@ static void id_unlink(struct gr_cm_id *p)
 struct gr_cm_id *gr_cm_id_alloc(struct rdma_event_channel *channel, void *context,
 				 enum rdma_port_space ps, enum ibv_qp_type qp_type)
 {
-	struct gr_cm_id *p = calloc(1, sizeof(*p));
+	struct gr_cm_id *p = gr_calloc(1, sizeof(*p));
 
 	if (!p)
 		return NULL;
@@ -290,7 +290,7 @@ static int create_id(struct rdma_event_channel *channel, struct rdma_cm_id **out
 		gr_cm_id_register(p, &resp.info);
 	pthread_mutex_unlock(&gr_cm_mu);
 	if (err) {
-		free(p);
+		gr_free(p);
 		if (own)
 			rdma_destroy_event_channel(&own->ch);
 		return gr_cm_err(err);
@@ -338,7 +338,7 @@ GR_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	if (p->sync)
 		rdma_destroy_event_channel(id->channel);
 	pthread_cond_destroy(&p->cond);
-	free(p);
+	gr_free(p);
 	return 0;
 }
 

@@ -69,7 +69,7 @@ static struct sockaddr *dup_addr(const struct sockaddr *sa, socklen_t *len)
 	struct sockaddr *o;
 
 	*len = gr_cm_addr_len(sa);
-	o = malloc(*len);
+	o = gr_malloc(*len);
 	if (o)
 		memcpy(o, sa, *len);
 	return o;
@@ -81,13 +81,13 @@ GR_EXPORT void rdma_freeaddrinfo(struct rdma_addrinfo *res)
 
 	for (; res; res = next) {
 		next = res->ai_next;
-		free(res->ai_src_addr);
-		free(res->ai_dst_addr);
-		free(res->ai_src_canonname);
-		free(res->ai_dst_canonname);
-		free(res->ai_route);
-		free(res->ai_connect);
-		free(res);
+		gr_free(res->ai_src_addr);
+		gr_free(res->ai_dst_addr);
+		gr_free(res->ai_src_canonname);
+		gr_free(res->ai_dst_canonname);
+		gr_free(res->ai_route);
+		gr_free(res->ai_connect);
+		gr_free(res);
 	}
 }
 
@@ -115,7 +115,7 @@ GR_EXPORT int rdma_getaddrinfo(const char *node, const char *service,
 	ret = getaddrinfo(node, service, &ah, &ai);
 	if (ret)
 		return ret;
-	r = calloc(1, sizeof(*r));
+	r = gr_calloc(1, sizeof(*r));
 	if (!r) {
 		freeaddrinfo(ai);
 		return gr_cm_err(ENOMEM);

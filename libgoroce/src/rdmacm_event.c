@@ -135,7 +135,7 @@ static int get_event(struct gr_cm_channel *ch, struct rdma_cm_event **event)
 			orphaned_wait();
 		if (failed)
 			return -1;
-		e = calloc(1, sizeof(*e));
+		e = gr_calloc(1, sizeof(*e));
 		if (!e)
 			return gr_cm_err(ENOMEM);
 		pthread_mutex_lock(&gr_cm_mu);
@@ -150,7 +150,7 @@ static int get_event(struct gr_cm_channel *ch, struct rdma_cm_event **event)
 			pthread_mutex_unlock(&gr_cm_mu);
 			gr_debug("rdma_get_cm_event: dropped %s of destroyed id %u",
 				 rdma_event_str((enum rdma_cm_event_type)w.type), w.info.id);
-			free(e);
+			gr_free(e);
 			continue;
 		}
 		p->events_reported++;
@@ -215,7 +215,7 @@ GR_EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
 	e->owner->events_completed++;
 	pthread_cond_broadcast(&e->owner->cond);
 	pthread_mutex_unlock(&gr_cm_mu);
-	free(e);
+	gr_free(e);
 	return 0;
 }
 
@@ -246,7 +246,7 @@ GR_EXPORT struct ibv_context **rdma_get_devices(int *num_devices)
 	list = ibv_get_device_list(&n);
 	if (!list)
 		return NULL;
-	out = calloc((size_t)n + 1, sizeof(*out));
+	out = gr_calloc((size_t)n + 1, sizeof(*out));
 	for (i = 0; out && i < n; i++)
 		if (sscanf(list[i]->name, "goroce%d", &idx) == 1 && gr_cm_context(idx))
 			out[got++] = gr_cm_context(idx);
@@ -260,7 +260,7 @@ GR_EXPORT struct ibv_context **rdma_get_devices(int *num_devices)
 
 GR_EXPORT void rdma_free_devices(struct ibv_context **list)
 {
-	free(list); /* the contexts stay open, as librdmacm's */
+	gr_free(list); /* the contexts stay open, as librdmacm's */
 }
 
 /* goroce has no multicast; ECE is not negotiated. */

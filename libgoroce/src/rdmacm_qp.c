@@ -289,7 +289,7 @@ GR_EXPORT int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, 
 		if (pd)
 			cm_id->pd = pd;
 		if (qp_init_attr) {
-			p->qp_init_attr = malloc(sizeof(*qp_init_attr));
+			p->qp_init_attr = gr_malloc(sizeof(*qp_init_attr));
 			if (!p->qp_init_attr) {
 				errno = ENOMEM;
 				goto err;
@@ -325,7 +325,7 @@ GR_EXPORT void rdma_destroy_ep(struct rdma_cm_id *id)
 		rdma_destroy_qp(id);
 	if (id->srq)
 		rdma_destroy_srq(id);
-	free(p->qp_init_attr);
+	gr_free(p->qp_init_attr);
 	p->qp_init_attr = NULL;
 	rdma_destroy_id(id);
 }

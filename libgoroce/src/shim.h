@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -109,6 +110,25 @@ struct gr_vma {
 };
 int gr_read_maps(struct gr_vma **out);
 struct gr_vma *gr_vma_at(struct gr_vma *v, int n, uintptr_t a);
+
+/* alloc.c: the library's own objects, on pages no program buffer spans
+ * (never malloc: a registered buffer's pages are swapped, see swap.c). */
+void *gr_malloc(size_t n);
+void *gr_calloc(size_t n, size_t size);
+void *gr_realloc(void *p, size_t n);
+void gr_free(void *p);
+void gr_alloc_prefork(void);
+void gr_alloc_postfork(void);
+
+/* swap.c: replacing live pages with a copy, no concurrent write lost:
+ * gr_swap_begin (signals blocked, faulting threads wait), gr_swap_move
+ * (write-protect, copy, mremap), gr_swap_end. */
+struct gr_swap {
+	sigset_t old;
+};
+void gr_swap_begin(struct gr_swap *w, uintptr_t start, uintptr_t end);
+int gr_swap_move(void *tmp, const void *src, void *dst, size_t len);
+void gr_swap_end(struct gr_swap *w);
 
 /* mem.c: application memory shared with the daemon in place. */
 struct gr_seg;

@@ -16,7 +16,7 @@ GR_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_
 	struct gr_srq *srq;
 	int fds[2] = {-1, -1}, err;
 
-	srq = calloc(1, sizeof(*srq));
+	srq = gr_calloc(1, sizeof(*srq));
 	if (!srq) {
 		errno = ENOMEM;
 		return NULL;
@@ -42,7 +42,7 @@ GR_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_
 			gr_call(ctx, GR_OP_DESTROY_SRQ, &d, sizeof(d), NULL, 0, NULL, 0, NULL, 0,
 				NULL, 0);
 		}
-		free(srq);
+		gr_free(srq);
 		errno = err;
 		return NULL;
 	}
@@ -116,6 +116,6 @@ GR_EXPORT int ibv_destroy_srq(struct ibv_srq *ibsrq)
 	pthread_mutex_unlock(&ibsrq->mutex);
 	munmap(srq->ring, srq->ring_size);
 	close(srq->db);
-	free(srq);
+	gr_free(srq);
 	return 0;
 }

@@ -22,7 +22,9 @@
 #                                            no TCP; 1024 B, 65536 B, 64 B)
 #   goroce-rstream -T v                      vs rstream -T v (rsockets over rdma_cm:
 #                                            64 B, 1000 B, 65536 B, 1 MiB, 3 MiB + 1;
-#                                            data verified by both)
+#                                            data verified by both; and -k 1, keepalive)
+#   goroce-riostream -T v                    vs riostream -T v (rsockets' iomap: riomap,
+#                                            riowrite; 64 B to 3 MiB + 1, data verified)
 #   a connect to a port nobody listens on    refused with REJ "invalid service ID"
 #                                            (8), goroce-rping and rping each way
 #   libgoroce: Debian's ib_write_bw, ib_read_bw, ib_send_bw (1025 B, 65536 B),
@@ -315,7 +317,7 @@ selected() { [ -z "$ONLY" ] || [[ $1 =~ $ONLY ]]; }
 # ----------------------------------------------------------------------------- setup
 log "building goroce-perf, the goroce-*pingpong commands, goroce-dump into $BIN"
 (cd "$ROOT" && go build -o "$BIN/" ./cmd/goroce-perf ./cmd/goroce-rping ./cmd/goroce-pingpong ./cmd/goroce-uc-pingpong \
-    ./cmd/goroce-ud-pingpong ./cmd/goroce-srq-pingpong ./cmd/goroce-dump ./cmd/goroce-rstream) \
+    ./cmd/goroce-ud-pingpong ./cmd/goroce-srq-pingpong ./cmd/goroce-dump ./cmd/goroce-rstream ./cmd/goroce-riostream) \
     || die "go build failed"
 
 # libgoroce's scenarios run Debian's perftest, ibv_rc_pingpong and
@@ -560,6 +562,7 @@ P="$BIN/goroce-perf"
 PP="$BIN/goroce-pingpong"
 R="$BIN/goroce-rping"
 RS="$BIN/goroce-rstream"
+RIS="$BIN/goroce-riostream"
 CM_PORT= # set for the rdma_cm scenarios: no TCP to wait for
 CM_READY=
 
@@ -726,6 +729,42 @@ for t in "64 64 200" "1000 1000 200" "65536 64k 20" "1048576 1m 5" "3145729 3m 2
         "rstream -b $VM_IP $args" "$RS -s $VM_IP -b $HOST_IP $args"
     host_server "rstream/s=$sz/goroce-server" "has_rstream $shown $xfers" \
         "$RS -b $HOST_IP $args" "rstream -s $HOST_IP -b $VM_IP $args"
+done
+# Keepalive (-k 1, SO_KEEPALIVE with TCP_KEEPIDLE 1 s): both sides post a
+# zero-length RDMA WRITE without immediate data every second, which the
+# peer's device acknowledges and its program never sees; 500 round trips
+# of 1000 bytes take a second or more here (up to 10 s on a loaded host),
+# a probe or more each way.
+has_rstream_iters() {
+    grep -Eq "^custom +$1 +$2 +$3 +[0-9]" "$4"
+}
+args="-S 1000 -C 1 -I 500 -T v -k 1"
+vm_server "rstream/k=1/goroce-client" "has_rstream_iters 1000 1 500" \
+    "rstream -b $VM_IP $args" "$RS -s $VM_IP -b $HOST_IP $args"
+host_server "rstream/k=1/goroce-server" "has_rstream_iters 1000 1 500" \
+    "$RS -b $HOST_IP $args" "rstream -s $HOST_IP -b $VM_IP $args"
+
+# riostream: goroce-riostream (rsocket's iomap) against librdmacm's
+# riostream, both roles: each side maps its buffer (riomap: an rs_iomap
+# written into the peer's iomap table after its target SGL ring, with
+# RS_OP_IOMAP_SGL), then writes into the peer's (riowrite: RDMA WRITEs
+# without immediate data), which watches the last byte for the marker.
+# -T v: each side checks the bytes of each last transfer and exits
+# non-zero on a mismatch. 200 round trips of 64 bytes, transfers of 1000
+# bytes to 3 MiB + 1, and 16 KiB socket buffers (-B 8192), where every
+# transfer waits for send buffer.
+for t in "64/I=200 64 1 200" "1000 1000 100 1" "65536 64k 20 1" "1048576 1m 5 1" "3145729 3m 2 1" "100000/B=8192 97k 20 1"; do
+    read -r sz shown xfers iters <<<"$t"
+    s=${sz%%/*} extra=
+    case $sz in
+    */B=*) extra="-B ${sz#*/B=}" ;;
+    */I=*) extra="-I ${sz#*/I=}" ;;
+    esac
+    args="-S $s -C $xfers -T v $extra"
+    vm_server "riostream/s=$sz/goroce-client" "has_rstream_iters $shown $xfers $iters" \
+        "riostream -b $VM_IP $args" "$RIS -s $VM_IP -b $HOST_IP $args"
+    host_server "riostream/s=$sz/goroce-server" "has_rstream_iters $shown $xfers $iters" \
+        "$RIS -b $HOST_IP $args" "riostream -s $HOST_IP -b $VM_IP $args"
 done
 CM_PORT= CM_READY=
 

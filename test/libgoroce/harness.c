@@ -18,6 +18,12 @@
  *                                       before deregistration: the peer's
  *                                       accesses complete, the process's new
  *                                       memory is untouched, the daemon goes on
+ *   harness memrace DEV [ROUNDS]        threads increment counters on the pages
+ *                                       of a buffer (malloc'ed, not page-aligned)
+ *                                       while it is registered and deregistered
+ *                                       ROUNDS times: no increment is lost, and
+ *                                       a genuine fault reaches the program's
+ *                                       SIGSEGV handler
  *   harness fatal DEV                   prints "fatal: ready", waits for a line
  *                                       on stdin (the test kills the daemon
  *                                       meanwhile), then checks that the dead
@@ -32,6 +38,8 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -894,6 +902,153 @@ static int cmd_freed(const char *da, const char *db)
 	return 0;
 }
 
+/*
+ * memrace: registration must not lose a write another thread makes to the
+ * pages a buffer spans. A malloc'ed block holds counters before, inside and
+ * after a registered buffer that is not page-aligned (so they share its first
+ * and last pages); worker threads increment them (each its own plain
+ * counters, all of them one atomic counter) while the main thread registers
+ * and deregisters the buffer ROUNDS times. Every count must be exact.
+ * Then a genuine segmentation fault still reaches the application's handler,
+ * whether the handler was installed before the library's first registration
+ * or after it.
+ */
+#define RACE_WORKERS 2
+static struct {
+	char *blk;
+	volatile long *plain[RACE_WORKERS][3]; /* before, inside, after the buffer */
+	long *shared;                          /* incremented atomically by all */
+	long done[RACE_WORKERS];               /* each worker's own count */
+	int stop;
+} race;
+
+static void *race_worker(void *arg)
+{
+	long w = (long)arg, n = 0;
+	int k;
+
+	while (!__atomic_load_n(&race.stop, __ATOMIC_RELAXED)) {
+		for (k = 0; k < 3; k++)
+			(*race.plain[w][k])++;
+		__atomic_fetch_add(race.shared, 1, __ATOMIC_RELAXED);
+		n++;
+	}
+	race.done[w] = n;
+	return NULL;
+}
+
+static sigjmp_buf fault_jmp;
+static volatile int fault_seen;
+
+static void fault_handler(int sig, siginfo_t *si, void *uc)
+{
+	(void)sig;
+	(void)si;
+	(void)uc;
+	fault_seen++;
+	siglongjmp(fault_jmp, 1);
+}
+
+/* genuine_fault writes a read-only page and reports whether the
+ * application's handler caught it. */
+static int genuine_fault(void)
+{
+	char *ro = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	int seen = fault_seen;
+
+	CHECK(ro != MAP_FAILED);
+	if (sigsetjmp(fault_jmp, 1) == 0)
+		*(volatile char *)ro = 1;
+	munmap(ro, 4096);
+	return fault_seen == seen + 1;
+}
+
+static void install_fault_handler(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = fault_handler;
+	sa.sa_flags = SA_SIGINFO;
+	CHECK(sigaction(SIGSEGV, &sa, NULL) == 0);
+}
+
+static void reg_dereg(struct ibv_pd *pd, char *buf, size_t len)
+{
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+
+	CHECK(mr);
+	CHECK(ibv_dereg_mr(mr) == 0);
+}
+
+static int cmd_memrace(const char *dev, int rounds)
+{
+	struct ibv_context *c = open_dev(dev);
+	struct ibv_pd *pd = ibv_alloc_pd(c);
+	const size_t off = 1000, len = 5000; /* spans parts of two or three pages */
+	pthread_t th[RACE_WORKERS];
+	long total = 0;
+	char *buf;
+	int i, w;
+
+	CHECK(pd);
+	install_fault_handler();
+	CHECK(race.blk = malloc(4 * 4096));
+	memset(race.blk, 0, 4 * 4096);
+	/* off bytes into the block's first whole page. */
+	buf = (char *)(((uintptr_t)race.blk + 4095) & ~4095UL) + off;
+	CHECK((uintptr_t)buf % 4096 != 0);
+	race.shared = (long *)(buf - 64);
+	for (w = 0; w < RACE_WORKERS; w++) {
+		/* Same page as the buffer's first byte, inside it, same page
+		 * as its last byte. */
+		race.plain[w][0] = (volatile long *)(buf - 128 - 64 * w);
+		race.plain[w][1] = (volatile long *)(buf + len / 2 + 64 * w);
+		race.plain[w][2] = (volatile long *)(buf + len + 64 + 64 * w);
+		CHECK(((uintptr_t)race.plain[w][0] & ~4095UL) == ((uintptr_t)buf & ~4095UL));
+		CHECK(((uintptr_t)race.plain[w][2] & ~4095UL) ==
+		      ((uintptr_t)(buf + len - 1) & ~4095UL));
+	}
+	for (w = 0; w < RACE_WORKERS; w++)
+		CHECK(pthread_create(&th[w], NULL, race_worker, (void *)(long)w) == 0);
+	for (i = 0; i < rounds; i++)
+		reg_dereg(pd, buf, len);
+	__atomic_store_n(&race.stop, 1, __ATOMIC_RELAXED);
+	for (w = 0; w < RACE_WORKERS; w++) {
+		CHECK(pthread_join(th[w], NULL) == 0);
+		total += race.done[w];
+	}
+	for (w = 0; w < RACE_WORKERS; w++) {
+		int k;
+
+		for (k = 0; k < 3; k++)
+			if (*race.plain[w][k] != race.done[w]) {
+				fprintf(stderr, "memrace: worker %d counter %d: %ld, incremented %ld times\n",
+					w, k, *race.plain[w][k], race.done[w]);
+				exit(1);
+			}
+	}
+	if (*race.shared != total) {
+		fprintf(stderr, "memrace: atomic counter %ld, incremented %ld times\n", *race.shared,
+			total);
+		exit(1);
+	}
+	printf("memrace: %d registrations, %ld increments per worker, none lost\n", rounds,
+	       race.done[0]);
+
+	/* Faults that are not the library's reach the program's handler,
+	 * installed before the first registration or after one. */
+	CHECK(genuine_fault());
+	install_fault_handler();
+	CHECK(genuine_fault());
+	reg_dereg(pd, buf, len);
+	CHECK(genuine_fault());
+	free(race.blk);
+	CHECK(ibv_dealloc_pd(pd) == 0 && ibv_close_device(c) == 0);
+	printf("memrace: ok\n");
+	return 0;
+}
+
 static int cmd_fatal(const char *dev)
 {
 	struct ibv_context *c = open_dev(dev);
@@ -956,9 +1111,11 @@ int main(int argc, char **argv)
 		return cmd_errors(argv[2]);
 	if (argc == 4 && strcmp(argv[1], "freed") == 0)
 		return cmd_freed(argv[2], argv[3]);
+	if (argc >= 3 && strcmp(argv[1], "memrace") == 0)
+		return cmd_memrace(argv[2], argc > 3 ? atoi(argv[3]) : 2000);
 	if (argc == 3 && strcmp(argv[1], "fatal") == 0)
 		return cmd_fatal(argv[2]);
 	fprintf(stderr, "usage: harness loop|fork|freed DEV_A DEV_B [THREADS] | "
-			"twoproc|errors|fatal DEV\n");
+			"twoproc|errors|fatal DEV | memrace DEV [ROUNDS]\n");
 	return 2;
 }

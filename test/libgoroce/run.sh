@@ -255,9 +255,10 @@ for m in errors connect fork orphan; do
 	else fail "cmharness $m" "$work/cmharness-$m.out"; fi
 done
 
-# The C harness: traffic from threads, fork, two processes on one device, errno.
+# The C harness: traffic from threads, fork, two processes on one device, errno,
+# writes of other threads while a buffer is registered and deregistered.
 for m in "loop goroce0 goroce1 4" "fork goroce0 goroce1" "twoproc goroce0" "errors goroce1" \
-	"freed goroce0 goroce1"; do
+	"freed goroce0 goroce1" "memrace goroce0 3000"; do
 	name="harness-${m// /-}"
 	# shellcheck disable=SC2086
 	if one "$name" 120 "$work/harness" $m; then pass "harness $m"; else fail "harness $m" "$work/$name.out"; fi

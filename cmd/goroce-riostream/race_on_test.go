@@ -1,0 +1,6 @@
+//go:build race
+
+package main
+
+// raceDetector reports a binary built with -race.
+const raceDetector = true

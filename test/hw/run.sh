@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# test/hw/run.sh: the hardware backend's tests against Linux's rxe.
+#
+# Builds the tests of internal/ibverbs (goroce's binding to rdma-core's
+# libibverbs, issue 20) with cgo and -tags goroce_ibverbs on this host
+# (Debian bookworm's libibverbs-dev, as in the VM), boots the rxe VM of
+# ../shared/rxe-vm, and runs the test binary there against rxe0, through
+# the VM's 9p share. The host's kernel has no RDMA support, so on the host
+# these tests skip; here none may skip or fail.
+#
+#   sudo test/hw/run.sh                    # about 2 minutes with the VM image built
+#
+# Environment: RXE_VM_DIR (default ../shared/rxe-vm beside the repository),
+# RXE_CACHE (the harness's cache, ~/.cache/rxe-vm), HW_VM_IP (10.99.0.2).
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+RXE_VM_DIR=${RXE_VM_DIR:-$(cd "$ROOT/.." && pwd)/shared/rxe-vm}
+VM=$RXE_VM_DIR/rxe-vm.sh
+VM_IP=${HW_VM_IP:-10.99.0.2}
+CACHE=${RXE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rxe-vm}
+SHARE=$CACHE/vms/vm0/share
+OUT=$(mktemp -d /tmp/goroce-hw.XXXXXX)
+
+log() { printf '[hw %s] %s\n' "$(date +%T)" "$*" >&2; }
+die() { log "$*"; exit 1; }
+
+[ -x "$VM" ] || die "harness not found: $VM (set RXE_VM_DIR)"
+if ! dpkg -s libibverbs-dev >/dev/null 2>&1; then
+	log "installing libibverbs-dev"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y libibverbs-dev >"$OUT/apt.log" 2>&1 ||
+		{ apt-get update >>"$OUT/apt.log" 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y libibverbs-dev >>"$OUT/apt.log" 2>&1; } ||
+		die "apt-get install libibverbs-dev failed (see $OUT/apt.log)"
+fi
+
+log "building the ibverbs tests (cgo, -tags goroce_ibverbs)"
+(cd "$ROOT" && CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$OUT/ibverbs.test" ./internal/ibverbs) ||
+	die "build failed"
+
+log "building the VM image (idempotent)"
+"$VM" build >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log" >&2; die "rxe-vm.sh build failed"; }
+if "$VM" status 2>/dev/null | grep -q ': running'; then
+	log "a VM of the harness is running: taking it down first"
+	"$VM" down >>"$OUT/down.log" 2>&1
+fi
+cleanup() { "$VM" down >>"$OUT/down.log" 2>&1; }
+trap cleanup EXIT
+"$VM" net-up >"$OUT/start.log" 2>&1 || { cat "$OUT/start.log" >&2; die "net-up failed"; }
+"$VM" start vm0 "$VM_IP" >>"$OUT/start.log" 2>&1 || { tail -30 "$OUT/start.log" >&2; die "VM start failed"; }
+log "vm0 ready"
+
+mkdir -p "$SHARE/goroce-hw"
+cp "$OUT/ibverbs.test" "$SHARE/goroce-hw/"
+"$VM" exec vm0 --timeout 600 -- \
+	'cd /host/goroce-hw && GOROCE_IBV_DEVICE=rxe0 ./ibverbs.test -test.v -test.count=1' >"$OUT/tests.log" 2>&1
+rc=$?
+rm -rf "$SHARE/goroce-hw"
+grep -E '^(=== RUN|--- |PASS|FAIL|ok)' "$OUT/tests.log" | grep -v '^=== RUN' >&2
+if [ $rc -ne 0 ] || grep -q -- '--- FAIL' "$OUT/tests.log"; then
+	tail -40 "$OUT/tests.log" >&2
+	die "FAILED against rxe0 (rc $rc; log $OUT/tests.log)"
+fi
+if grep -q -- '--- SKIP' "$OUT/tests.log"; then
+	die "tests skipped against rxe0: the device was not found (log $OUT/tests.log)"
+fi
+passed=$(grep -c -- '--- PASS' "$OUT/tests.log")
+[ "$passed" -gt 0 ] || die "no test passed (log $OUT/tests.log)"
+log "$passed passed against rxe0, 0 failed, 0 skipped"
