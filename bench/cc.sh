@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# cc.sh - four goroce flows through one bottleneck, with and without
+# congestion control.
+#
+# Two network namespaces, goroce-cca (10.97.0.1, the servers) and
+# goroce-ccb (10.97.0.2, the clients), joined by a veth pair of link MTU
+# 4200 (path MTU 4096). The clients' side of the pair sends through a tbf
+# qdisc of rate $RATE and queue $LIMIT bytes: the bottleneck the WRITEs
+# cross (ACKs come back unshaped). Segmentation offload is off on the
+# pair, so tbf sees single packets. No qdisc here marks ECN (this kernel
+# has no red or fq_codel), so DCQCN never acts: the congestion control
+# that can act is the RTT window (DeviceConfig.CongestionControl.RTT,
+# goroce-perf --rtt-cc).
+#
+# For each MODE in $MODES ("off": --no-ecn, no congestion control at
+# all; "rtt": --rtt-cc --rtt-target $RTT_TARGET):
+#   1. write_lat alone through the bottleneck (the unloaded latency);
+#   2. four write_bw flows of $SIZE-byte WRITEs for $SECS seconds, one
+#      goroce-perf pair each (UDP ports 4791, 4793, ...), and 2 s after they
+#      start, the same write_lat alongside them.
+# It prints each flow's MB/s, their sum, Jain's fairness index
+# (sum x)^2 / (n sum x^2), and write_lat's p50 and p99 loaded and unloaded.
+#
+# Usage (as root, from anywhere): bench/cc.sh
+# Environment: RATE (default 400mbit), LIMIT (tbf queue, default 1000000
+# bytes), SECS (default 10), SIZE (default 65536), LAT_ITERS (default
+# 3000), RTT_TARGET (microseconds, default 1000), MODES (default
+# "off rtt"), OUT (keep the logs there; default a temporary directory,
+# removed).
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+NS_A=goroce-cca
+NS_B=goroce-ccb
+IP_A=10.97.0.1
+IP_B=10.97.0.2
+RATE=${RATE:-400mbit}
+LIMIT=${LIMIT:-1000000}
+SECS=${SECS:-10}
+SIZE=${SIZE:-65536}
+LAT_ITERS=${LAT_ITERS:-3000}
+RTT_TARGET=${RTT_TARGET:-1000}
+MODES=${MODES:-off rtt}
+FLOWS=4
+export PATH=$PATH:/usr/local/go/bin
+
+if [[ $(id -u) != 0 ]]; then
+	echo "cc.sh: must run as root (namespaces, tc)" >&2
+	exit 2
+fi
+keep_out=
+if [[ -n ${OUT:-} ]]; then
+	mkdir -p "$OUT" || exit 2
+	keep_out=1
+else
+	OUT=$(mktemp -d /tmp/goroce-cc.XXXXXX) || exit 2
+fi
+BIN=$(mktemp -d /tmp/goroce-cc-bin.XXXXXX) || exit 2
+pids=()
+
+cleanup() {
+	local p
+	for p in "${pids[@]}"; do
+		kill "$p" 2>/dev/null
+	done
+	for p in $(ip netns pids "$NS_A" 2>/dev/null) $(ip netns pids "$NS_B" 2>/dev/null); do
+		kill -KILL "$p" 2>/dev/null
+	done
+	ip netns del "$NS_A" 2>/dev/null
+	ip netns del "$NS_B" 2>/dev/null
+	rm -rf "$BIN"
+	[[ -z $keep_out ]] && rm -rf "$OUT"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+for c in jq ethtool tc; do
+	command -v "$c" >/dev/null || { echo "cc.sh: needs $c" >&2; exit 2; }
+done
+
+in_a() { ip netns exec "$NS_A" "$@"; }
+in_b() { ip netns exec "$NS_B" "$@"; }
+
+setup_net() {
+	ip netns del "$NS_A" 2>/dev/null
+	ip netns del "$NS_B" 2>/dev/null
+	ip netns add "$NS_A" && ip netns add "$NS_B" &&
+		ip link add veth-cca netns "$NS_A" type veth peer name veth-ccb netns "$NS_B" &&
+		in_a ip addr add "$IP_A/24" dev veth-cca && in_b ip addr add "$IP_B/24" dev veth-ccb &&
+		in_a ethtool -K veth-cca tx-udp-segmentation off tso off gso off >/dev/null &&
+		in_b ethtool -K veth-ccb tx-udp-segmentation off tso off gso off >/dev/null &&
+		in_a ip link set veth-cca mtu 4200 up && in_b ip link set veth-ccb mtu 4200 up &&
+		in_a ip link set lo up && in_b ip link set lo up &&
+		in_b tc qdisc add dev veth-ccb root tbf rate "$RATE" burst 32kb limit "$LIMIT"
+}
+
+wait_listen() { # wait_listen PID PORT
+	local i
+	for ((i = 0; i < 100; i++)); do
+		kill -0 "$1" 2>/dev/null || return 1
+		in_a ss -Hltn "sport = :$2" | grep -q . && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# start NAME K TEST ARGS...: a goroce-perf TEST pair on UDP port 4791+2K
+# and TCP port 18515+K; sets cpid to the client's PID.
+start() {
+	local name=$1 k=$2 t=$3
+	shift 3
+	local args=("$t" --json -m 4096 -p $((18515 + k)) --udp-port $((4791 + 2 * k)) "$@")
+	in_a timeout -k 5 $((SECS + 120)) "$BIN/goroce-perf" "${args[@]}" --bind "$IP_A" \
+		>"$OUT/$name.server" 2>"$OUT/$name.server.err" &
+	pids+=($!)
+	wait_listen $! $((18515 + k)) || { echo "cc.sh: $name: server did not listen" >&2; return 1; }
+	in_b timeout -k 5 $((SECS + 120)) "$BIN/goroce-perf" "${args[@]}" --bind "$IP_B" "$IP_A" \
+		>"$OUT/$name.client" 2>"$OUT/$name.client.err" &
+	cpid=$!
+	pids+=("$cpid")
+}
+
+lat() { # lat FILE: "p50 p99" of a write_lat client's JSON
+	jq -rs 'map(select(.side == "client"))[0] | "\(.t_typical_usec) \(.p99_usec)"' "$1" 2>/dev/null
+}
+
+run_mode() {
+	local mode=$1 ccargs=()
+	case $mode in
+	off) ccargs=(--no-ecn) ;;
+	rtt) ccargs=(--rtt-cc --rtt-target "$RTT_TARGET") ;;
+	*) echo "cc.sh: unknown mode $mode" >&2; return 1 ;;
+	esac
+	start "$mode-lat0" 9 write_lat -s 64 -n "$LAT_ITERS" "${ccargs[@]}" || return 1
+	wait "$cpid"
+	sleep 1
+	local k cpids=()
+	for ((k = 0; k < FLOWS; k++)); do
+		start "$mode-bw$k" "$k" write_bw -s "$SIZE" -D "$SECS" "${ccargs[@]}" || return 1
+		cpids+=("$cpid")
+	done
+	sleep 2
+	start "$mode-lat1" 9 write_lat -s 64 -n "$LAT_ITERS" "${ccargs[@]}" || return 1
+	cpids+=("$cpid")
+	for p in "${cpids[@]}"; do
+		wait "$p"
+	done
+	wait
+	pids=()
+	local bws=() b
+	for ((k = 0; k < FLOWS; k++)); do
+		b=$(jq -rs 'map(select(.side == "client" and .bw_average != null))[0].bw_average // 0' "$OUT/$mode-bw$k.client" 2>/dev/null)
+		bws+=("${b:-0}")
+	done
+	local l0 l1
+	l0=$(lat "$OUT/$mode-lat0.client") l1=$(lat "$OUT/$mode-lat1.client")
+	echo "${bws[*]} | ${l0:-? ?} | ${l1:-? ?}" | awk -v mode="$mode" '{
+		s = 0; s2 = 0
+		for (i = 1; i <= 4; i++) { s += $i; s2 += $i * $i }
+		j = (s2 > 0) ? s * s / (4 * s2) : 0
+		printf "%-4s | %7.1f %7.1f %7.1f %7.1f | %7.1f | %5.3f | %7.1f %7.1f | %7.1f %7.1f | %4.1fx\n",
+			mode, $1, $2, $3, $4, s, j, $6, $7, $9, $10, ($7 > 0) ? $10 / $7 : 0
+	}'
+}
+
+echo "building goroce-perf" >&2
+(cd "$ROOT" && go build -o "$BIN/goroce-perf" ./cmd/goroce-perf) || { echo "cc.sh: build failed" >&2; exit 2; }
+setup_net || { echo "cc.sh: cannot create the namespaces or the tbf qdisc" >&2; exit 2; }
+echo "# bench/cc.sh: $FLOWS x write_bw -s $SIZE -D $SECS through tbf rate $RATE limit $LIMIT B, path MTU 4096; write_lat -s 64 -n $LAT_ITERS alongside"
+echo "# $(uptime)"
+echo "# mode | flow MB/s x4 | sum | Jain | write_lat unloaded p50 p99 usec | loaded p50 p99 | loaded/unloaded p99"
+for m in $MODES; do
+	run_mode "$m"
+done
+echo "# $(uptime)"
