@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# cc.sh - four goroce flows through one bottleneck, with and without
-# congestion control.
+# cc.sh - 1, 2, 4 and 8 goroce flows through one bottleneck, and goroce
+# next to TCP, with and without congestion control.
 #
 # Two network namespaces, goroce-cca (10.97.0.1, the servers) and
 # goroce-ccb (10.97.0.2, the clients), joined by a veth pair of link MTU
@@ -15,15 +15,16 @@
 # For each MODE in $MODES ("off": --no-ecn, no congestion control at
 # all; "rtt": --rtt-cc --rtt-target $RTT_TARGET):
 #   1. write_lat alone through the bottleneck (the unloaded latency);
-#   2. four write_bw flows of $SIZE-byte WRITEs for $SECS seconds, one
-#      goroce-perf pair each (UDP ports 4791, 4793, ...), and 2 s after they
-#      start, the same write_lat alongside them.
+#   2. for each N in $FLOWS, N write_bw flows of $SIZE-byte WRITEs for
+#      $SECS seconds, one goroce-perf pair each (UDP ports 4791, 4793,
+#      ...), and 2 s after they start, the same write_lat alongside them;
+#   3. one write_bw flow next to one iperf3 TCP stream.
 # It prints each flow's MB/s, their sum, Jain's fairness index
 # (sum x)^2 / (n sum x^2), and write_lat's p50 and p99 loaded and unloaded.
 #
 # Usage (as root, from anywhere): bench/cc.sh
 # Environment: RATE (default 400mbit), LIMIT (tbf queue, default 1000000
-# bytes), SECS (default 10), SIZE (default 65536), LAT_ITERS (default
+# bytes), FLOWS (flow counts, default "1 2 4 8"), SECS (default 10), SIZE (default 65536), LAT_ITERS (default
 # 3000), RTT_TARGET (microseconds, default 1000), MODES (default
 # "off rtt"), OUT (keep the logs there; default a temporary directory,
 # removed).
@@ -41,7 +42,8 @@ SIZE=${SIZE:-65536}
 LAT_ITERS=${LAT_ITERS:-3000}
 RTT_TARGET=${RTT_TARGET:-1000}
 MODES=${MODES:-off rtt}
-FLOWS=4
+FLOWS=${FLOWS:-1 2 4 8}
+IPERF_PORT=15273
 export PATH=$PATH:/usr/local/go/bin
 
 if [[ $(id -u) != 0 ]]; then
@@ -75,7 +77,7 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-for c in jq ethtool tc; do
+for c in jq ethtool tc iperf3; do
 	command -v "$c" >/dev/null || { echo "cc.sh: needs $c" >&2; exit 2; }
 done
 
@@ -125,23 +127,18 @@ lat() { # lat FILE: "p50 p99" of a write_lat client's JSON
 	jq -rs 'map(select(.side == "client"))[0] | "\(.t_typical_usec) \(.p99_usec)"' "$1" 2>/dev/null
 }
 
-run_mode() {
-	local mode=$1 ccargs=()
-	case $mode in
-	off) ccargs=(--no-ecn) ;;
-	rtt) ccargs=(--rtt-cc --rtt-target "$RTT_TARGET") ;;
-	*) echo "cc.sh: unknown mode $mode" >&2; return 1 ;;
-	esac
-	start "$mode-lat0" 9 write_lat -s 64 -n "$LAT_ITERS" "${ccargs[@]}" || return 1
-	wait "$cpid"
-	sleep 1
-	local k cpids=()
-	for ((k = 0; k < FLOWS; k++)); do
-		start "$mode-bw$k" "$k" write_bw -s "$SIZE" -D "$SECS" "${ccargs[@]}" || return 1
+# flows MODE N CCARGS...: N write_bw flows and write_lat alongside them,
+# 2 s after they start; prints one report line.
+flows() {
+	local mode=$1 n=$2
+	shift 2
+	local k p cpids=()
+	for ((k = 0; k < n; k++)); do
+		start "$mode-n$n-bw$k" "$k" write_bw -s "$SIZE" -D "$SECS" "$@" || return 1
 		cpids+=("$cpid")
 	done
 	sleep 2
-	start "$mode-lat1" 9 write_lat -s 64 -n "$LAT_ITERS" "${ccargs[@]}" || return 1
+	start "$mode-n$n-lat" 9 write_lat -s 64 -n "$LAT_ITERS" "$@" || return 1
 	cpids+=("$cpid")
 	for p in "${cpids[@]}"; do
 		wait "$p"
@@ -149,28 +146,75 @@ run_mode() {
 	wait
 	pids=()
 	local bws=() b
-	for ((k = 0; k < FLOWS; k++)); do
-		b=$(jq -rs 'map(select(.side == "client" and .bw_average != null))[0].bw_average // 0' "$OUT/$mode-bw$k.client" 2>/dev/null)
+	for ((k = 0; k < n; k++)); do
+		b=$(jq -rs 'map(select(.side == "client" and .bw_average != null))[0].bw_average // 0' "$OUT/$mode-n$n-bw$k.client" 2>/dev/null)
 		bws+=("${b:-0}")
 	done
-	local l0 l1
-	l0=$(lat "$OUT/$mode-lat0.client") l1=$(lat "$OUT/$mode-lat1.client")
-	echo "${bws[*]} | ${l0:-? ?} | ${l1:-? ?}" | awk -v mode="$mode" '{
-		s = 0; s2 = 0
-		for (i = 1; i <= 4; i++) { s += $i; s2 += $i * $i }
-		j = (s2 > 0) ? s * s / (4 * s2) : 0
-		printf "%-4s | %7.1f %7.1f %7.1f %7.1f | %7.1f | %5.3f | %7.1f %7.1f | %7.1f %7.1f | %4.1fx\n",
-			mode, $1, $2, $3, $4, s, j, $6, $7, $9, $10, ($7 > 0) ? $10 / $7 : 0
+	echo "${bws[*]} | ${lat0:-? ?} | $(lat "$OUT/$mode-n$n-lat.client")" | awk -v mode="$mode" -v n="$n" '{
+		s = 0; s2 = 0; list = ""
+		for (i = 1; i <= n; i++) { s += $i; s2 += $i * $i; list = list sprintf(" %.1f", $i) }
+		j = (s2 > 0) ? s * s / (n * s2) : 0
+		printf "%-4s | %d |%s | %7.1f | %5.3f | %7.1f %7.1f | %7.1f %7.1f | %4.1fx\n",
+			mode, n, list, s, j, $(n + 2), $(n + 3), $(n + 5), $(n + 6), ($(n + 3) > 0) ? $(n + 6) / $(n + 3) : 0
 	}'
+}
+
+# with_tcp MODE CCARGS...: one write_bw flow and one iperf3 TCP stream
+# through the bottleneck at once; prints one report line.
+with_tcp() {
+	local mode=$1
+	shift
+	in_a iperf3 -s -1 -B "$IP_A" -p "$IPERF_PORT" >"$OUT/$mode-tcp.server" 2>&1 &
+	pids+=($!)
+	sleep 0.5
+	start "$mode-tcp-bw" 0 write_bw -s "$SIZE" -D "$SECS" "$@" || return 1
+	local g=$cpid
+	in_b timeout $((SECS + 60)) iperf3 -c "$IP_A" -B "$IP_B" -p "$IPERF_PORT" -t "$SECS" -J >"$OUT/$mode-tcp.json" 2>&1
+	wait "$g"
+	wait
+	pids=()
+	local gb tb
+	gb=$(jq -rs 'map(select(.side == "client" and .bw_average != null))[0].bw_average // 0' "$OUT/$mode-tcp-bw.client" 2>/dev/null)
+	tb=$(jq -r '.end.sum_received.bytes / .end.sum_received.seconds / 1048576 // 0' "$OUT/$mode-tcp.json" 2>/dev/null)
+	awk -v mode="$mode" -v g="${gb:-0}" -v t="${tb:-0}" 'BEGIN {
+		s = g + t; s2 = g * g + t * t
+		printf "%-4s | goroce %.1f MB/s, TCP %.1f MB/s | Jain %.3f\n", mode, g, t, (s2 > 0) ? s * s / (2 * s2) : 0
+	}'
+}
+
+run_mode() {
+	local mode=$1 ccargs=() n
+	case $mode in
+	off) ccargs=(--no-ecn) ;;
+	rtt) ccargs=(--rtt-cc --rtt-target "$RTT_TARGET") ;;
+	*) echo "cc.sh: unknown mode $mode" >&2; return 1 ;;
+	esac
+	start "$mode-lat0" 9 write_lat -s 64 -n "$LAT_ITERS" "${ccargs[@]}" || return 1
+	wait "$cpid"
+	wait
+	pids=()
+	lat0=$(lat "$OUT/$mode-lat0.client")
+	sleep 1
+	for n in $FLOWS; do
+		flows "$mode" "$n" "${ccargs[@]}" || return 1
+		sleep 1
+	done
 }
 
 echo "building goroce-perf" >&2
 (cd "$ROOT" && go build -o "$BIN/goroce-perf" ./cmd/goroce-perf) || { echo "cc.sh: build failed" >&2; exit 2; }
 setup_net || { echo "cc.sh: cannot create the namespaces or the tbf qdisc" >&2; exit 2; }
-echo "# bench/cc.sh: $FLOWS x write_bw -s $SIZE -D $SECS through tbf rate $RATE limit $LIMIT B, path MTU 4096; write_lat -s 64 -n $LAT_ITERS alongside"
+echo "# bench/cc.sh: write_bw -s $SIZE -D $SECS flows through tbf rate $RATE limit $LIMIT B, path MTU 4096; write_lat -s 64 -n $LAT_ITERS alongside"
 echo "# $(uptime)"
-echo "# mode | flow MB/s x4 | sum | Jain | write_lat unloaded p50 p99 usec | loaded p50 p99 | loaded/unloaded p99"
+echo "# mode | flows | each flow MB/s | sum | Jain | write_lat unloaded p50 p99 usec | loaded p50 p99 | loaded/unloaded p99"
 for m in $MODES; do
 	run_mode "$m"
+done
+echo "# one goroce flow next to one TCP stream (iperf3)"
+for m in $MODES; do
+	case $m in
+	off) with_tcp "$m" --no-ecn ;;
+	rtt) with_tcp "$m" --rtt-cc --rtt-target "$RTT_TARGET" ;;
+	esac
 done
 echo "# $(uptime)"
