@@ -1,14 +1,14 @@
 package transport
 
 import (
-	"container/heap"
 	"math"
-	"math/rand/v2"
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/goroce/goroce/internal/ibv"
 	"github.com/goroce/goroce/internal/psn"
+	"github.com/goroce/goroce/internal/simnet"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -232,31 +232,27 @@ func TestPacingRate(t *testing.T) {
 	}
 }
 
-// The bottleneck simulation: flows from QPs a[i] to b[i] share one queue
-// drained at rate bytes per second, with a one-way delay each way; the
-// queue marks CE as the paper's switches do (RED on the instantaneous
-// queue: never below Kmin = 5 KB, with a probability rising to Pmax = 1 %
-// at Kmax = 200 KB, always above it), when mark is set, and drops packets
-// that find more than limit bytes queued.
-// ACKs and CNPs come back without queueing.
+// The bottleneck simulation: flows from QPs a[i] on one host to b[i] on
+// another share one simnet link (internal/simnet) of rate bytes per
+// second with a one-way delay each way; its queue marks CE as the paper's
+// switches do (RED on the instantaneous queue: never below Kmin = 5 KB,
+// with a probability rising to Pmax = 1 % at Kmax = 200 KB, always above
+// it), when mark is set, and tail-drops past about 4 MB. ACKs and CNPs
+// come back without queueing.
 type bottleneck struct {
-	t        *testing.T
-	flows    []*ccFlow
-	rate     float64
-	delay    time.Duration
-	mark     bool
-	rng      *rand.Rand
-	limit    float64
-	now      time.Time
-	lastDep  time.Time
-	events   ccEvents
-	seq      uint64
-	pkt      wire.Packet
-	maxQueue float64 // after the warm-up
-	warm     time.Time
-	marked   int
-	dropped  int
+	t     *testing.T
+	flows []*ccFlow
+	byQPN map[uint32]*endpoint
+	net   *simnet.Network
+	rate  float64
+	pkt   wire.Packet
 }
+
+// The two hosts of the bottleneck.
+var (
+	bnHostA = netip.AddrPortFrom(netip.AddrFrom4(addrA), wire.RoCEv2Port)
+	bnHostB = netip.AddrPortFrom(netip.AddrFrom4(addrB), wire.RoCEv2Port)
+)
 
 type ccFlow struct {
 	a, b   *endpoint
@@ -266,36 +262,15 @@ type ccFlow struct {
 	psn0   psn.PSN // oldest unacknowledged PSN at the warm-up's end
 }
 
-type ccEvent struct {
-	at   time.Time
-	seq  uint64
-	flow int
-	toB  bool
-	ce   bool
-	b    []byte
-}
-
-type ccEvents []*ccEvent
-
-func (h ccEvents) Len() int { return len(h) }
-func (h ccEvents) Less(i, j int) bool {
-	if !h[i].at.Equal(h[j].at) {
-		return h[i].at.Before(h[j].at)
-	}
-	return h[i].seq < h[j].seq
-}
-func (h ccEvents) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *ccEvents) Push(x any)   { *h = append(*h, x.(*ccEvent)) }
-func (h *ccEvents) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
-}
-
 func newBottleneck(t *testing.T, n int, c CCConfig, rate float64, mark bool) *bottleneck {
-	bn := &bottleneck{t: t, rate: rate, delay: 10 * time.Microsecond, mark: mark, rng: rand.New(rand.NewPCG(1, 2)),
-		limit: 4 << 20, now: time.Unix(1000, 0)}
+	const delay = 10 * time.Microsecond
+	bn := &bottleneck{t: t, rate: rate, net: simnet.New(1), byQPN: map[uint32]*endpoint{}}
+	link := simnet.LinkConfig{Delay: delay, Bandwidth: int64(rate), QueueLimit: (4 << 20) / 4096}
+	if mark {
+		link.MarkMin, link.MarkMax, link.MarkProb = 5e3, 200e3, 0.01
+	}
+	bn.net.SetLink(bnHostA, bnHostB, link)
+	bn.net.SetLink(bnHostB, bnHostA, simnet.LinkConfig{Delay: delay})
 	for i := range n {
 		o := defaultOpts()
 		o.psnA, o.psnB, o.mtu = 0, 0, 4096
@@ -309,77 +284,40 @@ func newBottleneck(t *testing.T, n int, c CCConfig, rate float64, mark bool) *bo
 		f.lkey = a.mem.register(pd, make([]byte, 64<<10), 0x1000, ibv.AccessLocalWrite)
 		f.rkey = b.mem.register(pd, make([]byte, 64<<10), 0x2000, ibv.AccessRemoteWrite)
 		bn.flows = append(bn.flows, f)
+		bn.byQPN[a.qp.QPN()], bn.byQPN[b.qp.QPN()] = a, b
 	}
 	return bn
 }
 
-// red decides whether a packet that finds q bytes queued is marked.
-func (bn *bottleneck) red(q float64) bool {
-	const kmin, kmax, pmax = 5e3, 200e3, 0.01
-	switch {
-	case q <= kmin:
-		return false
-	case q >= kmax:
-		return true
-	}
-	return bn.rng.Float64() < pmax*(q-kmin)/(kmax-kmin)
-}
-
-// queued returns the bytes in the queue at now.
-func (bn *bottleneck) queued() float64 {
-	if !bn.lastDep.After(bn.now) {
-		return 0
-	}
-	return bn.lastDep.Sub(bn.now).Seconds() * bn.rate
-}
-
-func (bn *bottleneck) push(e *ccEvent) {
-	bn.seq++
-	e.seq = bn.seq
-	heap.Push(&bn.events, e)
+// stats returns what the bottleneck's queue did: the most bytes queued
+// since the warm-up, the packets marked CE and those dropped.
+func (bn *bottleneck) stats() (maxQueue float64, marked, dropped uint64) {
+	s := bn.net.LinkStats(bnHostA, bnHostB)
+	return float64(s.MaxBacklog), s.MarkedCE, s.DroppedQueue
 }
 
 // flush moves what the QPs sent onto the network.
 func (bn *bottleneck) flush() {
-	for i, f := range bn.flows {
+	for _, f := range bn.flows {
 		for _, p := range f.a.out.Packets() {
-			size := float64(len(p.Bytes) + 20 + 8 + wire.ICRCLen)
-			q := bn.queued()
-			if q > bn.limit {
-				bn.dropped++
-				continue
-			}
-			if !bn.now.Before(bn.warm) {
-				bn.maxQueue = max(bn.maxQueue, q)
-			}
-			dep := bn.now
-			if bn.lastDep.After(dep) {
-				dep = bn.lastDep
-			}
-			dep = dep.Add(time.Duration(size / bn.rate * 1e9))
-			bn.lastDep = dep
-			ce := bn.mark && bn.red(q)
-			if ce {
-				bn.marked++
-			}
-			bn.push(&ccEvent{at: dep.Add(bn.delay), flow: i, toB: true, ce: ce, b: frame(nil, p.Bytes, addrA, addrB)})
+			bn.net.Send(bnHostA, bnHostB, frame(nil, p.Bytes, addrA, addrB))
 		}
 		f.a.out.Reset()
 		for _, p := range f.b.out.Packets() {
-			bn.push(&ccEvent{at: bn.now.Add(bn.delay), flow: i, b: frame(nil, p.Bytes, addrB, addrA)})
+			bn.net.Send(bnHostB, bnHostA, frame(nil, p.Bytes, addrB, addrA))
 		}
 		f.b.out.Reset()
 	}
 }
 
 // top keeps four 64 KiB WRITEs queued on every flow.
-func (bn *bottleneck) top() {
+func (bn *bottleneck) top(now time.Time) {
 	for _, f := range bn.flows {
 		f.posted -= len(f.a.scq.take())
 		for f.posted < 4 {
 			w := SendWQE{Opcode: ibv.WRRDMAWrite, SGL: []SGE{{Addr: 0x1000, Length: 64 << 10, LKey: f.lkey}},
 				RemoteAddr: 0x2000, RKey: f.rkey, Flags: ibv.SendSignaled}
-			if err := f.a.qp.PostSend(&w, bn.now, &f.a.out); err != nil {
+			if err := f.a.qp.PostSend(&w, now, &f.a.out); err != nil {
 				bn.t.Fatal(err)
 			}
 			f.posted++
@@ -390,22 +328,20 @@ func (bn *bottleneck) top() {
 // run simulates for d, the last part after warm measured, and returns
 // each flow's acknowledged bytes per second over that part.
 func (bn *bottleneck) run(d, warm time.Duration) []float64 {
-	end := bn.now.Add(d)
-	bn.warm = bn.now.Add(warm)
+	clk := bn.net.Clock()
+	end, warmAt := clk.Now().Add(d), clk.Now().Add(warm)
 	warmed := false
-	for bn.now.Before(end) {
-		bn.top()
+	for clk.Now().Before(end) {
+		bn.top(clk.Now())
 		bn.flush()
-		if !warmed && !bn.now.Before(bn.warm) {
+		if !warmed && !clk.Now().Before(warmAt) {
 			warmed = true
 			for _, f := range bn.flows {
 				f.psn0 = f.a.qp.comp.psn
 			}
+			bn.net.ResetMaxBacklog()
 		}
-		next, ok := time.Time{}, false
-		if len(bn.events) > 0 {
-			next, ok = bn.events[0].at, true
-		}
+		next, ok := bn.net.NextEvent()
 		for _, f := range bn.flows {
 			for _, e := range []*endpoint{f.a, f.b} {
 				if dl, armed := e.qp.Deadline(); armed && (!ok || dl.Before(next)) {
@@ -416,27 +352,19 @@ func (bn *bottleneck) run(d, warm time.Duration) []float64 {
 		if !ok {
 			bn.t.Fatal("nothing pending")
 		}
-		if next.After(bn.now) {
-			bn.now = next
-		}
-		for len(bn.events) > 0 && !bn.events[0].at.After(bn.now) {
-			ev := heap.Pop(&bn.events).(*ccEvent)
-			f := bn.flows[ev.flow]
-			to := f.a
-			if ev.toB {
-				to = f.b
-			}
-			if err := bn.pkt.Parse(ev.b, 0); err != nil {
+		bn.net.DeliverECN(maxTime(next, clk.Now()), func(_, _ netip.AddrPort, b []byte, ce bool) {
+			if err := bn.pkt.Parse(b, 0); err != nil {
 				bn.t.Fatal(err)
 			}
-			if ev.ce {
-				to.qp.MarkCE(bn.now, &to.out)
+			to := bn.byQPN[uint32(bn.pkt.BTH.DestQP())]
+			if ce {
+				to.qp.MarkCE(clk.Now(), &to.out)
 			}
-			to.qp.HandlePacket(&bn.pkt, bn.now, &to.out)
-		}
+			to.qp.HandlePacket(&bn.pkt, clk.Now(), &to.out)
+		})
 		for _, f := range bn.flows {
-			f.a.qp.OnTimer(bn.now, &f.a.out)
-			f.b.qp.OnTimer(bn.now, &f.b.out)
+			f.a.qp.OnTimer(clk.Now(), &f.a.out)
+			f.b.qp.OnTimer(clk.Now(), &f.b.out)
 		}
 	}
 	rates := make([]float64, len(bn.flows))
@@ -445,6 +373,13 @@ func (bn *bottleneck) run(d, warm time.Duration) []float64 {
 		rates[i] = float64(n) * 4096 / (d - warm).Seconds()
 	}
 	return rates
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func jain(x []float64) float64 {
@@ -472,7 +407,8 @@ func TestDCQCNBottleneck(t *testing.T) {
 	bn := newBottleneck(t, 4, DefaultCCConfig(), rate, true)
 	rates := bn.run(200*time.Millisecond, 100*time.Millisecond)
 	j := jain(rates)
-	t.Logf("rates %.3g, Jain %.3f, max queue %.0f B, marked %d, dropped %d", rates, j, bn.maxQueue, bn.marked, bn.dropped)
+	maxQueue, marked, dropped := bn.stats()
+	t.Logf("rates %.3g, Jain %.3f, max queue %.0f B, marked %d, dropped %d", rates, j, maxQueue, marked, dropped)
 	if j < 0.95 {
 		t.Errorf("Jain's index %.3f < 0.95", j)
 	}
@@ -481,8 +417,11 @@ func TestDCQCNBottleneck(t *testing.T) {
 	}
 	// Near Kmax (200 KB), where marking is certain; without
 	// congestion control the windows fill it (TestNoCCBottleneck).
-	if bn.maxQueue > 400e3 {
-		t.Errorf("queue reached %.0f bytes", bn.maxQueue)
+	if maxQueue > 400e3 {
+		t.Errorf("queue reached %.0f bytes", maxQueue)
+	}
+	if marked == 0 {
+		t.Error("the queue marked nothing")
 	}
 	for _, f := range bn.flows {
 		if f.b.qp.Counters().CNPSent == 0 || f.a.qp.Counters().CNPHandled == 0 {
@@ -496,9 +435,10 @@ func TestDCQCNBottleneck(t *testing.T) {
 func TestNoCCBottleneck(t *testing.T) {
 	bn := newBottleneck(t, 4, CCConfig{}, 1.25e9, true)
 	rates := bn.run(50*time.Millisecond, 25*time.Millisecond)
-	t.Logf("rates %.3g, Jain %.3f, max queue %.0f B", rates, jain(rates), bn.maxQueue)
-	if bn.maxQueue < 1e6 {
-		t.Errorf("queue only %.0f bytes without congestion control", bn.maxQueue)
+	maxQueue, _, _ := bn.stats()
+	t.Logf("rates %.3g, Jain %.3f, max queue %.0f B", rates, jain(rates), maxQueue)
+	if maxQueue < 1e6 {
+		t.Errorf("queue only %.0f bytes without congestion control", maxQueue)
 	}
 }
 
@@ -510,7 +450,8 @@ func TestRTTBottleneck(t *testing.T) {
 	bn := newBottleneck(t, 4, c, rate, false)
 	rates := bn.run(300*time.Millisecond, 100*time.Millisecond)
 	j := jain(rates)
-	t.Logf("rates %.3g, Jain %.3f, max queue %.0f B, dropped %d", rates, j, bn.maxQueue, bn.dropped)
+	maxQueue, _, dropped := bn.stats()
+	t.Logf("rates %.3g, Jain %.3f, max queue %.0f B, dropped %d", rates, j, maxQueue, dropped)
 	if j < 0.95 {
 		t.Errorf("Jain's index %.3f < 0.95", j)
 	}
@@ -519,8 +460,8 @@ func TestRTTBottleneck(t *testing.T) {
 	}
 	// The target's worth of queue is 20 KB; allow for the window's
 	// overshoot of a round trip.
-	if bn.maxQueue > 100<<10 {
-		t.Errorf("queue reached %.0f bytes", bn.maxQueue)
+	if maxQueue > 100<<10 {
+		t.Errorf("queue reached %.0f bytes", maxQueue)
 	}
 }
 
