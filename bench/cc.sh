@@ -2,15 +2,18 @@
 # cc.sh - 1, 2, 4 and 8 goroce flows through one bottleneck, and goroce
 # next to TCP, with and without congestion control.
 #
-# Two network namespaces, goroce-cca (10.97.0.1, the servers) and
-# goroce-ccb (10.97.0.2, the clients), joined by a veth pair of link MTU
-# 4200 (path MTU 4096). The clients' side of the pair sends through a tbf
-# qdisc of rate $RATE and queue $LIMIT bytes: the bottleneck the WRITEs
-# cross (ACKs come back unshaped). Segmentation offload is off on the
-# pair, so tbf sees single packets. No qdisc here marks ECN (this kernel
-# has no red or fq_codel), so DCQCN never acts: the congestion control
-# that can act is the RTT window (DeviceConfig.CongestionControl.RTT,
-# goroce-perf --rtt-cc).
+# Three network namespaces: goroce-cca (10.97.0.1, the servers) and
+# goroce-ccb (10.97.1.2, the clients), each joined by a veth pair of link
+# MTU 4200 (path MTU 4096) to the router goroce-ccr, which forwards
+# between them and sends towards the servers through a tbf qdisc of rate
+# $RATE and queue $LIMIT bytes: the bottleneck the WRITEs cross (ACKs come
+# back unshaped). The queue is in another host's qdisc, as a switch's is,
+# so a full queue drops packets instead of pushing back on the senders'
+# sockets (TCP Small Queues, UDP's ENOBUFS). Segmentation and receive
+# offloads are off on every link, so tbf sees single packets. No qdisc
+# here marks ECN (this kernel has no red or fq_codel), so DCQCN never
+# acts: the congestion control that can act is the RTT window
+# (DeviceConfig.CongestionControl.RTT, goroce-perf --rtt-cc).
 #
 # For each MODE in $MODES ("off": --no-ecn, no congestion control at
 # all; "rtt": --rtt-cc --rtt-target $RTT_TARGET):
@@ -33,8 +36,11 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 NS_A=goroce-cca
 NS_B=goroce-ccb
+NS_R=goroce-ccr
 IP_A=10.97.0.1
-IP_B=10.97.0.2
+IP_RA=10.97.0.254
+IP_B=10.97.1.2
+IP_RB=10.97.1.254
 RATE=${RATE:-400mbit}
 LIMIT=${LIMIT:-1000000}
 SECS=${SECS:-10}
@@ -70,6 +76,7 @@ cleanup() {
 	done
 	ip netns del "$NS_A" 2>/dev/null
 	ip netns del "$NS_B" 2>/dev/null
+	ip netns del "$NS_R" 2>/dev/null
 	rm -rf "$BIN"
 	[[ -z $keep_out ]] && rm -rf "$OUT"
 }
@@ -83,18 +90,28 @@ done
 
 in_a() { ip netns exec "$NS_A" "$@"; }
 in_b() { ip netns exec "$NS_B" "$@"; }
+in_r() { ip netns exec "$NS_R" "$@"; }
 
 setup_net() {
-	ip netns del "$NS_A" 2>/dev/null
-	ip netns del "$NS_B" 2>/dev/null
-	ip netns add "$NS_A" && ip netns add "$NS_B" &&
-		ip link add veth-cca netns "$NS_A" type veth peer name veth-ccb netns "$NS_B" &&
+	local ns
+	for ns in "$NS_A" "$NS_B" "$NS_R"; do
+		ip netns del "$ns" 2>/dev/null
+		ip netns add "$ns" || return 1
+		ip netns exec "$ns" ip link set lo up || return 1
+	done
+	ip link add veth-cca netns "$NS_A" type veth peer name veth-ccra netns "$NS_R" &&
+		ip link add veth-ccb netns "$NS_B" type veth peer name veth-ccrb netns "$NS_R" &&
 		in_a ip addr add "$IP_A/24" dev veth-cca && in_b ip addr add "$IP_B/24" dev veth-ccb &&
-		in_a ethtool -K veth-cca tx-udp-segmentation off tso off gso off >/dev/null &&
-		in_b ethtool -K veth-ccb tx-udp-segmentation off tso off gso off >/dev/null &&
-		in_a ip link set veth-cca mtu 4200 up && in_b ip link set veth-ccb mtu 4200 up &&
-		in_a ip link set lo up && in_b ip link set lo up &&
-		in_b tc qdisc add dev veth-ccb root tbf rate "$RATE" burst 32kb limit "$LIMIT"
+		in_r ip addr add "$IP_RA/24" dev veth-ccra && in_r ip addr add "$IP_RB/24" dev veth-ccrb || return 1
+	local pair
+	for pair in "$NS_A veth-cca" "$NS_B veth-ccb" "$NS_R veth-ccra" "$NS_R veth-ccrb"; do
+		set -- $pair
+		ip netns exec "$1" ethtool -K "$2" tx-udp-segmentation off tso off gso off gro off >/dev/null &&
+			ip netns exec "$1" ip link set "$2" mtu 4200 up || return 1
+	done
+	in_r sysctl -qw net.ipv4.ip_forward=1 &&
+		in_a ip route add default via "$IP_RA" && in_b ip route add default via "$IP_RB" &&
+		in_r tc qdisc add dev veth-ccra root tbf rate "$RATE" burst 32kb limit "$LIMIT"
 }
 
 wait_listen() { # wait_listen PID PORT
