@@ -52,18 +52,10 @@ FLOWS=${FLOWS:-1 2 4 8}
 IPERF_PORT=15273
 export PATH=$PATH:/usr/local/go/bin
 
-if [[ $(id -u) != 0 ]]; then
-	echo "cc.sh: must run as root (namespaces, tc)" >&2
-	exit 2
-fi
-keep_out=
-if [[ -n ${OUT:-} ]]; then
-	mkdir -p "$OUT" || exit 2
-	keep_out=1
-else
-	OUT=$(mktemp -d /tmp/goroce-cc.XXXXXX) || exit 2
-fi
-BIN=$(mktemp -d /tmp/goroce-cc-bin.XXXXXX) || exit 2
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+bench_require_root cc.sh 'namespaces, tc'
+bench_dirs cc
 pids=()
 
 cleanup() {
@@ -77,8 +69,7 @@ cleanup() {
 	ip netns del "$NS_A" 2>/dev/null
 	ip netns del "$NS_B" 2>/dev/null
 	ip netns del "$NS_R" 2>/dev/null
-	rm -rf "$BIN"
-	[[ -z $keep_out ]] && rm -rf "$OUT"
+	bench_dirs_remove
 }
 trap cleanup EXIT
 trap 'exit 130' INT

@@ -43,20 +43,6 @@ modes=(tcp gbn sr)
 
 log() { printf 'loss: %s\n' "$*" >&2; }
 
-install_tools() {
-	[[ -n ${BENCH_NO_INSTALL:-} ]] && return
-	local missing=()
-	command -v iperf3 >/dev/null || missing+=(iperf3)
-	command -v jq >/dev/null || missing+=(jq)
-	command -v iptables >/dev/null || missing+=(iptables)
-	if ((${#missing[@]})); then
-		log "installing ${missing[*]}"
-		export DEBIAN_FRONTEND=noninteractive
-		apt-get install -y "${missing[@]}" >/dev/null 2>&1 ||
-			{ apt-get update >/dev/null && apt-get install -y "${missing[@]}" >/dev/null; }
-	fi
-}
-
 inA() { ip netns exec "$nsa" "$@"; }
 inB() { ip netns exec "$nsb" "$@"; }
 
@@ -116,7 +102,7 @@ fmt() { awk -v a="$1" 'BEGIN { if (a == "-") print "-"; else printf "%.0f", a }'
 
 main() {
 	[[ $(id -u) == 0 ]] || { log "needs root (namespaces, iptables)"; exit 1; }
-	install_tools
+	bench_install iperf3 jq iptables
 	mkdir -p "$raw"
 	if [[ -n ${BENCH_PERF:-} ]]; then
 		P=$BENCH_PERF
