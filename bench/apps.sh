@@ -49,22 +49,11 @@ DURATION=${DURATION:-5}
 WORKLOADS=${WORKLOADS:-"grpc-unary:grpc grpc-stream:grpc http:http http-1m:http kv-get:kv kv-put:kv"}
 export PATH=$PATH:/usr/local/go/bin
 
-if [[ $(id -u) != 0 ]]; then
-	echo "apps.sh: must run as root (namespaces)" >&2
-	exit 2
-fi
-keep_out=
-if [[ -n ${OUT:-} ]]; then
-	mkdir -p "$OUT" || exit 2
-	keep_out=1
-else
-	OUT=$(mktemp -d /tmp/goroce-apps.XXXXXX) || exit 2
-fi
-BIN=$(mktemp -d /tmp/goroce-apps-bin.XXXXXX) || exit 2
+bench_require_root apps.sh 'namespaces'
+bench_dirs apps
 cleanup() {
 	netns_pair_down "$NS_A" "$NS_B"
-	rm -rf "$BIN"
-	[[ -z $keep_out ]] && rm -rf "$OUT"
+	bench_dirs_remove
 }
 trap cleanup EXIT
 trap 'exit 130' INT

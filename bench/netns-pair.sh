@@ -9,7 +9,11 @@
 #
 # The veth ends are named veth-$NS_A and veth-$NS_B cut to 15 characters;
 # loopback is up in both. A namespace left by an earlier run of the same
-# names is deleted first.
+# names is deleted first. It sources bench/lib.sh, the helpers every bench
+# script shares.
+
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # netns_pair_down NS_A NS_B: kills every process in the namespaces and
 # deletes them (with them the veth pair); quiet if they do not exist.

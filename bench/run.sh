@@ -50,6 +50,8 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$root/bench/lib.sh"
 net=${BENCH_NET:-0}
 g1=127.0.$net.1 g2=127.0.$net.2 k1=127.0.$net.3 k2=127.0.$net.4
 dur=${BENCH_DURATION:-5}
@@ -67,27 +69,6 @@ raw=$outdir/$day
 iperf_port=$((15200 + net)) sockperf_port=$((15500 + net))
 
 log() { printf 'bench: %s\n' "$*" >&2; }
-
-install_tools() {
-	if [[ -n ${BENCH_NO_INSTALL:-} ]]; then
-		return
-	fi
-	if [[ $(id -u) != 0 ]]; then
-		log "not root: cannot apt-get install; set BENCH_NO_INSTALL=1 if iperf3 and sockperf are installed"
-		exit 1
-	fi
-	local missing=()
-	command -v iperf3 >/dev/null || missing+=(iperf3)
-	command -v sockperf >/dev/null || missing+=(sockperf)
-	command -v python3 >/dev/null || missing+=(python3)
-	command -v jq >/dev/null || missing+=(jq)
-	if ((${#missing[@]})); then
-		log "installing ${missing[*]}"
-		export DEBIAN_FRONTEND=noninteractive
-		apt-get install -y "${missing[@]}" >/dev/null 2>&1 ||
-			{ apt-get update >/dev/null && apt-get install -y "${missing[@]}" >/dev/null; }
-	fi
-}
 
 build() {
 	log "building goroce-perf and goroce-scale"
@@ -161,7 +142,7 @@ machine() {
 }
 
 main() {
-	install_tools
+	bench_install iperf3 sockperf python3 jq
 	rm -rf "${raw:?}"
 	mkdir -p "$raw"
 	machine

@@ -34,18 +34,10 @@ DURATION=${DURATION:-5}
 LAT_ITERS=${LAT_ITERS:-20000}
 export PATH=$PATH:/usr/local/go/bin
 
-if [[ $(id -u) != 0 ]]; then
-	echo "seal.sh: must run as root (namespaces)" >&2
-	exit 2
-fi
-keep_out=
-if [[ -n ${OUT:-} ]]; then
-	mkdir -p "$OUT" || exit 2
-	keep_out=1
-else
-	OUT=$(mktemp -d /tmp/goroce-seal.XXXXXX) || exit 2
-fi
-BIN=$(mktemp -d /tmp/goroce-seal-bin.XXXXXX) || exit 2
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+bench_require_root seal.sh 'namespaces'
+bench_dirs seal
 pids=()
 
 cleanup() {
@@ -58,8 +50,7 @@ cleanup() {
 	done
 	ip netns del "$NS_A" 2>/dev/null
 	ip netns del "$NS_B" 2>/dev/null
-	rm -rf "$BIN"
-	[[ -z $keep_out ]] && rm -rf "$OUT"
+	bench_dirs_remove
 }
 trap cleanup EXIT
 trap 'exit 130' INT

@@ -52,20 +52,6 @@ iperf_port=15271 sockperf_port=15571
 
 log() { printf 'veth: %s\n' "$*" >&2; }
 
-install_tools() {
-	[[ -n ${BENCH_NO_INSTALL:-} ]] && return
-	local missing=()
-	command -v iperf3 >/dev/null || missing+=(iperf3)
-	command -v sockperf >/dev/null || missing+=(sockperf)
-	command -v jq >/dev/null || missing+=(jq)
-	if ((${#missing[@]})); then
-		log "installing ${missing[*]}"
-		export DEBIAN_FRONTEND=noninteractive
-		apt-get install -y "${missing[@]}" >/dev/null 2>&1 ||
-			{ apt-get update >/dev/null && apt-get install -y "${missing[@]}" >/dev/null; }
-	fi
-}
-
 inA() { ip netns exec "$nsa" "$@"; }
 inB() { ip netns exec "$nsb" "$@"; }
 
@@ -178,7 +164,7 @@ report() {
 
 main() {
 	[[ $(id -u) == 0 ]] || { log "needs root (network namespaces)"; exit 1; }
-	install_tools
+	bench_install iperf3 sockperf jq
 	mkdir -p "$raw"
 	if [[ -n ${BENCH_PERF:-} ]]; then
 		P=$BENCH_PERF

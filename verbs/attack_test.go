@@ -176,3 +176,28 @@ func TestAttackForgedAcks(t *testing.T) {
 		t.Errorf("completion %+v", wc)
 	}
 }
+
+// TestAttackForgedCNP: a CNP from the peer's address and another port, or
+// from a third address, changes nothing (the QP's rate stays unlimited);
+// the real peer's CNP is handled.
+func TestAttackForgedCNP(t *testing.T) {
+	h := newHostileTarget(t, verbs.DefaultUDPPort)
+	h.fence(t) // the real peer's first packet pins its port
+	cnp := wire.AppendHeaders(nil, &wire.Headers{BTH: wire.BTHFields{
+		Opcode: wire.CNP, PKey: wire.DefaultPKey, BECN: true, DestQP: wire.QPN(h.qp.QPN())}})
+	cnp = append(cnp, make([]byte, wire.CNPReservedLen)...)
+	spoof := newRawPeer(t, h.peer.addr.Addr(), 0)
+	if d := h.sendAll(t, spoof, cnp); d.DroppedWrongPort != 1 {
+		t.Errorf("a CNP from the peer's address and another port: %+v", d)
+	}
+	if d := h.sendAll(t, h.other, cnp); d.DroppedWrongSource != 1 {
+		t.Errorf("a CNP from a third address: %+v", d)
+	}
+	if q := h.qp.Counters(); q.RPCNPHandled != 0 || q.RPCNPIgnored != 0 || q.RPRateDecreases != 0 {
+		t.Fatalf("forged CNPs reached the QP: %+v", q)
+	}
+	h.sendAll(t, h.peer, cnp)
+	if q := h.qp.Counters(); q.RPCNPHandled != 1 || q.RPRateDecreases != 1 {
+		t.Errorf("the peer's CNP: handled %d, rate decreases %d; want 1 and 1", q.RPCNPHandled, q.RPRateDecreases)
+	}
+}

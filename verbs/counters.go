@@ -146,6 +146,23 @@ type Counters struct {
 	SRResends       uint64
 	SREarlyTimeouts uint64
 
+	// Congestion control (DeviceConfig.CongestionControl), with mlx5's
+	// names: NPECNMarkedRoCEPackets counts packets received with ECN CE
+	// (np_ecn_marked_roce_packets), NPCNPSent the CNPs sent for them
+	// (np_cnp_sent), RPCNPHandled the CNPs from peers that the reaction
+	// point acted on (rp_cnp_handled) and RPCNPIgnored the others, with
+	// ECN off or in a state that sends nothing (rp_cnp_ignored).
+	// RPRateDecreases counts DCQCN's rate decreases, RPRateLifted the
+	// limits lifted when the rate recovered, RTTWindowDecreases the RTT
+	// window's decreases.
+	NPECNMarkedRoCEPackets uint64
+	NPCNPSent              uint64
+	RPCNPHandled           uint64
+	RPCNPIgnored           uint64
+	RPRateDecreases        uint64
+	RPRateLifted           uint64
+	RTTWindowDecreases     uint64
+
 	// ICRCIDPredicted counts packets accepted with a full 32-bit ICRC
 	// check for a non-zero IPv4 identification that follows the previous
 	// packet's from the same source (segments of a GSO send); device only.
@@ -231,6 +248,13 @@ var counterFields = [...]counterField{
 	{"sr_sack_rcvd", func(c *Counters) *uint64 { return &c.SRSACKRcvd }},
 	{"sr_resends", func(c *Counters) *uint64 { return &c.SRResends }},
 	{"sr_early_timeouts", func(c *Counters) *uint64 { return &c.SREarlyTimeouts }},
+	{"np_ecn_marked_roce_packets", func(c *Counters) *uint64 { return &c.NPECNMarkedRoCEPackets }},
+	{"np_cnp_sent", func(c *Counters) *uint64 { return &c.NPCNPSent }},
+	{"rp_cnp_handled", func(c *Counters) *uint64 { return &c.RPCNPHandled }},
+	{"rp_cnp_ignored", func(c *Counters) *uint64 { return &c.RPCNPIgnored }},
+	{"rp_rate_decreases", func(c *Counters) *uint64 { return &c.RPRateDecreases }},
+	{"rp_rate_lifted", func(c *Counters) *uint64 { return &c.RPRateLifted }},
+	{"rtt_window_decreases", func(c *Counters) *uint64 { return &c.RTTWindowDecreases }},
 	{"icrc_id_predicted", func(c *Counters) *uint64 { return &c.ICRCIDPredicted }},
 	{"tx_gso", func(c *Counters) *uint64 { return &c.TxGSO }},
 	{"tx_calls", func(c *Counters) *uint64 { return &c.TxCalls }},
@@ -376,6 +400,13 @@ func (qp *QP) countersLocked() Counters {
 	c.SRSACKRcvd = t.SACKReceived
 	c.SRResends = t.SelectiveResends
 	c.SREarlyTimeouts = t.EarlyTimeouts
+	c.NPECNMarkedRoCEPackets = t.ECNMarked
+	c.NPCNPSent = t.CNPSent
+	c.RPCNPHandled = t.CNPHandled
+	c.RPCNPIgnored = t.CNPReceived - t.CNPHandled
+	c.RPRateDecreases = t.RateDecreases
+	c.RPRateLifted = t.RateLifted
+	c.RTTWindowDecreases = t.RTTDecreases
 	return c
 }
 

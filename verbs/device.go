@@ -11,6 +11,7 @@ import (
 
 	"github.com/goroce/goroce/internal/gsi"
 	"github.com/goroce/goroce/internal/netio"
+	"github.com/goroce/goroce/internal/transport"
 )
 
 // DefaultUDPPort is the RoCEv2 UDP destination port (IANA 4791).
@@ -109,6 +110,11 @@ type DeviceConfig struct {
 	// costs a system call (about a microsecond when nothing is there);
 	// applications that park (Wait, completion channels) gain nothing.
 	BusyPoll bool
+
+	// CongestionControl configures ECN, DCQCN and the RTT window (see
+	// CongestionControl); the zero value is ECN and DCQCN on with their
+	// defaults and the RTT window off.
+	CongestionControl CongestionControl
 }
 
 // Device is an open goroce RDMA device (struct ibv_context): one port, one
@@ -136,6 +142,9 @@ type Device struct {
 	eng           *engine // the socket and the data path's goroutines
 	busyPoll      bool    // DeviceConfig.BusyPoll
 	anySourcePort bool    // DeviceConfig.AnySourcePort
+	// cc is every connected QP's congestion control
+	// (DeviceConfig.CongestionControl), immutable after Open.
+	cc transport.CCConfig
 
 	stats *statsEndpoint // nil without one (NoStatsEndpoint, or it failed)
 
@@ -224,7 +233,7 @@ func open(op string, cfg DeviceConfig, faults *netio.Faults) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	eng, err := startEngine(d, faults, cfg.NoOffload, cfg.PerQPReplyPort)
+	eng, err := startEngine(d, faults, cfg.NoOffload, cfg.PerQPReplyPort, d.cc.ECN)
 	if err != nil {
 		return nil, bindError(op, netip.AddrPortFrom(d.addr, d.udpPort), err)
 	}
@@ -282,8 +291,13 @@ func buildDevice(op string, cfg DeviceConfig) (*Device, error) {
 	attr.SysImageGUID = attr.NodeGUID
 
 	gids := buildGIDTable(addr.WithZone(""), ifid)
+	cc, err := cfg.CongestionControl.transportCC(op)
+	if err != nil {
+		return nil, err
+	}
 	keys := newKeySecret()
 	return &Device{
+		cc:      cc,
 		name:    name,
 		addr:    addr,
 		udpPort: udpPort,

@@ -83,9 +83,10 @@ type engine struct {
 
 // startEngine opens the device's socket, with the fault-injection tap
 // faults unless nil, and starts its goroutines. perQPReplies keeps each
-// reply on its QP's source port (DeviceConfig.PerQPReplyPort).
-func startEngine(d *Device, faults *netio.Faults, noOffload, perQPReplies bool) (*engine, error) {
-	conn, err := netio.Open(netio.Config{Addr: d.addr, Port: d.udpPort, Faults: faults, NoGSO: noOffload, NoGRO: noOffload})
+// reply on its QP's source port (DeviceConfig.PerQPReplyPort); ect sends
+// ECT(0) (CongestionControl).
+func startEngine(d *Device, faults *netio.Faults, noOffload, perQPReplies, ect bool) (*engine, error) {
+	conn, err := netio.Open(netio.Config{Addr: d.addr, Port: d.udpPort, Faults: faults, NoGSO: noOffload, NoGRO: noOffload, ECT: ect})
 	if err != nil {
 		return nil, err
 	}

@@ -70,11 +70,22 @@ func (e *engine) HandlePacket(p *wire.Packet, from netip.AddrPort, info netio.Re
 		e.wrongPort.Add(1)
 		return
 	}
+	if p.BTH.Opcode() == wire.CNP {
+		// From the QP's peer (checked above): the reaction point's.
+		// It neither establishes the connection nor pins a port.
+		qp.tq.HandlePacket(p, e.rxNow(), qp.outputLocked())
+		return
+	}
 	if !qp.commEst {
 		e.firstPacket(qp)
 	}
 	raceSync()
-	qp.tq.HandlePacket(p, e.rxNow(), qp.outputLocked())
+	now := e.rxNow()
+	if info.ECN == netio.ECNCE {
+		// The notification point: a queue on the way was congested.
+		qp.tq.MarkCE(now, qp.outputLocked())
+	}
+	qp.tq.HandlePacket(p, now, qp.outputLocked())
 	raceSync()
 	e.transmitAfterBatch(qp)
 }
@@ -84,15 +95,21 @@ func (e *engine) HandlePacket(p *wire.Packet, from netip.AddrPort, info netio.Re
 // (DeviceConfig.AnySourcePort): the first such packet after RTR pins its
 // port, since rxe and goroce send all of a QP's packets from one port (rxe:
 // rdma_get_udp_sport of the flow label or the QP numbers, set with the
-// AV); an ACKNOWLEDGE may also come from the peer's RoCE port, the one a
-// goroce peer sends coalesced replies from (engine_send.go, step 4), and
-// pins nothing. Port 0 is no sender's. The caller holds xmu.
+// AV); an ACKNOWLEDGE or a CNP may also come from the peer's RoCE port, the
+// one a goroce peer sends coalesced replies from (engine_send.go, step 4),
+// and pins nothing; a CNP pins nothing either, and before a port is pinned
+// one is taken from any. Port 0 is no sender's. The caller holds xmu.
 func (qp *QP) acceptSourcePort(port uint16, p *wire.Packet) bool {
 	switch {
 	case qp.dev.anySourcePort:
 		return true
-	case port == qp.peer.Port() && p.BTH.Opcode() == wire.RCAcknowledge:
+	case port == qp.peer.Port() && (p.BTH.Opcode() == wire.RCAcknowledge || p.BTH.Opcode() == wire.CNP):
 		return true
+	case p.BTH.Opcode() == wire.CNP:
+		// Before the peer's QP sent anything else (a responder that
+		// only acknowledged, from its RoCE port), its CNP is taken
+		// from any port of the peer's address.
+		return qp.peerSrcPort == 0 && port != 0
 	case qp.peerSrcPort == 0 && port != 0:
 		qp.peerSrcPort = port
 		return true

@@ -33,6 +33,11 @@ type Faults struct {
 	Seed uint64
 	// Drop, Duplicate, Corrupt and Reorder are probabilities in [0, 1].
 	Drop, Duplicate, Corrupt, Reorder float64
+	// MarkCE, a probability in [0, 1], marks received ECN-capable packets
+	// CE (congestion experienced), as a congested queue on the way would:
+	// the test of congestion control's notification and reaction points
+	// on a machine whose queues mark nothing. It draws after Drop.
+	MarkCE float64
 	// Delay and Jitter, in [0, 1s], are the fixed and the uniformly
 	// random part of the delay added to every received packet.
 	Delay, Jitter time.Duration
@@ -62,6 +67,8 @@ type FaultCounters struct {
 	Corrupted uint64
 	// Delayed counts packet copies held back (delayed or reordered).
 	Delayed uint64
+	// MarkedCE counts ECN-capable packets marked CE.
+	MarkedCE uint64
 }
 
 // FaultCounters returns the counts of the faults injected so far; they are
@@ -73,5 +80,6 @@ func (d *Device) FaultCounters() FaultCounters {
 		Duplicated: c.FaultDuplicated.Load(),
 		Corrupted:  c.FaultCorrupted.Load(),
 		Delayed:    c.FaultDelayed.Load(),
+		MarkedCE:   c.FaultMarkedCE.Load(),
 	}
 }

@@ -274,3 +274,46 @@ func TestOpenFaultsInvalid(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestE2ECongestionNotification: a responder whose received packets are
+// marked CE (as by a congested queue) answers with CNPs, and the requester
+// limits its rate; the data still arrives whole. With ECN off nothing is
+// ECN-capable, so nothing is marked and nothing changes.
+func TestE2ECongestionNotification(t *testing.T) {
+	for _, noECN := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoECN=%v", noECN), func(t *testing.T) {
+			cc := verbs.CongestionControl{NoECN: noECN}
+			open := func(f *verbs.Faults) func(verbs.DeviceConfig) (*verbs.Device, error) {
+				return func(c verbs.DeviceConfig) (*verbs.Device, error) {
+					c.CongestionControl = cc
+					if f == nil {
+						return verbs.Open(c)
+					}
+					return verbs.OpenWithFaults(c, *f)
+				}
+			}
+			a := newEnd(t, 17, rdmatest.EndOptions{Open: open(nil), BufSize: 1 << 20})
+			b := newEnd(t, 18, rdmatest.EndOptions{Open: open(&verbs.Faults{MarkCE: 0.2, Seed: 5}), BufSize: 1 << 20})
+			rdmatest.Connect(t, a, b, rdmatest.DefaultLink(), rdmatest.DefaultLink())
+			for i := range 8 {
+				runOpcode(t, a, b, verbs.WRRDMAWrite, 64<<10, 1, byte(i))
+			}
+			ac, bc := a.Dev.Counters(), b.Dev.Counters()
+			marked := b.Dev.FaultCounters().MarkedCE
+			t.Logf("marked %d, np_ecn_marked %d, np_cnp_sent %d, rp_cnp_handled %d, rp_rate_decreases %d",
+				marked, bc.NPECNMarkedRoCEPackets, bc.NPCNPSent, ac.RPCNPHandled, ac.RPRateDecreases)
+			if noECN {
+				if marked != 0 || bc.NPCNPSent != 0 || ac.RPCNPHandled != 0 {
+					t.Fatalf("with ECN off: %d marked, %d CNPs sent, %d handled", marked, bc.NPCNPSent, ac.RPCNPHandled)
+				}
+				return
+			}
+			if marked == 0 || bc.NPECNMarkedRoCEPackets != marked {
+				t.Errorf("%d packets marked CE, %d counted by the notification point", marked, bc.NPECNMarkedRoCEPackets)
+			}
+			if bc.NPCNPSent == 0 || ac.RPCNPHandled == 0 || ac.RPCNPHandled > bc.NPCNPSent || ac.RPRateDecreases == 0 {
+				t.Errorf("CNPs: %d sent, %d handled, %d rate decreases", bc.NPCNPSent, ac.RPCNPHandled, ac.RPRateDecreases)
+			}
+		})
+	}
+}

@@ -89,6 +89,9 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 		return nil, err
 	}
 	qp.tq = transport.NewQP(qp.transportConfig())
+	if qp.qpType != QPTypeUD {
+		qp.tq.SetCongestionControl(d.cc)
+	}
 	if qp.qpType == QPTypeUD {
 		// A UD QP has no path MTU attribute: a datagram is bounded
 		// by the port's active MTU (rxe takes the port's too).

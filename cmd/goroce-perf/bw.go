@@ -75,7 +75,9 @@ func (s *side) runBW(ctx context.Context, size int) (result, error) {
 	s.perQP = append(s.perQP[:0], l.scnt...)
 	// posted and done are paired by rank, as perftest's tposted and
 	// tcompleted arrays are.
-	return bwResult(s.cfg, size, l.posted, l.done), nil
+	r := bwResult(s.cfg, size, l.posted, l.done)
+	r.qpBW = qpShares(r.bwAvg, l.ccnt)
+	return r, nil
 }
 
 // bwLoop is the state of one runBW: per QP the work requests posted (scnt)
@@ -269,4 +271,22 @@ func (s *side) postRecv(q, size int) error {
 	s.posted[q]++
 	wr := verbs.RecvWR{WRID: uint64(q)<<48 | uint64(s.posted[q]), SGList: []verbs.SGE{s.mr.SGE(s.recvSlot(q), size+s.recvExtra())}}
 	return s.qps[q].PostRecv(&wr)
+}
+
+// qpShares splits the run's average bandwidth bw between the QPs in
+// proportion to the work requests each completed (done): each QP's
+// bandwidth over the run's span. nil for a run of one QP.
+func qpShares(bw float64, done []int) []float64 {
+	total := 0
+	for _, n := range done {
+		total += n
+	}
+	if len(done) < 2 || total == 0 {
+		return nil
+	}
+	out := make([]float64, len(done))
+	for q, n := range done {
+		out[q] = bw * float64(n) / float64(total)
+	}
+	return out
 }

@@ -122,6 +122,11 @@ type config struct {
 	rdmaCM        bool   // -R: perftest's rdma_cm mode
 	pskFile       string // --psk-file: seal the connections (cm.Security) with this key
 	psk           []byte // its contents
+	// Congestion control (DeviceConfig.CongestionControl): --no-ecn,
+	// --rtt-cc and --rtt-target (microseconds, 0: the default).
+	noECN     bool
+	rttCC     bool
+	rttTarget int
 }
 
 // parseArgs parses "TEST [flags] [server-host] [flags]".
@@ -215,6 +220,9 @@ func (c *config) defineFlags(fs *flag.FlagSet, size, iters, txDepth *int, loopAd
 	both(&c.counters, "", "counters", false, "print the device's counters (rxe's hw_counters and goroce's own) at the end")
 	both(&c.busyPoll, "", "busy-poll", false, "poll completions and memory in a tight loop that also receives the device's packets (DeviceConfig.BusyPoll), never yielding the processor (lowest latency; burns a core per waiting side)")
 	both(&c.plotRef, "", "plot-ref", "", "LABEL=FILE: draw FILE's latencies (one per line, usec) in the plot's CDF as LABEL, e.g. a UDP ping-pong")
+	both(&c.noECN, "", "no-ecn", false, "turn off ECN: no ECT(0), no CNPs, no DCQCN (DeviceConfig.CongestionControl.NoECN)")
+	both(&c.rttCC, "", "rtt-cc", false, "RC: the RTT-based congestion window, for paths whose queues mark no ECN (CongestionControl.RTT)")
+	both(&c.rttTarget, "", "rtt-target", 0, "with --rtt-cc, the target round trip in microseconds (default 1000)")
 	defineFaultFlags(fs)
 	both(&c.plot, "", "plot", "", "write plots of bandwidth against message size (use -a) and a latency CDF to FILE.svg or FILE.png")
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -141,6 +142,7 @@ func TestLoopbackEveryTest(t *testing.T) {
 					fields = append(fields, "p99_99_usec")
 					if strings.HasSuffix(tc.test, "_bw") {
 						fields = append(fields, "p50_usec")
+						checkQPShares(t, side, l, slices.Contains(tc.extra, "-q"), bidir)
 					}
 				}
 				for _, f := range fields {
@@ -805,4 +807,34 @@ func TestCounters(t *testing.T) {
 			t.Fatalf("counters of %q, want client and server:\n%s", sides, out)
 		}
 	})
+}
+
+// checkQPShares checks a bandwidth result's qp_bw_average: with several
+// QPs (multi) one positive number per QP summing to bw_average (with -b,
+// bidir, to this side's direction only, which bw_average does not show),
+// else absent.
+func checkQPShares(t *testing.T, side string, l map[string]any, multi, bidir bool) {
+	t.Helper()
+	raw, ok := l["qp_bw_average"].([]any)
+	if !multi {
+		if ok {
+			t.Errorf("%s side: qp_bw_average %v with one QP", side, raw)
+		}
+		return
+	}
+	if len(raw) != 2 {
+		t.Errorf("%s side: qp_bw_average = %v, want 2 numbers (-q 2)", side, l["qp_bw_average"])
+		return
+	}
+	sum := 0.0
+	for _, v := range raw {
+		f, _ := v.(float64)
+		if !(f > 0) {
+			t.Errorf("%s side: qp_bw_average = %v, want positive numbers", side, raw)
+		}
+		sum += f
+	}
+	if bw, _ := l["bw_average"].(float64); !bidir && math.Abs(sum-bw) > 1e-6*bw {
+		t.Errorf("%s side: qp_bw_average sums to %v, bw_average %v", side, sum, bw)
+	}
 }

@@ -43,6 +43,10 @@ type result struct {
 	samples []float64 // the per-message latencies behind p9999, sorted (µs)
 	bytes   float64   // payload moved
 	cpu     time.Duration
+	// qpBW is each QP's share of this side's bwAvg (with -b, before the
+	// peer's direction is added), in its unit, over the same span: the
+	// fairness between the QPs of one run (-q N).
+	qpBW []float64
 }
 
 func (r result) bwReport() oob.BWReport {
@@ -338,30 +342,31 @@ func (s *side) checkState() string {
 
 // jsonResult is the --json form of a result line.
 type jsonResult struct {
-	Test       string   `json:"test"`
-	Side       string   `json:"side"`
-	Bytes      int      `json:"bytes"`
-	Iterations uint64   `json:"iterations"`
-	Remote     bool     `json:"remote_report,omitempty"`
-	BWUnit     string   `json:"bw_unit,omitempty"`
-	BWPeak     *float64 `json:"bw_peak,omitempty"`
-	BWAvg      *float64 `json:"bw_average,omitempty"`
-	MsgRate    *float64 `json:"msg_rate_mpps,omitempty"`
-	TMin       *float64 `json:"t_min_usec,omitempty"`
-	TMax       *float64 `json:"t_max_usec,omitempty"`
-	TTypical   *float64 `json:"t_typical_usec,omitempty"`
-	TAvg       *float64 `json:"t_avg_usec,omitempty"`
-	TStdev     *float64 `json:"t_stdev_usec,omitempty"`
-	P99        *float64 `json:"p99_usec,omitempty"`
-	P999       *float64 `json:"p99_9_usec,omitempty"`
-	P9999      *float64 `json:"p99_99_usec,omitempty"`
-	P50        *float64 `json:"p50_usec,omitempty"` // bandwidth tests: the median message, as p99_99_usec
-	CPUPerGB   *float64 `json:"cpu_sec_per_gb,omitempty"`
-	RegMiB     float64  `json:"reg_mib"`
-	RegUsec    float64  `json:"reg_usec_per_mib"`
-	DeregUsec  float64  `json:"dereg_usec_per_mib"`
-	MTU        int      `json:"mtu"`
-	Check      string   `json:"check"`
+	Test       string    `json:"test"`
+	Side       string    `json:"side"`
+	Bytes      int       `json:"bytes"`
+	Iterations uint64    `json:"iterations"`
+	Remote     bool      `json:"remote_report,omitempty"`
+	BWUnit     string    `json:"bw_unit,omitempty"`
+	BWPeak     *float64  `json:"bw_peak,omitempty"`
+	BWAvg      *float64  `json:"bw_average,omitempty"`
+	QPBW       []float64 `json:"qp_bw_average,omitempty"` // per QP, in order, same unit and span as bw_average; with -b this side's direction only
+	MsgRate    *float64  `json:"msg_rate_mpps,omitempty"`
+	TMin       *float64  `json:"t_min_usec,omitempty"`
+	TMax       *float64  `json:"t_max_usec,omitempty"`
+	TTypical   *float64  `json:"t_typical_usec,omitempty"`
+	TAvg       *float64  `json:"t_avg_usec,omitempty"`
+	TStdev     *float64  `json:"t_stdev_usec,omitempty"`
+	P99        *float64  `json:"p99_usec,omitempty"`
+	P999       *float64  `json:"p99_9_usec,omitempty"`
+	P9999      *float64  `json:"p99_99_usec,omitempty"`
+	P50        *float64  `json:"p50_usec,omitempty"` // bandwidth tests: the median message, as p99_99_usec
+	CPUPerGB   *float64  `json:"cpu_sec_per_gb,omitempty"`
+	RegMiB     float64   `json:"reg_mib"`
+	RegUsec    float64   `json:"reg_usec_per_mib"`
+	DeregUsec  float64   `json:"dereg_usec_per_mib"`
+	MTU        int       `json:"mtu"`
+	Check      string    `json:"check"`
 }
 
 func num(v float64) *float64 {
@@ -385,6 +390,7 @@ func (s *side) printJSON(w io.Writer) error {
 		if r.hasBW {
 			j.BWUnit, j.BWPeak, j.BWAvg, j.MsgRate = s.cfg.unitName(), num(r.bwPeak), num(r.bwAvg), num(r.msgRate)
 			j.P50 = num(r.p50)
+			j.QPBW = r.qpBW
 		}
 		if r.hasLat {
 			j.TMin, j.TMax, j.TTypical, j.TAvg = num(r.tMin), num(r.tMax), num(r.tTyp), num(r.tAvg)

@@ -15,7 +15,9 @@ func (s *side) openDevice() error {
 	// Busy polling drives the device's receive path from the polling
 	// loop (DeviceConfig.BusyPoll): with two spinning sides on two
 	// cores, nothing else would run the devices' receive goroutines.
-	cfg := verbs.DeviceConfig{Name: s.cfg.ibDev, Addr: s.addr, Port: uint16(s.cfg.udpPort), BusyPoll: s.cfg.busyPoll}
+	cfg := verbs.DeviceConfig{Name: s.cfg.ibDev, Addr: s.addr, Port: uint16(s.cfg.udpPort), BusyPoll: s.cfg.busyPoll,
+		CongestionControl: verbs.CongestionControl{NoECN: s.cfg.noECN, RTT: s.cfg.rttCC,
+			RTTTarget: time.Duration(s.cfg.rttTarget) * time.Microsecond}}
 	if s.cfg.mtu != 0 {
 		cfg.MTU = verbs.MTUFromBytes(s.cfg.mtu)
 	}

@@ -85,6 +85,12 @@ type Config struct {
 	// sets UDP_GRO, so that the kernel may hand over several packets of a
 	// flow as one buffer, which Serve splits again.
 	NoGRO bool
+	// ECT sends every packet with the ECN field at ECT(0) (RFC 3168), as
+	// RoCE NICs do when their congestion control is on, so that a queue
+	// that marks ECN may mark goroce's packets CE instead of dropping
+	// them. The ICRC masks the whole traffic class byte, so any receiver
+	// accepts them. Linux only: the portable path sends Not-ECT.
+	ECT bool
 	// Faults, if not nil, turns on the fault-injection tap, for tests
 	// only: Open fails with ErrFaultsNotBuilt unless the binary was built
 	// with the goroce_faults tag (see Faults).

@@ -168,7 +168,7 @@ func TestExchange(t *testing.T) {
 				if wantFrom := netip.AddrPortFrom(a.LocalAddr().Addr(), s.Port()); r.from != wantFrom {
 					t.Errorf("from %v, want %v", r.from, wantFrom)
 				}
-				if r.info != (RecvInfo{Local: b.LocalAddr()}) {
+				if r.info != (RecvInfo{Local: b.LocalAddr(), ECN: wantNotECT}) {
 					t.Errorf("info %+v, want local %v, id 0, not recovered", r.info, b.LocalAddr())
 				}
 			}
@@ -182,6 +182,51 @@ func TestExchange(t *testing.T) {
 			if bc.RxPackets.Load() != n || bc.RxBytes.Load() != txBytes || bc.Delivered.Load() != n {
 				t.Errorf("receiver counters: %d packets, %d bytes, %d delivered; want %d, %d, %d",
 					bc.RxPackets.Load(), bc.RxBytes.Load(), bc.Delivered.Load(), n, txBytes, n)
+			}
+		})
+	}
+}
+
+// wantNotECT is the ECN a packet sent without Config.ECT arrives with:
+// Not-ECT, or unknown on the portable path, which does not read it.
+var wantNotECT = map[bool]ECN{true: ECNNotECT, false: ECNUnknown}[batchedReceive]
+
+// TestECN: a Conn with ECT sends ECT(0), every packet of a GSO send too,
+// and the receiver reads it (IP_RECVTOS, IPV6_RECVTCLASS) on the batched
+// path.
+func TestECN(t *testing.T) {
+	if !batchedReceive {
+		t.Skip("the portable path neither sends ECT nor reads the ECN field")
+	}
+	for _, fam := range []struct {
+		name string
+		a, b netip.Addr
+	}{{"IPv4", addrA, addrB}, {"IPv6", addr6, addr6}} {
+		t.Run(fam.name, func(t *testing.T) {
+			a, b := openPair(t, fam.a, fam.b, Config{ECT: true})
+			got := make(collector, 16)
+			serve(t, b, got)
+			s := acquire(t, a, SourcePortForFlow(1, 2))
+			pkt := buildTestPacket(t, wire.RCSendOnly, 2, 64, 7)
+			if err := s.Send(b.LocalAddr(), pkt); err != nil {
+				t.Fatal(err)
+			}
+			if r := got.next(t); r.info.ECN != ECNECT0 {
+				t.Errorf("ECN %v, want ECT(0)", r.info.ECN)
+			}
+			// A GSO run: the kernel copies the TOS into every segment.
+			const n = 4
+			msgs := make([]Message, n)
+			for i := range msgs {
+				msgs[i] = splitPacket(b.LocalAddr(), buildTestPacket(t, wire.RCRDMAWriteMiddle, 2, 1024, uint32(8+i)), 1024)
+			}
+			if _, err := s.SendBatch(msgs); err != nil {
+				t.Fatal(err)
+			}
+			for range n {
+				if r := got.next(t); r.info.ECN != ECNECT0 {
+					t.Errorf("segment ECN %v, want ECT(0)", r.info.ECN)
+				}
 			}
 		})
 	}

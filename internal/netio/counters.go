@@ -78,9 +78,11 @@ type Counters struct {
 	// applied to received datagrams: datagrams dropped, duplicated (one
 	// extra copy each), corrupted (one bit flipped; each such copy is then
 	// counted in ICRCErrors or Malformed) and held back (delayed or
-	// reordered). They stay zero without the tap.
+	// reordered), and ECN-capable datagrams marked CE. They stay zero
+	// without the tap.
 	FaultDropped    atomic.Uint64
 	FaultDuplicated atomic.Uint64
 	FaultCorrupted  atomic.Uint64
 	FaultDelayed    atomic.Uint64
+	FaultMarkedCE   atomic.Uint64
 }

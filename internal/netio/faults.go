@@ -16,7 +16,10 @@ import (
 // turn it on by accident.
 //
 // Each datagram read from the socket is, in this order: dropped with
-// probability Drop; otherwise duplicated with probability Duplicate (the
+// probability Drop; otherwise, if it arrived ECN-capable (ECT(0) or
+// ECT(1); see Config.ECT), marked CE with probability MarkCE, as a
+// congested queue on the way would have (no qdisc on this machine's
+// kernels marks); then duplicated with probability Duplicate (the
 // copy arrives right after the original). Each copy then has one random bit
 // flipped with probability Corrupt, which the ICRC check (or the parser,
 // when the bit lands in a header field it checks) must catch: any bit the
@@ -33,8 +36,10 @@ import (
 type Faults struct {
 	// Seed seeds the generator of fault decisions.
 	Seed uint64
-	// Drop, Duplicate, Corrupt and Reorder are probabilities in [0, 1].
+	// Drop, Duplicate, Corrupt, Reorder and MarkCE are probabilities in
+	// [0, 1].
 	Drop, Duplicate, Corrupt, Reorder float64
+	MarkCE                            float64
 	// Delay is added to the arrival time of every datagram; Jitter is the
 	// bound of a uniformly random extra delay, which reorders datagrams
 	// that arrive within Jitter of each other. Both are non-negative and
@@ -68,7 +73,7 @@ func (f *Faults) Validate() error {
 	for _, p := range []struct {
 		name string
 		v    float64
-	}{{"Drop", f.Drop}, {"Duplicate", f.Duplicate}, {"Corrupt", f.Corrupt}, {"Reorder", f.Reorder}} {
+	}{{"Drop", f.Drop}, {"Duplicate", f.Duplicate}, {"Corrupt", f.Corrupt}, {"Reorder", f.Reorder}, {"MarkCE", f.MarkCE}} {
 		if math.IsNaN(p.v) || p.v < 0 || p.v > 1 {
 			return fmt.Errorf("netio: Faults.%s %v is not a probability in [0, 1]", p.name, p.v)
 		}

@@ -24,7 +24,7 @@ func newFaultTap(f *Faults, _ int) (*faultTap, error) {
 
 func (*faultTap) now() time.Duration { return 0 }
 
-func (*faultTap) admit(*Conn, *receiver, Handler, []byte, netip.AddrPort, netip.AddrPort, *rxTally, time.Duration) {
+func (*faultTap) admit(*Conn, *receiver, Handler, []byte, netip.AddrPort, netip.AddrPort, ECN, *rxTally, time.Duration) {
 }
 
 func (*faultTap) release(*Conn, *receiver, Handler, *rxTally, time.Duration) bool { return true }

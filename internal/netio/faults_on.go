@@ -22,6 +22,7 @@ type heldDatagram struct {
 	due         time.Duration // since faultTap.epoch
 	seq         uint64        // arrival order, to break ties in due
 	from, local netip.AddrPort
+	ecn         ECN
 }
 
 // faultTap applies Faults to received datagrams. It is used only by the
@@ -85,15 +86,20 @@ func (t *faultTap) holdTime() time.Duration {
 	return d
 }
 
-// admit applies the faults to one datagram read at time now and delivers
-// what is left of it (c.accept) or holds it back. A corrupted bit is
-// flipped in place and flipped back afterwards, so that a duplicate starts
-// from the original bytes.
-func (t *faultTap) admit(c *Conn, rx *receiver, h Handler, data []byte, from, local netip.AddrPort, tl *rxTally, now time.Duration) {
+// admit applies the faults to one datagram read at time now with ECN
+// field ecn and delivers what is left of it (c.accept) or holds it back. A
+// corrupted bit is flipped in place and flipped back afterwards, so that a
+// duplicate starts from the original bytes.
+func (t *faultTap) admit(c *Conn, rx *receiver, h Handler, data []byte, from, local netip.AddrPort, ecn ECN, tl *rxTally, now time.Duration) {
 	ctr := &c.counters
 	if t.chance(t.cfg.Drop) {
 		ctr.FaultDropped.Add(1)
 		return
+	}
+	if (ecn == ECNECT0 || ecn == ECNECT1) && t.chance(t.cfg.MarkCE) {
+		// As a queue marks: only ECN-capable packets.
+		ecn = ECNCE
+		ctr.FaultMarkedCE.Add(1)
 	}
 	copies := 1
 	if t.chance(t.cfg.Duplicate) {
@@ -113,10 +119,10 @@ func (t *faultTap) admit(c *Conn, rx *receiver, h Handler, data []byte, from, lo
 			data[bit/8] ^= 1 << (bit % 8)
 			ctr.FaultCorrupted.Add(1)
 		}
-		if d := t.holdTime(); d > 0 && t.hold(data, from, local, now+d) {
+		if d := t.holdTime(); d > 0 && t.hold(data, from, local, ecn, now+d) {
 			ctr.FaultDelayed.Add(1)
 		} else {
-			c.accept(rx, h, data, from, local, tl)
+			c.accept(rx, h, data, from, local, ecn, tl)
 		}
 		if bit >= 0 {
 			data[bit/8] ^= 1 << (bit % 8)
@@ -126,7 +132,7 @@ func (t *faultTap) admit(c *Conn, rx *receiver, h Handler, data []byte, from, lo
 
 // hold copies data into a free slot, due at due; false when every slot is
 // taken.
-func (t *faultTap) hold(data []byte, from, local netip.AddrPort, due time.Duration) bool {
+func (t *faultTap) hold(data []byte, from, local netip.AddrPort, ecn ECN, due time.Duration) bool {
 	if t.nheld == len(t.held) || len(data) > t.size {
 		return false
 	}
@@ -137,7 +143,7 @@ func (t *faultTap) hold(data []byte, from, local netip.AddrPort, due time.Durati
 		}
 		copy(t.pool[i*t.size:], data)
 		t.seq++
-		*s = heldDatagram{used: true, n: len(data), due: due, seq: t.seq, from: from, local: local}
+		*s = heldDatagram{used: true, n: len(data), due: due, seq: t.seq, from: from, local: local, ecn: ecn}
 		t.nheld++
 		return true
 	}
@@ -173,7 +179,7 @@ func (t *faultTap) release(c *Conn, rx *receiver, h Handler, tl *rxTally, now ti
 		}
 		s.used = false
 		t.nheld--
-		c.accept(rx, h, t.pool[i*t.size:i*t.size+s.n], s.from, s.local, tl)
+		c.accept(rx, h, t.pool[i*t.size:i*t.size+s.n], s.from, s.local, s.ecn, tl)
 	}
 	return true
 }

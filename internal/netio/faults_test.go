@@ -375,3 +375,37 @@ func TestFaultTapSeesSegments(t *testing.T) {
 		t.Errorf("every run delivered whole or not at all: %v", perRun)
 	}
 }
+
+// TestFaultTapMarksCE: MarkCE marks ECN-capable packets CE, with its
+// probability, and leaves Not-ECT packets alone, as a queue does.
+func TestFaultTapMarksCE(t *testing.T) {
+	if !batchedReceive {
+		t.Skip("the portable path does not read the ECN field")
+	}
+	for _, ect := range []bool{true, false} {
+		const n = 200
+		a, b := openPair(t, addrA, addrB, Config{ECT: ect, Faults: &Faults{Seed: 3, MarkCE: 0.5}})
+		got := make(collector, n)
+		serve(t, b, got)
+		s := acquire(t, a, MinSourcePort+11)
+		ce := 0
+		for i := range n {
+			if err := s.Send(b.LocalAddr(), buildTestPacket(t, wire.RCSendOnly, 1, 16, uint32(i))); err != nil {
+				t.Fatal(err)
+			}
+			switch r := got.next(t); {
+			case r.info.ECN == ECNCE:
+				ce++
+			case ect && r.info.ECN != ECNECT0, !ect && r.info.ECN != ECNNotECT:
+				t.Fatalf("ECN %v (ECT %v)", r.info.ECN, ect)
+			}
+		}
+		marked := b.Counters().FaultMarkedCE.Load()
+		if uint64(ce) != marked {
+			t.Errorf("ECT %v: %d CE delivered, %d counted", ect, ce, marked)
+		}
+		if ect && !near(marked, n, 0.5) || !ect && marked != 0 {
+			t.Errorf("ECT %v: %d of %d marked CE at probability 0.5", ect, marked, n)
+		}
+	}
+}

@@ -102,10 +102,13 @@ func FuzzDeliver(f *testing.F) {
 
 // FuzzControlMessage feeds arbitrary bytes to the control-message parser,
 // which must never read out of bounds, and checks that an IP_PKTINFO
-// message is found behind another message carrying the fuzzed bytes.
+// message, a UDP_GRO one and an IP_TOS one are found behind another
+// message carrying the fuzzed bytes.
 func FuzzControlMessage(f *testing.F) {
 	f.Add([]byte{})
 	f.Add(pktinfo4Message([4]byte{127, 77, 0, 2}))
+	f.Add(cmsg(unix.IPPROTO_IP, unix.IP_TOS, []byte{0x03}))
+	f.Add(cmsg(unix.IPPROTO_IPV6, unix.IPV6_TCLASS, binary.NativeEndian.AppendUint32(nil, 0xB9)))
 	f.Fuzz(func(t *testing.T, oob []byte) {
 		pktinfoDst(oob)
 
@@ -116,8 +119,12 @@ func FuzzControlMessage(f *testing.F) {
 			t.Fatalf("found %v, %v; want 10.1.2.3", a, ok)
 		}
 		msg = append(msg, groMessage(4124)...)
-		if a, ok, seg := recvControl(msg); !ok || a != netip.AddrFrom4([4]byte{10, 1, 2, 3}) || seg != 4124 {
-			t.Fatalf("found %v, %v, segment size %d; want 10.1.2.3 and 4124", a, ok, seg)
+		if a, ok, seg, ecn := recvControl(msg); !ok || a != netip.AddrFrom4([4]byte{10, 1, 2, 3}) || seg != 4124 || ecn != ECNUnknown {
+			t.Fatalf("found %v, %v, segment size %d, ECN %v; want 10.1.2.3, 4124 and unknown", a, ok, seg, ecn)
+		}
+		msg = append(msg, cmsg(unix.IPPROTO_IP, unix.IP_TOS, []byte{0xB9})...)
+		if _, _, _, ecn := recvControl(msg); ecn != ECNECT1 {
+			t.Fatalf("ECN %v from TOS 0xB9, want ECT(1)", ecn)
 		}
 	})
 }

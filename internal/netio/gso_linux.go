@@ -105,9 +105,12 @@ func putGSOCmsg(b []byte, size int) int {
 
 // recvControl returns what the control messages of a received datagram
 // tell: the destination address (IP_PKTINFO or IPV6_PKTINFO; false when
-// absent) and the segment size of a coalesced datagram (UDP_GRO; 0 when
-// absent).
-func recvControl(oob []byte) (dst netip.Addr, haveDst bool, segSize int) {
+// absent), the segment size of a coalesced datagram (UDP_GRO; 0 when
+// absent) and the ECN field (IP_TOS or IPV6_TCLASS; ECNUnknown when
+// absent). GRO coalesces only datagrams with the same TOS, so the ECN
+// field holds for every segment.
+func recvControl(oob []byte) (dst netip.Addr, haveDst bool, segSize int, ecn ECN) {
+	ecn = ECNUnknown
 	for len(oob) >= unix.SizeofCmsghdr {
 		h, data, rest, err := unix.ParseOneSocketControlMessage(oob)
 		if err != nil {
@@ -124,8 +127,14 @@ func recvControl(oob []byte) (dst netip.Addr, haveDst bool, segSize int) {
 		case h.Level == unix.SOL_UDP && h.Type == unix.UDP_GRO && len(data) >= 4:
 			// An int: the size of every segment but the last.
 			segSize = int(binary.NativeEndian.Uint32(data[:4]))
+		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_TOS && len(data) >= 1:
+			// One byte: the TOS.
+			ecn = ECN(data[0] & ecnMask)
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_TCLASS && len(data) >= 4:
+			// An int: the traffic class.
+			ecn = ECN(binary.NativeEndian.Uint32(data[:4]) & ecnMask)
 		}
 		oob = rest
 	}
-	return dst, haveDst, segSize
+	return dst, haveDst, segSize, ecn
 }

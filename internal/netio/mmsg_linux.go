@@ -72,7 +72,7 @@ const oobSize = 128
 // pktinfoDst returns the destination address reported by the IP_PKTINFO or
 // IPV6_PKTINFO control message in oob, and false when there is none.
 func pktinfoDst(oob []byte) (netip.Addr, bool) {
-	a, ok, _ := recvControl(oob)
+	a, ok, _, _ := recvControl(oob)
 	return a, ok
 }
 

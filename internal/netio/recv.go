@@ -69,7 +69,30 @@ type RecvInfo struct {
 	// non-zero IPID, which makes it a 16-bit check (see
 	// Config.StrictICRC).
 	IDRecovered bool
+	// ECN is the IP header's ECN field (IP_RECVTOS, IPV6_RECVTCLASS):
+	// ECNCE when a queue on the way signalled congestion. ECNUnknown on
+	// the portable path, which does not read it.
+	ECN ECN
 }
+
+// ECN is the ECN field of an IP header (RFC 3168), or ECNUnknown.
+type ECN uint8
+
+// The ECN codepoints, and ECNUnknown for a path that cannot read them.
+const (
+	ECNNotECT  ECN = 0
+	ECNECT1    ECN = 1
+	ECNECT0    ECN = 2
+	ECNCE      ECN = 3
+	ECNUnknown ECN = 0xFF
+)
+
+// ecnMask selects the ECN field of a TOS or traffic class byte; ecnECT0 is
+// the byte Config.ECT sends.
+const (
+	ecnMask = 3
+	ecnECT0 = int(ECNECT0)
+)
 
 // PollReceives reports whether Conn.Poll reads the socket and delivers
 // (Linux's batched path), or only reports the running Serve busy (the
@@ -324,7 +347,7 @@ func (c *Conn) deliver(rx *receiver, h Handler, polled bool) (delivered uint64, 
 // below its length, a coalesced (GRO) run of packets of seg bytes, the
 // last one possibly shorter, each a datagram of its own to the checks and
 // to the fault tap. false means the Conn was closed meanwhile.
-func (c *Conn) deliverDatagram(rx *receiver, h Handler, data []byte, from, local netip.AddrPort, seg int, tl *rxTally, now time.Duration, polled bool) bool {
+func (c *Conn) deliverDatagram(rx *receiver, h Handler, data []byte, from, local netip.AddrPort, seg int, ecn ECN, tl *rxTally, now time.Duration, polled bool) bool {
 	if seg <= 0 || seg >= len(data) {
 		seg = len(data) // one packet
 	} else {
@@ -343,9 +366,9 @@ func (c *Conn) deliverDatagram(rx *receiver, h Handler, data []byte, from, local
 		case len(pkt) > c.cfg.MaxDatagramSize:
 			tl.malformed++
 		case ft != nil:
-			ft.admit(c, rx, h, pkt, from, local, tl, now)
+			ft.admit(c, rx, h, pkt, from, local, ecn, tl, now)
 		default:
-			c.accept(rx, h, pkt, from, local, tl)
+			c.accept(rx, h, pkt, from, local, ecn, tl)
 			c.endBatchEarly(rx, tl, polled)
 		}
 		if off = end; off >= len(data) {
@@ -367,9 +390,10 @@ func (c *Conn) endBatchEarly(rx *receiver, tl *rxTally, polled bool) {
 	be.EndBatch()
 }
 
-// accept parses one datagram received from from on local, checks its ICRC
-// and hands it to h, or counts why it was dropped.
-func (c *Conn) accept(rx *receiver, h Handler, data []byte, from, local netip.AddrPort, tl *rxTally) {
+// accept parses one datagram received from from on local with the ECN
+// field ecn, checks its ICRC and hands it to h, or counts why it was
+// dropped.
+func (c *Conn) accept(rx *receiver, h Handler, data []byte, from, local netip.AddrPort, ecn ECN, tl *rxTally) {
 	if from.Addr().Is6() != local.Addr().Is6() {
 		tl.malformed++
 		return
@@ -382,7 +406,7 @@ func (c *Conn) accept(rx *receiver, h Handler, data []byte, from, local netip.Ad
 		tl.malformed++
 		return
 	}
-	info := RecvInfo{Local: local}
+	info := RecvInfo{Local: local, ECN: ecn}
 	res, id := rx.icrc.Check(from, local, data, c.cfg.StrictICRC)
 	switch res {
 	case wire.ICRCBad:

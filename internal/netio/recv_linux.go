@@ -180,11 +180,11 @@ func (c *Conn) deliverRead(rx *receiver, h Handler, tl *rxTally, now time.Durati
 		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
 		local := c.local
 		oob := rx.oob[i*oobSize : i*oobSize+min(int(m.Hdr.Controllen), oobSize)]
-		a, ok, seg := recvControl(oob)
+		a, ok, seg, ecn := recvControl(oob)
 		if ok {
 			local = netip.AddrPortFrom(a.Unmap(), c.local.Port())
 		}
-		if !c.deliverDatagram(rx, h, data, from, local, seg, tl, now, polled) {
+		if !c.deliverDatagram(rx, h, data, from, local, seg, ecn, tl, now, polled) {
 			return false
 		}
 	}

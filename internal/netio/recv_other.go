@@ -75,7 +75,7 @@ func (c *Conn) deliverRead(rx *receiver, h Handler, tl *rxTally, now time.Durati
 	data := rx.buf[:rx.n]
 	from := netip.AddrPortFrom(rx.from.Addr().Unmap(), rx.from.Port())
 	rx.clearRead()
-	return c.deliverDatagram(rx, h, data, from, c.local, 0, tl, now, polled)
+	return c.deliverDatagram(rx, h, data, from, c.local, 0, ECNUnknown, tl, now, polled)
 }
 
 // clearRead forgets the datagram read last (delivered, or none before a

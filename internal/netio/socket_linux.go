@@ -72,7 +72,8 @@ func listen(addr netip.AddrPort, kind socketKind, cfg *Config) (*net.UDPConn, sy
 //     past net.core.rmem_max/wmem_max when the process may (CAP_NET_ADMIN);
 //     otherwise the plain options give what the limits allow.
 //   - Receive socket: IP_PKTINFO / IPV6_RECVPKTINFO report the destination
-//     address of each datagram (covered by the ICRC); UDP_NO_CHECK6_RX makes
+//     address of each datagram (covered by the ICRC), IP_RECVTOS /
+//     IPV6_RECVTCLASS its ECN field (RecvInfo.ECN); UDP_NO_CHECK6_RX makes
 //     IPv6 accept UDP checksum 0, which rxe sends (RFC 6936 allows it for
 //     tunnels; Linux drops such datagrams by default).
 //   - Send sockets: a socket filter that drops every datagram, so that
@@ -91,6 +92,11 @@ func setSocketOptions(fd int, v6 bool, kind socketKind, cfg *Config) error {
 	if err := setBuffer(fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, cfg.WriteBuffer); err != nil {
 		return err
 	}
+	if cfg.ECT {
+		if err := setTrafficClass(fd, v6, ecnECT0); err != nil {
+			return err
+		}
+	}
 	switch kind {
 	case receiveSocket:
 		if err := setBuffer(fd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, cfg.ReadBuffer); err != nil {
@@ -103,8 +109,16 @@ func setSocketOptions(fd int, v6 bool, kind socketKind, cfg *Config) error {
 			if err := unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_RX, 1); err != nil {
 				return os.NewSyscallError("setsockopt UDP_NO_CHECK6_RX", err)
 			}
-		} else if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_PKTINFO, 1); err != nil {
-			return os.NewSyscallError("setsockopt IP_PKTINFO", err)
+			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1); err != nil {
+				return os.NewSyscallError("setsockopt IPV6_RECVTCLASS", err)
+			}
+		} else {
+			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_PKTINFO, 1); err != nil {
+				return os.NewSyscallError("setsockopt IP_PKTINFO", err)
+			}
+			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_RECVTOS, 1); err != nil {
+				return os.NewSyscallError("setsockopt IP_RECVTOS", err)
+			}
 		}
 	case sendSocket:
 		// The kernel raises 0 to its minimum (a few KiB).
@@ -114,6 +128,21 @@ func setSocketOptions(fd int, v6 bool, kind socketKind, cfg *Config) error {
 		if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &dropAll); err != nil {
 			return os.NewSyscallError("setsockopt SO_ATTACH_FILTER", err)
 		}
+	}
+	return nil
+}
+
+// setTrafficClass sets the IPv4 TOS or IPv6 traffic class byte the socket
+// sends with (Config.ECT).
+func setTrafficClass(fd int, v6 bool, tc int) error {
+	if v6 {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_TCLASS, tc); err != nil {
+			return os.NewSyscallError("setsockopt IPV6_TCLASS", err)
+		}
+		return nil
+	}
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_TOS, tc); err != nil {
+		return os.NewSyscallError("setsockopt IP_TOS", err)
 	}
 	return nil
 }

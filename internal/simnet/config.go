@@ -21,7 +21,9 @@ import (
 //  3. queue: dropped if QueueLimit datagrams are already in flight on the link;
 //  4. serialization: with a Bandwidth, the datagram waits until the link has
 //     finished transmitting the datagrams before it, then takes
-//     len/Bandwidth seconds to transmit;
+//     len/Bandwidth seconds to transmit; the bytes it finds waiting
+//     (the backlog) decide whether it is marked CE (MarkMin, MarkMax,
+//     MarkProb), as a switch that marks ECN above a queue threshold does;
 //  5. loss: dropped with probability Loss;
 //  6. duplication: with probability Duplicate the network makes a second copy;
 //  7. per copy: with probability Corrupt one random bit of the copy is
@@ -71,6 +73,30 @@ type LinkConfig struct {
 	// the link is full is tail-dropped and counted in [Stats].DroppedQueue.
 	// Duplicates made by the network are not refused. Zero means no limit.
 	QueueLimit int
+
+	// MarkMin, MarkMax and MarkProb make the link's transmit queue mark
+	// ECN Congestion Experienced (delivered with the copy, see
+	// [Network.DeliverECN]) on the backlog a datagram finds waiting, in
+	// bytes, as RED does on the instantaneous queue in DCQCN's switches:
+	// never at or below MarkMin, with a probability rising linearly to
+	// MarkProb at MarkMax, always above MarkMax. MarkMin == MarkMax is a
+	// step at one threshold (DCTCP's K). The backlog exists only with a
+	// Bandwidth. MarkMax zero: no marking. Every datagram is taken as
+	// ECN-capable.
+	MarkMin, MarkMax int64
+	MarkProb         float64
+}
+
+// marks reports whether a datagram that finds backlog bytes waiting is
+// marked CE, drawing from r only between the thresholds.
+func (c *LinkConfig) marks(r interface{ Float64() float64 }, backlog int64) bool {
+	switch {
+	case c.MarkMax <= 0 || backlog <= c.MarkMin:
+		return false
+	case backlog > c.MarkMax:
+		return true
+	}
+	return r.Float64() < c.MarkProb*float64(backlog-c.MarkMin)/float64(c.MarkMax-c.MarkMin)
 }
 
 // Validate reports whether c is a usable configuration: probabilities in
@@ -88,6 +114,7 @@ func (c LinkConfig) Validate() error {
 	prob("Duplicate", c.Duplicate)
 	prob("Corrupt", c.Corrupt)
 	prob("Reorder", c.Reorder)
+	prob("MarkProb", c.MarkProb)
 	nonNeg := func(name string, v int64) {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("%s %d is negative", name, v))
@@ -99,6 +126,11 @@ func (c LinkConfig) Validate() error {
 	nonNeg("MTU", int64(c.MTU))
 	nonNeg("Bandwidth", c.Bandwidth)
 	nonNeg("QueueLimit", int64(c.QueueLimit))
+	nonNeg("MarkMin", c.MarkMin)
+	nonNeg("MarkMax", c.MarkMax)
+	if c.MarkMax > 0 && c.MarkMin > c.MarkMax {
+		errs = append(errs, fmt.Errorf("MarkMin %d above MarkMax %d", c.MarkMin, c.MarkMax))
+	}
 	if c.Reorder > 0 && c.ReorderDelay <= 0 {
 		errs = append(errs, errors.New("ReorderDelay must be positive when Reorder is set"))
 	}
@@ -115,6 +147,20 @@ func (c LinkConfig) mustValidate() {
 	if err := c.Validate(); err != nil {
 		panic(err)
 	}
+}
+
+// backlog is the bytes the transmitter still has to send in wait, the time
+// until it is free: wait x Bandwidth (zero when idle).
+func (c LinkConfig) backlog(wait time.Duration) int64 {
+	if wait <= 0 || c.Bandwidth <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(wait), uint64(c.Bandwidth))
+	if hi >= uint64(time.Second) {
+		return math.MaxInt64
+	}
+	q, _ := bits.Div64(hi, lo, uint64(time.Second))
+	return int64(min(q, math.MaxInt64))
 }
 
 // transmissionTime is how long the link takes to put n bytes on the wire.

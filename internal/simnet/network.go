@@ -126,6 +126,16 @@ func (n *Network) LinkStats(from, to netip.AddrPort) Stats {
 	return Stats{}
 }
 
+// ResetMaxBacklog forgets the largest backlog seen (Stats.MaxBacklog) on
+// every link and the network, so that a test can measure the queue after
+// a warm-up.
+func (n *Network) ResetMaxBacklog() {
+	n.stats.MaxBacklog = 0
+	for _, l := range n.links {
+		l.stats.MaxBacklog = 0
+	}
+}
+
 // InFlight returns the number of copies scheduled and not yet delivered or
 // dropped; zero means the network is idle.
 func (n *Network) InFlight() int { return len(n.queue) }
@@ -206,20 +216,29 @@ func (n *Network) Send(from, to netip.AddrPort, datagram []byte) {
 	// A lost datagram still occupied the transmitter: it was lost on the
 	// wire, after serialization.
 	departure := now
+	var mark Fate
 	if tx := cfg.transmissionTime(len(datagram)); tx > 0 {
+		backlog := cfg.backlog(l.busyUntil - now)
+		l.stats.MaxBacklog = max(l.stats.MaxBacklog, backlog)
+		n.stats.MaxBacklog = max(n.stats.MaxBacklog, backlog)
+		if cfg.marks(n.rng, backlog) {
+			mark = FateMarkedCE
+			l.stats.MarkedCE++
+			n.stats.MarkedCE++
+		}
 		departure = addSat(max(now, l.busyUntil), tx)
 		l.busyUntil = departure
 	}
 
 	if chance(n.rng, cfg.Loss) {
-		n.drop(l, now, datagram, FateLost)
+		n.drop(l, now, datagram, FateLost|mark)
 		return
 	}
-	n.schedule(l, cfg, departure, datagram, 0)
+	n.schedule(l, cfg, departure, datagram, mark)
 	if chance(n.rng, cfg.Duplicate) {
 		l.stats.Duplicated++
 		n.stats.Duplicated++
-		n.schedule(l, cfg, departure, datagram, FateDuplicate)
+		n.schedule(l, cfg, departure, datagram, FateDuplicate|mark)
 	}
 }
 
@@ -283,6 +302,13 @@ func (n *Network) drop(l *link, now time.Duration, datagram []byte, fate Fate) {
 //
 // Deliver returns the number of copies handed to fn.
 func (n *Network) Deliver(now time.Time, fn func(from, to netip.AddrPort, datagram []byte)) int {
+	return n.DeliverECN(now, func(from, to netip.AddrPort, datagram []byte, _ bool) { fn(from, to, datagram) })
+}
+
+// DeliverECN is Deliver for receivers that read the ECN field: ce reports
+// whether the link's queue marked the copy Congestion Experienced
+// (LinkConfig.MarkMax).
+func (n *Network) DeliverECN(now time.Time, fn func(from, to netip.AddrPort, datagram []byte, ce bool)) int {
 	limit := now.Sub(epoch)
 	delivered := 0
 	for {
@@ -307,7 +333,7 @@ func (n *Network) Deliver(now time.Time, fn func(from, to netip.AddrPort, datagr
 
 // arrive delivers or drops one copy at the clock's current time, recycles
 // its buffer, and reports whether it was delivered.
-func (n *Network) arrive(ev event, fn func(from, to netip.AddrPort, datagram []byte)) bool {
+func (n *Network) arrive(ev event, fn func(from, to netip.AddrPort, datagram []byte, ce bool)) bool {
 	l := ev.link
 	l.stats.InFlight--
 	n.stats.InFlight--
@@ -328,7 +354,7 @@ func (n *Network) arrive(ev event, fn func(from, to netip.AddrPort, datagram []b
 	if n.tap != nil {
 		n.tap(n.clock.Now(), l.key.from, l.key.to, ev.buf, ev.fate|FateDelivered)
 	}
-	fn(l.key.from, l.key.to, ev.buf)
+	fn(l.key.from, l.key.to, ev.buf, ev.fate&FateMarkedCE != 0)
 	return true
 }
 

@@ -83,6 +83,9 @@ var everything = LinkConfig{
 	MTU:          1200,
 	Bandwidth:    100e6,
 	QueueLimit:   64,
+	MarkMin:      100,
+	MarkMax:      600,
+	MarkProb:     0.5,
 }
 
 // scenario sends a fixed mix of traffic between three addresses under
@@ -713,6 +716,8 @@ func TestStatsPerLink(t *testing.T) {
 			sum.DroppedMTU += s.DroppedMTU
 			sum.DroppedPartition += s.DroppedPartition
 			sum.DroppedQueue += s.DroppedQueue
+			sum.MarkedCE += s.MarkedCE
+			sum.MaxBacklog = max(sum.MaxBacklog, s.MaxBacklog)
 			sum.InFlight += s.InFlight
 		}
 	}
@@ -801,7 +806,8 @@ func TestFateString(t *testing.T) {
 		{FateLost, "lost"},
 		{FateDroppedMTU, "dropped-mtu"},
 		{FateDroppedQueue, "dropped-queue"},
-		{FateDelivered | 0x80, "delivered|0x80"},
+		{FateDelivered | FateMarkedCE, "delivered|marked-ce"},
+		{FateLost | FateMarkedCE, "lost|marked-ce"},
 	}
 	for _, tt := range tests {
 		if got := tt.fate.String(); got != tt.want {
@@ -852,5 +858,72 @@ func BenchmarkSendDeliver(b *testing.B) {
 		n.Send(addrA, addrB, d)
 		n.Clock().Advance(time.Microsecond)
 		n.Deliver(n.Clock().Now(), recv)
+	}
+}
+
+// TestECNMarking: a burst on a link with a bandwidth builds a backlog;
+// datagrams that find it at or below MarkMin arrive unmarked, those that
+// find more than MarkMax marked CE, and the counters and the tap agree.
+func TestECNMarking(t *testing.T) {
+	n := New(1)
+	// 1000 bytes per µs: each 1000-byte datagram adds 1000 bytes of
+	// backlog; the k-th of a burst finds (k-1)*1000 bytes waiting.
+	n.SetLink(addrA, addrB, LinkConfig{Bandwidth: 1e9, MarkMin: 2000, MarkMax: 2000})
+	var tapped []Fate
+	n.SetTap(func(_ time.Time, _, _ netip.AddrPort, _ []byte, f Fate) { tapped = append(tapped, f) })
+	for i := range 6 {
+		n.Send(addrA, addrB, seqDatagram(uint64(i), 1000))
+	}
+	var ce []bool
+	n.DeliverECN(n.Clock().Now().Add(time.Second), func(_, _ netip.AddrPort, _ []byte, marked bool) {
+		ce = append(ce, marked)
+	})
+	want := []bool{false, false, false, true, true, true} // backlogs 0, 1000, 2000, 3000, 4000, 5000
+	if !reflect.DeepEqual(ce, want) {
+		t.Fatalf("CE marks %v, want %v", ce, want)
+	}
+	for i, f := range tapped {
+		if got := f&FateMarkedCE != 0; got != want[i] {
+			t.Errorf("tap fate %d = %v, want marked %v", i, f, want[i])
+		}
+	}
+	s := n.LinkStats(addrA, addrB)
+	if s.MarkedCE != 3 || s.MaxBacklog != 5000 || n.Stats().MaxBacklog != 5000 {
+		t.Errorf("stats %+v: want MarkedCE 3, MaxBacklog 5000", s)
+	}
+	n.ResetMaxBacklog()
+	if n.LinkStats(addrA, addrB).MaxBacklog != 0 || n.Stats().MaxBacklog != 0 {
+		t.Error("ResetMaxBacklog left a maximum")
+	}
+	// Without a bandwidth there is no backlog, so nothing is marked.
+	n.SetLink(addrB, addrA, LinkConfig{MarkMax: 1})
+	for i := range 3 {
+		n.Send(addrB, addrA, seqDatagram(uint64(i), 1000))
+	}
+	if s := n.LinkStats(addrB, addrA); s.MarkedCE != 0 {
+		t.Errorf("marked %d datagrams on a link without a bandwidth", s.MarkedCE)
+	}
+}
+
+// TestECNMarkingRED: between MarkMin and MarkMax the share marked follows
+// the line to MarkProb.
+func TestECNMarkingRED(t *testing.T) {
+	c := LinkConfig{Bandwidth: 1, MarkMin: 1000, MarkMax: 3000, MarkProb: 0.4}
+	n := New(7)
+	const draws = 20000
+	marked := 0
+	for range draws {
+		if c.marks(n.rng, 2000) { // halfway: probability 0.2
+			marked++
+		}
+	}
+	if got := float64(marked) / draws; got < 0.18 || got > 0.22 {
+		t.Errorf("marked %.3f of packets halfway between the thresholds, want about 0.2", got)
+	}
+	if err := (LinkConfig{MarkMin: 5, MarkMax: 4}).Validate(); err == nil {
+		t.Error("MarkMin above MarkMax validated")
+	}
+	if err := (LinkConfig{MarkMax: 4, MarkProb: 2}).Validate(); err == nil {
+		t.Error("MarkProb 2 validated")
 	}
 }

@@ -1,9 +1,6 @@
 package simnet
 
-import (
-	"strconv"
-	"strings"
-)
+import "strings"
 
 // Stats counts what a network, or one direction of one link, did with the
 // datagrams sent on it. Every datagram handed to Send, plus every copy the
@@ -31,6 +28,14 @@ type Stats struct {
 	DroppedPartition uint64
 	// DroppedQueue counts datagrams tail-dropped by a full link queue.
 	DroppedQueue uint64
+	// MarkedCE counts datagrams the link's queue marked Congestion
+	// Experienced (LinkConfig.MarkMax), whatever became of them
+	// afterwards.
+	MarkedCE uint64
+	// MaxBacklog is the most bytes a datagram found waiting for the
+	// link's transmitter (LinkConfig.Bandwidth); ResetMaxBacklog starts
+	// it again.
+	MaxBacklog int64
 	// InFlight is the number of copies scheduled and not yet delivered or
 	// dropped.
 	InFlight uint64
@@ -72,6 +77,9 @@ const (
 	// FateCorrupted marks a copy with one bit flipped; the tap sees the
 	// corrupted bytes.
 	FateCorrupted
+	// FateMarkedCE marks a copy the link's queue marked ECN Congestion
+	// Experienced (LinkConfig.MarkMax).
+	FateMarkedCE
 )
 
 var fateNames = [...]string{
@@ -82,6 +90,7 @@ var fateNames = [...]string{
 	"dropped-queue",
 	"duplicate",
 	"corrupted",
+	"marked-ce",
 }
 
 // Delivered reports whether the copy reached its receiver.
@@ -107,13 +116,6 @@ func (f Fate) String() string {
 			b.WriteByte('|')
 		}
 		b.WriteString(name)
-	}
-	if rest := f &^ (1<<len(fateNames) - 1); rest != 0 {
-		if b.Len() > 0 {
-			b.WriteByte('|')
-		}
-		b.WriteString("0x")
-		b.WriteString(strconv.FormatUint(uint64(rest), 16))
 	}
 	return b.String()
 }

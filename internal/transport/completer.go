@@ -46,6 +46,9 @@ func (qp *QP) armTimer(now time.Time) {
 func (qp *QP) progress(now time.Time, from psn.PSN) {
 	qp.growWindow(from)
 	qp.endSample(now)
+	if qp.cc.cfg.ECN {
+		qp.rpMeter(now, qp.comp.psn.Sub(from))
+	}
 	qp.comp.retryLeft = qp.retryCnt
 	qp.comp.rnrLeft = qp.rnrRetry
 	qp.comp.startedRetry = false

@@ -87,6 +87,16 @@
 // SACK it receives as a stale response: against rxe or a NIC the wire is
 // IBTA's.
 //
+// # Congestion control
+//
+// SetCongestionControl (cc.go) turns on DCQCN's notification point
+// (MarkCE: a CNP, at most one per interval, for packets the caller saw
+// marked CE) and reaction point (dcqcn.go: a received CNP limits the
+// QP's rate; pump paces its requests with a token bucket), and a
+// Swift-style window from the measured round trips (swift.go). Both are
+// per QP and read no clock: their timers are settled from the time of
+// each call.
+//
 // # Responder
 //
 // HandlePacket runs the responder's checks in the order of rxe's state

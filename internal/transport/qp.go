@@ -87,6 +87,9 @@ type QP struct {
 	rsr srResponder
 	rto rtoState
 
+	// Congestion control (cc.go, dcqcn.go, swift.go).
+	cc ccState
+
 	hdr wire.Headers // scratch for building headers
 	wc  Completion   // scratch for completions
 	now time.Time    // of the latest call, for Deadline
@@ -192,6 +195,7 @@ func (qp *QP) resetState() {
 	qp.resp.held.store = held
 	qp.un.dropping = false
 	qp.resetSR()
+	qp.resetCC()
 }
 
 // PostSend queues a send work request and transmits what the window allows.
@@ -267,6 +271,12 @@ func (qp *QP) PostRecv(w *RecvWQE) error {
 // or QP, or with a foreign P_Key, are dropped and counted.
 func (qp *QP) HandlePacket(p *wire.Packet, now time.Time, out *Output) {
 	qp.now = now
+	if p.BTH.Opcode() == wire.CNP {
+		if uint32(p.BTH.DestQP()) == qp.qpn {
+			qp.handleCNP(now)
+		}
+		return
+	}
 	if qp.typ != ibv.QPTypeRC {
 		qp.handleUnreliable(p, nil, out)
 		return
@@ -366,6 +376,9 @@ func (qp *QP) Deadline() (time.Time, bool) {
 	if qp.req.rnrWait && (!ok || qp.req.rnrUntil.Before(d)) {
 		d, ok = qp.req.rnrUntil, true
 	}
+	if r := &qp.cc.rp; r.waiting && r.limited && (!ok || r.waitUntil.Before(d)) {
+		d, ok = r.waitUntil, true // the rate limit lets the next packet out
+	}
 	return d, ok
 }
 
@@ -409,6 +422,7 @@ func (qp *QP) enterError() {
 	qp.comp.timerArmed = false
 	qp.req.rnrWait = false
 	qp.req.kick = false
+	qp.cc.rp.waiting = false
 	qp.dropReplies()
 	for qp.sq.len() > 0 {
 		s := qp.sq.at(qp.sq.head)

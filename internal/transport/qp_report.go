@@ -92,6 +92,15 @@ type Counters struct {
 	SACKReceived     uint64 // SACKs received
 	SelectiveResends uint64 // packets resent on a SACK or an early timeout
 	EarlyTimeouts    uint64 // adaptive retransmit timer expiries (no retry_cnt spent)
+
+	// Congestion control (cc.go), with mlx5's counter names.
+	ECNMarked     uint64 // packets received with ECN CE (np_ecn_marked_roce_packets)
+	CNPSent       uint64 // CNPs sent (np_cnp_sent)
+	CNPReceived   uint64 // CNPs received from the peer
+	CNPHandled    uint64 // CNPs the reaction point acted on (rp_cnp_handled); the rest: rp_cnp_ignored
+	RateDecreases uint64 // DCQCN rate decreases
+	RateLifted    uint64 // DCQCN rate limits lifted (back at the line rate)
+	RTTDecreases  uint64 // RTT window decreases
 }
 
 // Counters returns the QP's counters.

@@ -41,6 +41,10 @@ type requester struct {
 // pump transmits as many packets as the window, max_rd_atomic, fences and
 // the QP state allow.
 func (qp *QP) pump(now time.Time, out *Output) {
+	// A wait for the rate limit's tokens is set again below if it still
+	// holds; one left from before, when the window or a fence is what
+	// holds now, would be a past deadline, due again and again.
+	qp.cc.rp.waiting = false
 	if qp.state != ibv.QPStateRTS && qp.state != ibv.QPStateSQD {
 		return
 	}
@@ -69,7 +73,10 @@ func (qp *QP) pump(now time.Time, out *Output) {
 			qp.retireLocalOps()
 			continue
 		}
-		if qp.req.psn.Sub(qp.comp.psn) >= int32(qp.req.win) {
+		if qp.req.psn.Sub(qp.comp.psn) >= int32(qp.sendWindow()) {
+			return
+		}
+		if qp.cc.rp.limited && !qp.paced(now) {
 			return
 		}
 		if !s.started {
@@ -199,9 +206,9 @@ func (qp *QP) transmit(s *sendSlot, now time.Time, out *Output) bool {
 	h.BTH.AckReq = last || qp.req.ackNext || qp.req.noAck+1 >= qp.ackInterval()
 	if qp.ssr.on {
 		qp.noteSent(qp.req.psn)
-		if h.BTH.AckReq && qp.req.psn == qp.req.sentHigh {
-			qp.startSample(qp.req.psn, now)
-		}
+	}
+	if h.BTH.AckReq && qp.req.psn == qp.req.sentHigh {
+		qp.startSample(qp.req.psn, now)
 	}
 	if !qp.appendRequest(s, payload, qp.dest, out) {
 		s.failed, s.status = true, ibv.WCLocProtErr
@@ -223,6 +230,9 @@ func (qp *QP) transmit(s *sendSlot, now time.Time, out *Output) bool {
 		qp.counters.SentPackets++
 	}
 	qp.req.headCopies = 0
+	if qp.cc.rp.limited {
+		qp.spend(payload)
+	}
 
 	qp.req.ackNext = false
 	if h.BTH.AckReq {

@@ -50,7 +50,7 @@ func (r *rtoState) reset() { *r = rtoState{} }
 // startSample begins measuring the round trip of PSN p, a packet sent for
 // the first time that asks for an ACK, if no measurement is under way.
 func (qp *QP) startSample(p psn.PSN, now time.Time) {
-	if qp.rto.sampling || !qp.ssr.on {
+	if qp.rto.sampling || (!qp.ssr.on && !qp.cc.cfg.RTT && !qp.cc.cfg.ECN) {
 		return
 	}
 	qp.rto.sampling, qp.rto.samplePSN, qp.rto.sampleAt = true, p, now
@@ -70,6 +70,7 @@ func (qp *QP) endSample(now time.Time) {
 	if rtt < 0 {
 		return
 	}
+	qp.rttSample(rtt, now)
 	if !r.valid {
 		r.srtt, r.rttvar, r.valid = rtt, rtt/2, true
 		return

@@ -55,9 +55,13 @@ func (qp *QP) growWindow(from psn.PSN) {
 // the same interval there would be half the chances for one NAK to get
 // through, and on a 20 % lossy path WRITEs then waited for the retransmit
 // timer twice as often, halving their throughput.
+//
+// The RTT window (swift.go) narrows it the same way: a window of a few
+// packets must ask for an ACK within each.
 func (qp *QP) ackInterval() uint32 {
-	if qp.req.win >= qp.window {
+	w := qp.sendWindow()
+	if w >= qp.window {
 		return qp.ackEvery
 	}
-	return max(uint32(uint64(qp.ackEvery)*uint64(qp.req.win)/uint64(qp.window)), 1)
+	return max(uint32(uint64(qp.ackEvery)*uint64(w)/uint64(qp.window)), 1)
 }
