@@ -94,7 +94,7 @@ func BenchmarkRCWrite(b *testing.B) {
 		name string
 		size int
 		keys *verbs.PacketKeys
-	}{{"4KiB", 4 << 10, nil}, {"64KiB", 64 << 10, nil}, {"4KiB-sealed", 4 << 10, &benchKeys}, {"64KiB-sealed", 64 << 10, &benchKeys}} {
+	}{{"64B", 64, nil}, {"4KiB", 4 << 10, nil}, {"64KiB", 64 << 10, nil}, {"4KiB-sealed", 4 << 10, &benchKeys}, {"64KiB-sealed", 64 << 10, &benchKeys}} {
 		b.Run(bc.name, func(b *testing.B) {
 			x, y := benchPairKeys(b, bc.size, bc.keys)
 			wr := verbs.SendWR{Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{x.MR.SGE(0, bc.size)},

@@ -170,6 +170,10 @@ type Counters struct {
 	// TxGSO counts datagrams sent with UDP segmentation offload, each of
 	// which left as several packets; device only.
 	TxGSO uint64
+	// TxCalls counts the system calls that sent packets (SentPkts per
+	// TxCalls is how many packets one sendmmsg carried: the doorbell's
+	// batching, see PostSend); device only.
+	TxCalls uint64
 	// RxGRO counts coalesced datagrams the kernel delivered (UDP GRO),
 	// each split back into its packets; device only.
 	RxGRO uint64
@@ -253,6 +257,7 @@ var counterFields = [...]counterField{
 	{"rtt_window_decreases", func(c *Counters) *uint64 { return &c.RTTWindowDecreases }},
 	{"icrc_id_predicted", func(c *Counters) *uint64 { return &c.ICRCIDPredicted }},
 	{"tx_gso", func(c *Counters) *uint64 { return &c.TxGSO }},
+	{"tx_calls", func(c *Counters) *uint64 { return &c.TxCalls }},
 	{"rx_gro", func(c *Counters) *uint64 { return &c.RxGRO }},
 	{"gso_fallbacks", func(c *Counters) *uint64 { return &c.GSOFallbacks }},
 	{"rx_polled", func(c *Counters) *uint64 { return &c.RxPolled }},
@@ -330,6 +335,7 @@ func (d *Device) Counters() Counters {
 	c.ICRCIDRecovered = n.ICRCIDRecovered.Load()
 	c.ICRCIDPredicted = n.ICRCIDPredicted.Load()
 	c.TxGSO = n.TxGSO.Load()
+	c.TxCalls = n.TxCalls.Load()
 	c.RxGRO = n.RxGRO.Load()
 	c.GSOFallbacks = n.GSOFallbacks.Load()
 	c.RxPolled = n.Polled.Load()

@@ -134,7 +134,8 @@
 //
 // A device is a software RoCEv2 NIC bound to a UDP socket. PostSend (and
 // PostSendList) runs the requester on the caller's goroutine and sends what
-// the window allows; the device's receive goroutine runs the responder
+// the window allows (posts that come faster than the kernel takes them
+// wait for the device's doorbell, which sends them together); the device's receive goroutine runs the responder
 // (remote READ, WRITE, atomics, FLUSH and ATOMIC_WRITE on registered memory
 // and memory windows, with no call from the target application) and the
 // completer inline, and a timer goroutine retransmits. Completions arrive on

@@ -12,12 +12,15 @@ import (
 
 // engine is the device's software NIC: its UDP socket, the receive
 // goroutine that runs the responder and completer of the addressed QP
-// inline, and the timer goroutine that runs retransmission, RNR waits and
-// paced READ replies. Its data path is told as a flow in engine_send.go
-// (what leaves), engine_recv.go (what arrives) and engine_timers.go.
+// inline, the timer goroutine that runs retransmission, RNR waits and
+// paced READ replies, and the doorbell's flusher, which sends the packets
+// of posts that came back to back (doorbell.go). Its data path is told as
+// a flow in engine_send.go (what leaves), engine_recv.go (what arrives)
+// and engine_timers.go.
 //
-// Lock order: QP.xmu, then engine.tmu, the output pool's lock or
-// engine.cmu; none of these is held while a QP's xmu is taken.
+// Lock order: QP.xmu, then engine.tmu, the output pool's lock, the
+// doorbell's lock or engine.cmu; none of these is held while a QP's xmu is
+// taken, and the flusher takes no QP's xmu.
 type engine struct {
 	dev    *Device
 	conn   *netio.Conn
@@ -52,6 +55,9 @@ type engine struct {
 	// seals those sealed packets wait in (seal.go).
 	outputs outputPool
 	seals   sealPool
+	// doorbell corks the packets of posts that come back to back and
+	// sends them in batches (doorbell.go).
+	doorbell *doorbell
 	// now and nowUses are rxNow's clock reading and how many packets
 	// used it. Receive goroutine only.
 	now     time.Time
@@ -89,7 +95,12 @@ func startEngine(d *Device, faults *netio.Faults, noOffload, perQPReplies, ect b
 	if !perQPReplies {
 		e.replies = &replyBatch{sender: conn.ReplySender()}
 	}
-	e.done.Add(2)
+	e.doorbell = newDoorbell(&e.outputs)
+	e.done.Add(3)
+	go func() {
+		defer e.done.Done()
+		e.doorbell.run(ctx)
+	}()
 	go func() {
 		defer e.done.Done()
 		_ = conn.Serve(ctx, e)
@@ -101,7 +112,7 @@ func startEngine(d *Device, faults *netio.Faults, noOffload, perQPReplies, ect b
 	return e, nil
 }
 
-// stop ends both goroutines and closes the socket. QPs must be destroyed
+// stop ends the goroutines and closes the socket. QPs must be destroyed
 // first, so that no call into the transport is left waiting for a lock.
 func (e *engine) stop() {
 	e.cancel()

@@ -24,7 +24,11 @@ import (
 //  3. transmitLocked sends them in one SendBatch from the QP's port (runs
 //     of equal-size packets become GSO datagrams), returns the Output,
 //     mirrors a transport error into the QP's state and files its next
-//     deadline.
+//     deadline. A post rings the doorbell (ringLocked, doorbell.go)
+//     instead: when posts come faster than the kernel takes them, an RC
+//     QP's packets are corked, with their Output, and the doorbell's
+//     flusher sends them, many posts' in one SendBatch; a lone post
+//     still sends inline.
 //  4. Replies. On the receive goroutine the Output waits for the end of
 //     the batch (EndBatch), and then the single-packet ACKNOWLEDGEs (ACK,
 //     NAK, RNR NAK) that end each QP's output leave together from the
@@ -45,8 +49,8 @@ import (
 //     never wrong). DeviceConfig.PerQPReplyPort keeps every reply on its
 //     QP's port; replies sent by a timer or a PostSend use it too.
 //  6. Teardown. Deferring a batch's output stays invisible to the peer:
-//     Modify and Destroy first send what the QP's Output holds
-//     (transmitDeferredLocked), and Destroy and a move to ERR flush the
+//     Modify and Destroy first send what the QP's Output holds and wait
+//     for what it corked (transmitDeferredLocked), and Destroy and a move to ERR flush the
 //     replies a batch took from it (flushReplies), so the ACK of a
 //     receive the application already holds always leaves, and before
 //     the DREQ of a disconnect.
@@ -175,6 +179,12 @@ func (qp *QP) transmitLocked() { qp.transmitRepliesToLocked(nil) }
 // end the QP's output go to replies, unless nil, instead of the QP's port
 // (step 4: EndBatch).
 func (qp *QP) transmitRepliesToLocked(replies *replyBatch) {
+	if qp.corked.Load() > 0 {
+		// Behind the QP's corked packets (doorbell.go), replies too,
+		// on the QP's port.
+		qp.corkAllLocked()
+		return
+	}
 	var pkts []transport.OutPacket
 	if qp.out != nil { // nil: nothing was built since the last transmission
 		pkts = qp.out.Packets()
@@ -223,6 +233,13 @@ func (qp *QP) transmitRepliesToLocked(replies *replyBatch) {
 		clear(held)
 		qp.msgs, qp.replyMsgs = msgs[:0], held[:0]
 	}
+	qp.afterTransmitLocked()
+}
+
+// afterTransmitLocked returns the QP's Output, if it still holds one,
+// mirrors a transport error into the QP's state and files its next
+// deadline. The caller holds xmu.
+func (qp *QP) afterTransmitLocked() {
 	qp.releaseOutputLocked()
 	qp.noteTransportErrorLocked()
 	qp.checkSQDrainedLocked()
@@ -239,6 +256,8 @@ func (qp *QP) transmitDeferredLocked() {
 	if qp.out != nil && qp.out.Len() > 0 {
 		qp.transmitLocked()
 	}
+	// And what PostSend corked (doorbell.go) has left before, too.
+	qp.dev.eng.doorbell.drain(qp)
 }
 
 // replyBatch gathers the replies of a receive batch, to send them at its

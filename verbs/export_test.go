@@ -211,3 +211,24 @@ func RemoteWriteWaiters(mr *MR) int {
 	}
 	return 0
 }
+
+// DoorbellHooks drive the doorbell of d's device (doorbell.go) for its
+// tests: clock, if not nil, replaces its clock; hold is called by the
+// flusher before it sends a batch, waiting by a drain before it waits.
+// Set before traffic, not while it flows.
+func DoorbellHooks(d *Device, clock func() int64, hold, waiting func()) {
+	db := d.eng.doorbell
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if clock != nil {
+		db.clock = clock
+	}
+	db.hold, db.waiting = hold, waiting
+}
+
+// DoorbellCost sets the duration of the last inline send, which decides
+// whether a post comes back to back.
+func DoorbellCost(d *Device, ns int64) { d.eng.doorbell.cost.Store(ns) }
+
+// Corked is how many of qp's transmissions wait in the doorbell.
+func Corked(qp *QP) int { return int(qp.corked.Load()) }

@@ -13,7 +13,9 @@ import (
 
 // PostSend posts a send work request (ibv_post_send) and, on an RC QP in
 // RTS, transmits at once what the send window allows, on the caller's
-// goroutine.
+// goroutine: before PostSend returns after an idle moment; when posts come
+// faster than the kernel takes them, through the device's doorbell, which
+// sends many posts' packets in one system call.
 //
 // Sends are accepted in RTS, queued without processing in SQD, and
 // completed at once with WCWRFlushErr in SQE and ERR (as libibverbs
@@ -51,14 +53,14 @@ func (qp *QP) PostSend(wr *SendWR) error {
 	err = qp.postSendLocked(op, wr, info)
 	// Even after an error: qp.out may hold what the receive path left
 	// for the end of its batch.
-	qp.transmitLocked()
+	qp.ringLocked()
 	return err
 }
 
 // PostSendList posts the work requests of wrs in order, as ibv_post_send
 // posts a chained list, and then transmits what they made ready in one
-// batch: one system call for many small requests where PostSend makes one
-// each (perftest's -l/--post_list). Each request is checked and queued as
+// batch: one system call for many small requests (perftest's
+// -l/--post_list), and corked like PostSend's when lists come back to back. Each request is checked and queued as
 // PostSend does. It returns how many were posted: on an error, wrs[n] is
 // the request that failed (ibv_post_send's bad_wr), the ones before it are
 // posted and will complete, and none after it is. PostSendList does not
@@ -73,11 +75,11 @@ func (qp *QP) PostSendList(wrs []SendWR) (int, error) {
 			err = qp.postSendLocked(op, &wrs[i], info)
 		}
 		if err != nil {
-			qp.transmitLocked()
+			qp.ringLocked()
 			return i, err
 		}
 	}
-	qp.transmitLocked()
+	qp.ringLocked()
 	return len(wrs), nil
 }
 

@@ -2,7 +2,9 @@ package verbs_test
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/goroce/goroce/internal/rdmatest"
 	"github.com/goroce/goroce/verbs"
@@ -346,7 +348,20 @@ func TestResetDiscardsQueues(t *testing.T) {
 }
 
 func TestPostDoesNotAllocate(t *testing.T) {
+	t.Run("inline", func(t *testing.T) { testPostDoesNotAllocate(t, false) })
+	t.Run("corked", func(t *testing.T) { testPostDoesNotAllocate(t, true) })
+}
+
+// testPostDoesNotAllocate posts sends and receives on a QP whose doorbell
+// either sends every post inline (its clock stands still: no send takes
+// time) or corks the first post of each round at least (the last send
+// took an hour), letting the flusher send a round before the next.
+func testPostDoesNotAllocate(t *testing.T, corked bool) {
 	d := newDevice(t)
+	verbs.DoorbellHooks(d, func() int64 { return 0 }, nil, nil)
+	if corked {
+		verbs.DoorbellCost(d, int64(time.Hour))
+	}
 	pd := rdmatest.PD(t, d)
 	cq := rdmatest.CQ(t, d, 16)
 	mr := mustMR(t, pd, 64, verbs.AccessLocalWrite)
@@ -356,6 +371,9 @@ func TestPostDoesNotAllocate(t *testing.T) {
 	inline := &verbs.SendWR{Opcode: verbs.WRSend, SendFlags: verbs.SendInline, SGList: []verbs.SGE{mr.SGE(0, 32)}}
 	recv := &verbs.RecvWR{SGList: []verbs.SGE{mr.SGE(0, 64)}}
 	allocs := testing.AllocsPerRun(100, func() {
+		if corked {
+			verbs.DoorbellCost(d, int64(time.Hour)) // the flusher measured its last batch
+		}
 		if err := qp.PostSend(send); err != nil {
 			t.Fatal(err)
 		}
@@ -364,6 +382,9 @@ func TestPostDoesNotAllocate(t *testing.T) {
 		}
 		if err := qp.PostRecv(recv); err != nil {
 			t.Fatal(err)
+		}
+		for verbs.Corked(qp) > 0 {
+			runtime.Gosched() // one batch at a time: the pool holds enough
 		}
 		// Start over with empty queues (RESET discards) without
 		// leaving RTS for long.

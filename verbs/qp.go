@@ -88,6 +88,9 @@ type QP struct {
 	inline              []byte         // inline data gathering scratch
 	peer                netip.AddrPort // the remote device, from the AV (RTR on)
 	sender              *netio.Sender  // our UDP source port for this connection
+	// corked counts the QP's transmissions waiting in the doorbell or
+	// being sent by its flusher (doorbell.go); it rises under xmu.
+	corked atomic.Int32
 	// commEst is set once EventCommEst was raised for the connection
 	// (gsi.go); connectLocked clears it.
 	commEst bool

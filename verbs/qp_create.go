@@ -233,8 +233,13 @@ func (qp *QP) transportConfig() transport.Config {
 		AtomicLocks: &qp.dev.eng.atomics,
 		// The state an application queries after polling an error
 		// completion is ERR already, as on a NIC; the asynchronous
-		// events follow in noteTransportErrorLocked.
-		EnteringError: func() { qp.state.Store(int32(QPStateErr)) },
+		// events follow in noteTransportErrorLocked. The packets the
+		// QP corked leave first (doorbell.go): the flush completions
+		// that follow hand their buffers back to the application.
+		EnteringError: func() {
+			qp.state.Store(int32(QPStateErr))
+			qp.dev.eng.doorbell.drain(qp)
+		},
 	}
 	if qp.srq != nil {
 		cfg.SRQ = (*srqSource)(qp.srq)

@@ -62,6 +62,10 @@ type Counters struct {
 	// (UDP_SEGMENT): several packets of one flow handed to the kernel at
 	// once, each counted in TxPackets.
 	TxGSO atomic.Uint64
+	// TxCalls counts the system calls that sent packets (sendmmsg,
+	// or sendto on the portable path): TxPackets per TxCalls is how
+	// well sends are batched.
+	TxCalls atomic.Uint64
 	// GSOFallbacks counts Senders that stopped using segmentation offload
 	// because the kernel or the route refused it; they send one datagram
 	// per packet from then on.

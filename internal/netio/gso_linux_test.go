@@ -99,6 +99,10 @@ func TestOffloadExchange(t *testing.T) {
 				if ac.TxBytes.Load() != bc.RxBytes.Load() {
 					t.Errorf("%d bytes sent, %d received", ac.TxBytes.Load(), bc.RxBytes.Load())
 				}
+				// One sendmmsg per batch of 32 packets, GSO or not.
+				if calls := ac.TxCalls.Load(); calls != (n+31)/32 {
+					t.Errorf("TxCalls = %d for %d packets in batches of 32", calls, n)
+				}
 				if gso := ac.TxGSO.Load(); (gso > 0) == tc.noGSO {
 					t.Errorf("TxGSO = %d with NoGSO %v", gso, tc.noGSO)
 				}

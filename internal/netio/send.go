@@ -181,6 +181,7 @@ func (s *Sender) Send(dst netip.AddrPort, pkt []byte) error {
 		c.counters.SendErrors.Add(1)
 		return err
 	}
+	c.counters.TxCalls.Add(1)
 	if _, err := s.uc.WriteToUDPAddrPort(b, dst); err != nil {
 		c.counters.SendErrors.Add(1)
 		return err

@@ -170,6 +170,7 @@ func (s *Sender) write(nh int) (doneH, done int, fallback bool, err error) {
 	b := s.batch
 	for doneH < nh {
 		b.off, b.cnt = doneH, nh-doneH
+		s.c.counters.TxCalls.Add(1)
 		if werr := s.rc.Write(b.fn); werr != nil {
 			return doneH, done, false, werr
 		}

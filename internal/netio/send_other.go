@@ -50,6 +50,7 @@ func (s *Sender) SendBatch(msgs []Message) (int, error) {
 		// the application reuses once the peer answers: tell the race
 		// detector that the read comes before the packet leaves.
 		racesync.Sync()
+		c.counters.TxCalls.Add(1)
 		if _, err := s.uc.WriteToUDPAddrPort(b, dst); err != nil {
 			c.counters.SendErrors.Add(1)
 			return i, err

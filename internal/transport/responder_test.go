@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -634,4 +635,35 @@ func TestLargeReadWithLoss(t *testing.T) {
 	wantBytes(t, "read", dst, src)
 	wantCompletions(t, a.scq.take(), Completion{WRID: 1, Opcode: ibv.WCRDMARead, ByteLen: uint32(n), QPN: qpnA})
 	checkIdle(t, a, b)
+}
+
+// TestCoalesceAck checks which ACKs an output's next ACK replaces: the
+// QP's own plain ACK that ends the output, never a NAK or RNR NAK, an
+// ACK a NAK follows, nor an ACK of a later PSN.
+func TestCoalesceAck(t *testing.T) {
+	_, b := newPair(t, defaultOpts())
+	var out Output
+	psns := func() []psn.PSN {
+		var ps []psn.PSN
+		for _, p := range out.Packets() {
+			ps = append(ps, wire.BTH(p.Bytes).PSN())
+		}
+		return ps
+	}
+	ack := wire.SyndromeAckUnlimited
+	b.qp.emitAck(ack, 1, &out)
+	b.qp.emitAck(ack, 2, &out) // replaces 1
+	b.qp.emitAck(wire.NakSyndrome(wire.NAKPSNSequenceError), 3, &out)
+	b.qp.emitAck(ack, 4, &out) // after a NAK: kept
+	b.qp.emitAck(wire.RNRNakSyndrome(1), 5, &out)
+	b.qp.emitAck(ack, 6, &out)
+	b.qp.emitAck(ack, 7, &out) // replaces 6
+	b.qp.emitAck(ack, 7, &out) // replaces 7
+	b.qp.emitAck(ack, 3, &out) // an older PSN: kept after 7
+	if got, want := psns(), []psn.PSN{2, 3, 4, 5, 7, 3}; !slices.Equal(got, want) {
+		t.Errorf("PSNs of the output %v, want %v", got, want)
+	}
+	if c := b.qp.Counters(); c.AckDeferred != 3 || c.SentPackets != 6 {
+		t.Errorf("AckDeferred %d, SentPackets %d; want 3, 6", c.AckDeferred, c.SentPackets)
+	}
 }
