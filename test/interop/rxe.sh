@@ -141,7 +141,9 @@ $4 == "→" && $6 == "RC" && $9 ~ /^psn=0x/ {
     split($3, sp, ":"); src = sp[1]; port = sp[2]
     psn = hex(substr($9, 7)); op = $7; qpn = $8; t = $2 + 0
     if (src == rxe && !response(op)) {
-        if ($10 ~ /^A/ || op ~ /READ_REQUEST|COMPARE_SWAP|FETCH_ADD|ATOMIC/) asks[port, psn] = 1
+        # whether the first copy asked for an answer: rxe sets AckReq on
+        # packets of a retry round that did not ask the first time
+        if (!((port, psn) in first) && ($10 ~ /^A/ || op ~ /READ_REQUEST|COMPARE_SWAP|FETCH_ADD|ATOMIC/)) asks[port, psn] = 1
         if ((port, psn) in first) {
             if ((port in answered) && psn_ge(answered[port], psn)) spurious++
             else if (!((port, psn) in resent)) {
