@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/netio"
 	"github.com/goroce/goroce/internal/rdmatest"
 	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
@@ -95,8 +96,15 @@ func TestDoorbellCorksWhileSending(t *testing.T) {
 	testkit.WaitFor(t, "the flusher to return", func() bool { return verbs.Corked(client.QP) == 0 })
 	after := client.Dev.Counters()
 	if after.RetryTimeouts == before.RetryTimeouts {
-		if calls, pkts := after.TxCalls-before.TxCalls, after.SentPkts-before.SentPkts; calls != 2 || pkts != 17 {
-			t.Errorf("17 WRITEs left in %d packets and %d system calls, want 17 in 2", pkts, calls)
+		// One system call for the first, one for the sixteen corked
+		// behind it; where netio sends each packet with a call of its
+		// own (the portable path), seventeen.
+		want := uint64(17)
+		if netio.BatchesSends {
+			want = 2
+		}
+		if calls, pkts := after.TxCalls-before.TxCalls, after.SentPkts-before.SentPkts; calls != want || pkts != 17 {
+			t.Errorf("17 WRITEs left in %d packets and %d system calls, want 17 in %d", pkts, calls, want)
 		}
 	}
 	if got := h.batches.Load(); got != 2 {
@@ -242,7 +250,7 @@ func TestDoorbellQPsShareIt(t *testing.T) {
 		t.Errorf("the responder saw %d requests ahead of their PSN and %d behind (%d retransmission timeouts)",
 			srv.OutOfSeqRequest, srv.DuplicateRequest, after.RetryTimeouts-before.RetryTimeouts)
 	}
-	if calls, pkts := after.TxCalls-before.TxCalls, after.SentPkts-before.SentPkts; calls >= pkts {
+	if calls, pkts := after.TxCalls-before.TxCalls, after.SentPkts-before.SentPkts; netio.BatchesSends && calls >= pkts {
 		t.Errorf("%d packets in %d system calls", pkts, calls)
 	}
 	for i := range 2 * n * 64 {

@@ -38,6 +38,12 @@ type Sender struct {
 	gso atomic.Bool // segmentation offload in use (see gso_linux.go)
 }
 
+// BatchesSends reports whether a SendBatch of many packets is one system
+// call (Linux's sendmmsg with GSO), or one per packet (the portable path:
+// see "Platforms" in the package documentation); Counters.TxCalls counts
+// either.
+const BatchesSends = batchedSend
+
 // maxPortProbes bounds the search for a free source port: the whole dynamic
 // range.
 const maxPortProbes = MaxSourcePort - MinSourcePort + 1

@@ -14,6 +14,9 @@ import (
 	"github.com/goroce/goroce/internal/wire"
 )
 
+// batchedSend: see BatchesSends.
+const batchedSend = true
+
 // senderOS is a Sender's state of this send path, guarded by its mu.
 type senderOS struct {
 	batch *mmsgBatch // made by the first SendBatch

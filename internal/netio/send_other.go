@@ -9,6 +9,9 @@ import (
 	"github.com/goroce/goroce/internal/wire"
 )
 
+// batchedSend: see BatchesSends.
+const batchedSend = false
+
 // The portable send path (every GOOS but Linux): one WriteToUDP per packet
 // through the net package, no sendmmsg, no UDP_SEGMENT. A packet with a
 // Payload is assembled in the Sender's scratch buffer (one copy; Linux
