@@ -63,12 +63,7 @@ cleanup() {
 	for p in "${pids[@]}"; do
 		kill "$p" 2>/dev/null
 	done
-	for p in $(ip netns pids "$NS_A" 2>/dev/null) $(ip netns pids "$NS_B" 2>/dev/null); do
-		kill -KILL "$p" 2>/dev/null
-	done
-	ip netns del "$NS_A" 2>/dev/null
-	ip netns del "$NS_B" 2>/dev/null
-	ip netns del "$NS_R" 2>/dev/null
+	bench_netns_down "$NS_A" "$NS_B" "$NS_R"
 	bench_dirs_remove
 }
 trap cleanup EXIT

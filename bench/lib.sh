@@ -8,6 +8,9 @@
 #   bench_install CMD...            # apt-get installs the commands missing
 #                                   # (package named as the command), unless
 #                                   # BENCH_NO_INSTALL is set
+#   bench_netns_down NS...          # kills what runs in the namespaces, deletes them
+#   ... | bench_median              # the median of the numbers read, "-" if none
+#   bench_fmt VALUE [FORMAT]        # printf FORMAT (%.0f), "-" for "" or "-"
 #
 # bench/netns-pair.sh (two namespaces joined by a veth pair) sources it.
 
@@ -33,6 +36,25 @@ bench_dirs_remove() {
 	rm -rf "$BIN"
 	[[ -z ${bench_keep_out:-} ]] && rm -rf "$OUT"
 	return 0
+}
+
+bench_netns_down() {
+	local ns p
+	for ns in "$@"; do
+		for p in $(ip netns pids "$ns" 2>/dev/null); do
+			kill -KILL "$p" 2>/dev/null
+		done
+		ip netns del "$ns" 2>/dev/null
+	done
+	return 0
+}
+
+bench_median() {
+	sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+bench_fmt() {
+	awk -v a="$1" -v f="${2:-%.0f}" 'BEGIN { if (a == "" || a == "-") print "-"; else printf f, a }'
 }
 
 bench_install() {

@@ -96,9 +96,9 @@ mbs() {
 	esac
 }
 
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+median() { bench_median; }
 share() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b + 0 == 0) print "-"; else printf "%.0f %%", 100 * a / b }'; }
-fmt() { awk -v a="$1" 'BEGIN { if (a == "-") print "-"; else printf "%.0f", a }'; }
+fmt() { bench_fmt "$@"; }
 
 main() {
 	[[ $(id -u) == 0 ]] || { log "needs root (namespaces, iptables)"; exit 1; }

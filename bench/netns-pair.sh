@@ -17,16 +17,7 @@
 
 # netns_pair_down NS_A NS_B: kills every process in the namespaces and
 # deletes them (with them the veth pair); quiet if they do not exist.
-netns_pair_down() {
-	local ns p
-	for ns in "$1" "$2"; do
-		for p in $(ip netns pids "$ns" 2>/dev/null); do
-			kill -KILL "$p" 2>/dev/null
-		done
-		ip netns del "$ns" 2>/dev/null
-	done
-	return 0
-}
+netns_pair_down() { bench_netns_down "$1" "$2"; }
 
 # netns_pair_up NS_A NS_B IP_A IP_B MTU: builds the pair; returns non-zero
 # (and says why on stderr) if any step fails.

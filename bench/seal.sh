@@ -45,11 +45,7 @@ cleanup() {
 	for p in "${pids[@]}"; do
 		kill "$p" 2>/dev/null
 	done
-	for p in $(ip netns pids "$NS_A" 2>/dev/null) $(ip netns pids "$NS_B" 2>/dev/null); do
-		kill -KILL "$p" 2>/dev/null
-	done
-	ip netns del "$NS_A" 2>/dev/null
-	ip netns del "$NS_B" 2>/dev/null
+	bench_netns_down "$NS_A" "$NS_B"
 	bench_dirs_remove
 }
 trap cleanup EXIT
@@ -114,7 +110,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
 	done
 done
 
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+median() { bench_median; }
 col() { awk -v m="$1" -v t="$2" '$2 == m && $3 == t { print $4 }' "$OUT/table"; }
 bp=$(col plain write_bw | median)
 bs=$(col sealed write_bw | median)

@@ -95,11 +95,11 @@ sockperf_pp() {
 }
 
 # median of the numbers on stdin ("-" if none)
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+median() { bench_median; }
 # jqf FILE FILTER: the filter's value, "" when the file is missing or not JSON
 jqf() { jq -r "$2 // empty" "$1" 2>/dev/null | head -1; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || a == "-" || b == "-" || b + 0 == 0) print "-"; else printf "%.2f", a / b }'; }
-fmt() { awk -v a="$1" -v f="${2:-%.0f}" 'BEGIN { if (a == "" || a == "-") print "-"; else printf f, a }'; }
+fmt() { bench_fmt "$@"; }
 
 measure() {
 	local mtu=$1 i
