@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"math/rand/v2"
 	"time"
 )
 
@@ -89,7 +90,7 @@ type LinkConfig struct {
 
 // marks reports whether a datagram that finds backlog bytes waiting is
 // marked CE, drawing from r only between the thresholds.
-func (c *LinkConfig) marks(r interface{ Float64() float64 }, backlog int64) bool {
+func (c *LinkConfig) marks(r *rand.Rand, backlog int64) bool {
 	switch {
 	case c.MarkMax <= 0 || backlog <= c.MarkMin:
 		return false
