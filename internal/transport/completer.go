@@ -258,10 +258,8 @@ func (qp *QP) retry(now time.Time, timeout bool) {
 		qp.armTimer(now)
 		return
 	}
-	if qp.ssr.on {
-		// Again without progress: whatever the SACKs said, go back N.
-		qp.forgetSACKs()
-	}
+	// Again without progress: whatever the SACKs said, go back N
+	// (rewind forgets them).
 	qp.rewind()
 	// A retry means a packet or its response was lost: send the head of
 	// the retransmission more than once, so that one more loss on the

@@ -294,10 +294,15 @@ func (qp *QP) HandlePacket(p *wire.Packet, now time.Time, out *Output) {
 		case ibv.QPStateRTR, ibv.QPStateRTS, ibv.QPStateSQD, ibv.QPStateSQE:
 			// With requests held for replay, the ACK this one asks
 			// for is owed after the replay (replayHeld).
+			epsn := qp.resp.epsn
 			qp.rsr.deferAck = qp.rsr.count > 0
 			qp.respond(p, info, out)
 			qp.rsr.deferAck = false
-			if qp.rsr.count > 0 || qp.rsr.ackDue {
+			// Only a request that moved the expected PSN (or failed
+			// the QP) can make held ones replayable: one held ahead
+			// of a gap, the common case under loss, cannot.
+			moved := qp.resp.epsn != epsn || qp.state == ibv.QPStateErr || qp.resp.failing
+			if (qp.rsr.count > 0 && moved) || qp.rsr.ackDue {
 				qp.replayHeld(out)
 			}
 		default:

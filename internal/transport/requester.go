@@ -73,7 +73,11 @@ func (qp *QP) pump(now time.Time, out *Output) {
 			qp.retireLocalOps()
 			continue
 		}
-		if qp.req.psn.Sub(qp.comp.psn) >= int32(qp.sendWindow()) {
+		if qp.ssr.on {
+			if qp.srBlocked() {
+				return
+			}
+		} else if qp.req.psn.Sub(qp.comp.psn) >= int32(qp.sendWindow()) {
 			return
 		}
 		if qp.cc.rp.limited && !qp.paced(now) {
@@ -368,6 +372,11 @@ func (qp *QP) sglSlice(sgl []SGE, off, n uint32) (b []byte, ref Ref, ok bool) {
 // packet, a partially answered READ re-requests only the missing bytes.
 func (qp *QP) rewind() {
 	qp.rto.sampling = false // Karn: what follows is sent again
+	if qp.ssr.on {
+		// Everything from here is sent again, held or not: the marks
+		// would count PSNs behind the next one as out of the window.
+		qp.forgetSACKs()
+	}
 	qp.req.idx = qp.sq.head
 	qp.req.off = 0
 	qp.req.noAck = 0
