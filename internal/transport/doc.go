@@ -54,9 +54,10 @@
 // the connection's setup), replaces go-back-N (sr.go, rto.go):
 //
 //   - The responder keeps requests ahead of the expected PSN, whole, in a
-//     buffer of one window (srWindow: the QP's maximum window rounded up
-//     to a power of two, at most 1,024 packets of MTU+64 bytes, allocated
-//     once, at the first out-of-order packet) and runs them through
+//     buffer of four windows (srWindow: four times the QP's maximum
+//     window rounded up to a power of two, at most 1,024 packets of
+//     MTU+64 bytes, allocated once, at the first out-of-order packet) and
+//     runs them through
 //     respond, as if they had just arrived, when the PSNs before them have
 //     been executed. Every rule of the in-sequence path holds unchanged:
 //     receive WQEs in message order, WRITE placement from the FIRST's RETH,
@@ -74,6 +75,12 @@
 //     order), before anything new. This spends no retry_cnt and does not
 //     narrow the window. A lost READ response or atomic ACK still goes
 //     back N (lostResponse).
+//   - The window bounds the PSNs in flight that no SACK showed held
+//     (RFC 6675's pipe, by PSN), within a span of four windows from the
+//     oldest unacknowledged PSN (srBlocked): new packets keep flowing past
+//     a hole while its resend travels, which on a path with more than a
+//     window in its queues is what keeps a 1 % loss from stalling the
+//     requester (TestSelectiveRepeatSendsPastAHole).
 //   - The adaptive timeout (rto.go: RFC 6298 over the QP's own round
 //     trips, Karn's rule, floor 1 ms, doubled per expiry, at most half the
 //     IBTA timeout) probes the oldest unacknowledged packet and the newest
