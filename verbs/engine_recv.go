@@ -12,7 +12,8 @@ import (
 
 // The receive path of the software NIC. Inbound flow:
 //
-//  1. The receive goroutine (netio.Conn.Serve), or an application spinning
+//  1. A receive goroutine (netio.Conn.Serve), one per receive queue
+//     (rxQueue, DeviceConfig.ReceiveQueues), or an application spinning
 //     on CQ.Poll with DeviceConfig.BusyPoll, reads a batch with recvmmsg
 //     and GRO, splits it, checks each ICRC, parses the packet and calls
 //     HandlePacket: no channel hop, no allocation per packet.
@@ -30,9 +31,41 @@ import (
 //     each pending QP's packets and then the batch's replies from the
 //     device's port (engine_send.go, steps 4 and 5).
 
+// rxQueue is one receive queue of the device (DeviceConfig.ReceiveQueues):
+// a socket of the device's receive group, the goroutine serving it, and
+// what that goroutine keeps between packets without a lock. Its fields
+// are used only by whoever delivers the socket's packets, Serve's
+// goroutine or a poller (CQ.Poll with BusyPoll, the timer goroutine),
+// which netio.Conn lets only one at a time do (its receive lock): each
+// queue is a single receiver, as the device's one socket was.
+//
+// What the queues share is locked or atomic: the QP table (sync.Map), each
+// QP (xmu), SRQs and CQs (their mu), the reply batch (replyBatch.mu), the
+// doorbell (its mu), the engine's counters, a sealed QP's replay window
+// (QP.openMu), QP 1's receiver (cm's queue is locked). One QP's packets
+// come in on up to two flows, its peer QP's source port and the peer
+// device's port (coalesced replies), which may hash to two queues: they
+// are handled one at a time under xmu, in the order each flow brings
+// them, as packets on two paths.
+type rxQueue struct {
+	e    *engine
+	conn *netio.Conn
+
+	// pending lists the QPs whose output waits for the end of the
+	// receive batch (transmitAfterBatch).
+	pending []*QP
+	// now and nowUses are rxNow's clock reading and how many packets
+	// used it.
+	now     time.Time
+	nowUses int
+	// unsealQP is the QP Sealed found for Unseal (seal.go).
+	unsealQP *QP
+}
+
 // HandlePacket is the receive path (netio.Handler, step 2): the packet has
 // parsed and its ICRC matched.
-func (e *engine) HandlePacket(p *wire.Packet, from netip.AddrPort, info netio.RecvInfo) {
+func (q *rxQueue) HandlePacket(p *wire.Packet, from netip.AddrPort, info netio.RecvInfo) {
+	e := q.e
 	qp := e.dev.lookupQP(uint32(p.BTH.DestQP()))
 	if qp == nil {
 		if p.BTH.DestQP() == wire.GSIQPN {
@@ -73,21 +106,21 @@ func (e *engine) HandlePacket(p *wire.Packet, from netip.AddrPort, info netio.Re
 	if p.BTH.Opcode() == wire.CNP {
 		// From the QP's peer (checked above): the reaction point's.
 		// It neither establishes the connection nor pins a port.
-		qp.tq.HandlePacket(p, e.rxNow(), qp.outputLocked())
+		qp.tq.HandlePacket(p, q.rxNow(), qp.outputLocked())
 		return
 	}
 	if !qp.commEst {
 		e.firstPacket(qp)
 	}
 	raceSync()
-	now := e.rxNow()
+	now := q.rxNow()
 	if info.ECN == netio.ECNCE {
 		// The notification point: a queue on the way was congested.
 		qp.tq.MarkCE(now, qp.outputLocked())
 	}
 	qp.tq.HandlePacket(p, now, qp.outputLocked())
 	raceSync()
-	e.transmitAfterBatch(qp)
+	q.transmitAfterBatch(qp)
 }
 
 // acceptSourcePort decides on a packet from the peer's address whose UDP
@@ -124,29 +157,31 @@ const rxNowEvery = 16
 // packet. Reading the clock costs more than a 64 KiB run's per-packet
 // transport work; the packets of a batch arrived together, so one reading
 // serves rxNowEvery of them (stale by microseconds, against timers of
-// milliseconds). Receive goroutine only.
-func (e *engine) rxNow() time.Time {
-	if e.nowUses == 0 {
-		e.now = time.Now()
+// milliseconds). The queue's receiver only.
+func (q *rxQueue) rxNow() time.Time {
+	if q.nowUses == 0 {
+		q.now = time.Now()
 	}
-	e.nowUses = (e.nowUses + 1) % rxNowEvery
-	return e.now
+	q.nowUses = (q.nowUses + 1) % rxNowEvery
+	return q.now
 }
 
 // transmitAfterBatch leaves qp's output for EndBatch (step 3), so that
 // what a batch causes (the ACKs of a GRO run, the requests a run of ACKs
 // lets out) leaves in one send; a PostSend or timer in between sends it
-// with its own. The caller holds qp.xmu and is the receive goroutine.
-func (e *engine) transmitAfterBatch(qp *QP) {
-	if n := len(e.pending); n > 0 && e.pending[n-1] == qp {
+// with its own, and so does another receive queue's EndBatch if the QP
+// is pending there too (qp.out is the QP's, whichever queue filled it).
+// The caller holds qp.xmu and is the queue's receiver.
+func (q *rxQueue) transmitAfterBatch(qp *QP) {
+	if n := len(q.pending); n > 0 && q.pending[n-1] == qp {
 		return
 	}
-	for _, q := range e.pending {
-		if q == qp {
+	for _, o := range q.pending {
+		if o == qp {
 			return
 		}
 	}
-	e.pending = append(e.pending, qp)
+	q.pending = append(q.pending, qp)
 }
 
 // handleDatagram is the receive path of a UD QP (step 4): the transport
@@ -184,23 +219,26 @@ const datagramHopLimit = 64
 // EndBatch sends what the packets of a receive batch caused
 // (netio.BatchEnder, step 5): each pending QP's own packets first, from
 // its port, then the replies of all of them, from the device's.
-func (e *engine) EndBatch() {
+func (q *rxQueue) EndBatch() {
+	e := q.e
 	batchHook(e.dev, batchStart)
-	for i, qp := range e.pending {
+	for i, qp := range q.pending {
 		qp.xmu.Lock()
 		if !qp.closed.Load() {
 			qp.transmitRepliesToLocked(e.replies)
 		}
 		qp.xmu.Unlock()
-		e.pending[i] = nil
+		q.pending[i] = nil
 	}
-	e.pending = e.pending[:0]
-	e.nowUses = 0
+	q.pending = q.pending[:0]
+	q.nowUses = 0
 	batchHook(e.dev, batchFlush)
 	e.flushReplies()
 }
 
-// flushReplies sends the replies taken since the last flush. EndBatch
+// flushReplies sends the replies taken since the last flush, by any
+// receive queue (they share the batch, so that a QP's replies leave in the
+// order they were taken, whichever queue took them). EndBatch
 // calls it, and so does Destroy: a QP's replies taken into the batch must
 // not wait for a receive goroutine that the scheduler may hold up until
 // after the device has closed its socket.

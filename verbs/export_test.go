@@ -148,6 +148,7 @@ func (d *Device) SetNextQPN(n uint32) {
 	d.qpnMu.Lock()
 	defer d.qpnMu.Unlock()
 	d.qpnCounter = d.qpnPerm.decrypt(n)
+	d.qpnQueue = n % uint32(len(d.eng.rxqs)) // n's receive queue is next
 }
 
 // The QP number range, the largest MaxMR and MaxQP, and the defaults of
