@@ -233,3 +233,13 @@ func DoorbellCost(d *Device, ns int64) { d.eng.doorbell.cost.Store(ns) }
 
 // Corked is how many of qp's transmissions wait in the doorbell.
 func Corked(qp *QP) int { return int(qp.corked.Load()) }
+
+// ReceiveQueueDelivered returns how many packets each receive queue of d
+// delivered (DeviceConfig.ReceiveQueues), in queue order.
+func ReceiveQueueDelivered(d *Device) []uint64 {
+	n := make([]uint64, len(d.eng.rxqs))
+	for i, q := range d.eng.rxqs {
+		n[i] = q.conn.Counters().Delivered.Load()
+	}
+	return n
+}
