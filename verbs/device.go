@@ -112,20 +112,20 @@ type DeviceConfig struct {
 	BusyPoll bool
 
 	// ReceiveQueues is how many sockets, each with its own goroutine,
-	// receive on Addr and Port (SO_REUSEPORT): the kernel hashes each
-	// flow (a peer QP's source port, a peer device's port) to one of
-	// them, so the packets of several QPs are handled on several cores,
-	// while each flow keeps its order. A QP's packets arrive on at most
-	// two flows (its peer QP's port, and the peer device's port that
-	// goroce's coalesced replies leave from), handled one at a time
-	// under the QP's lock; flows that hash to one queue share its core
-	// (with few QPs, often several do). 0 or 1 means one socket, the
-	// default; at most MaxReceiveQueues. Linux only: elsewhere, and
-	// with the goroce_portable build tag, the device has one socket
-	// whatever the value (Device.ReceiveQueues says how many it has).
-	// Sends are not spread: each QP sends from its own socket, on the
-	// goroutine that posts, receives or runs its timer; posts that the
-	// doorbell corks leave from its one flusher.
+	// receive on Addr and Port (SO_REUSEPORT): the kernel steers each
+	// packet to the socket of its destination QP (QP number mod
+	// ReceiveQueues, as a NIC's receive-side scaling steers by QP), so
+	// the packets of several QPs are handled on several cores while each
+	// QP's keep their order. QPs take the queues in turn as they are
+	// created; one QP's receive processing stays on one core. 0 or 1
+	// means one socket, the default; at most MaxReceiveQueues. Linux
+	// only: elsewhere, and with the goroce_portable build tag, the device
+	// has one socket whatever the value (Device.ReceiveQueues says how
+	// many it has). Sends are not spread: each QP sends from its own
+	// socket on the goroutine that posts, receives or runs its timer;
+	// posts that the doorbell corks leave from its one flusher. With
+	// BusyPoll, a Poll reads every queue's socket. See "Several cores"
+	// in the README for what scales and what does not.
 	ReceiveQueues int
 
 	// CongestionControl configures ECN, DCQCN and the RTT window (see

@@ -47,11 +47,6 @@ type engine struct {
 	// on conn; with DeviceConfig.ReceiveQueues, each other one on a
 	// socket of conn's receive group, served by its own goroutine.
 	rxqs []*rxQueue
-	// replies gathers the replies of the receive queues' batches, sent
-	// from the device's port (replyBatch); nil with
-	// DeviceConfig.PerQPReplyPort. Locked: the queues share it.
-	replies *replyBatch
-
 	// outputs lends QPs the buffers the transport builds packets in,
 	// seals those sealed packets wait in (seal.go).
 	outputs outputPool
@@ -88,9 +83,6 @@ func startEngine(d *Device, faults *netio.Faults, noOffload, perQPReplies, ect b
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &engine{dev: d, conn: conns[0], cancel: cancel, wake: make(chan struct{}, 1), async: newAsyncQueue()}
-	if !perQPReplies {
-		e.replies = &replyBatch{sender: e.conn.ReplySender()}
-	}
 	e.doorbell = newDoorbell(&e.outputs)
 	e.done.Add(2 + len(conns))
 	go func() {
@@ -99,6 +91,9 @@ func startEngine(d *Device, faults *netio.Faults, noOffload, perQPReplies, ect b
 	}()
 	for _, c := range conns {
 		q := &rxQueue{e: e, conn: c}
+		if !perQPReplies {
+			q.replies = &replyBatch{sender: c.ReplySender()}
+		}
 		e.rxqs = append(e.rxqs, q)
 		go func() {
 			defer e.done.Done()

@@ -39,14 +39,16 @@ import (
 // which netio.Conn lets only one at a time do (its receive lock): each
 // queue is a single receiver, as the device's one socket was.
 //
-// What the queues share is locked or atomic: the QP table (sync.Map), each
-// QP (xmu), SRQs and CQs (their mu), the reply batch (replyBatch.mu), the
-// doorbell (its mu), the engine's counters, a sealed QP's replay window
-// (QP.openMu), QP 1's receiver (cm's queue is locked). One QP's packets
-// come in on up to two flows, its peer QP's source port and the peer
-// device's port (coalesced replies), which may hash to two queues: they
-// are handled one at a time under xmu, in the order each flow brings
-// them, as packets on two paths.
+// The kernel steers each packet to the queue of its destination QP
+// (netio.OpenGroup: QP number mod the queue count), so all of a QP's
+// packets, from its peer QP's port and from the peer device's port alike
+// (coalesced replies), are handled by one queue, in arrival order, and
+// only that queue's batch takes its replies. What the queues share is
+// locked or atomic: the QP table (sync.Map), each QP (xmu), SRQs and CQs
+// (their mu), the doorbell (its mu), the output pool, the engine's
+// counters, QP 1's receiver (cm's queue is locked; QP 1's packets all
+// take queue 1 mod n), and a sealed QP's replay window (QP.openMu, for
+// safety should a QP's packets ever arrive on two queues).
 type rxQueue struct {
 	e    *engine
 	conn *netio.Conn
@@ -60,6 +62,10 @@ type rxQueue struct {
 	nowUses int
 	// unsealQP is the QP Sealed found for Unseal (seal.go).
 	unsealQP *QP
+	// replies gathers the replies of the queue's batches, sent from the
+	// device's port through the queue's socket (replyBatch); nil with
+	// DeviceConfig.PerQPReplyPort. Destroy flushes it too.
+	replies *replyBatch
 }
 
 // HandlePacket is the receive path (netio.Handler, step 2): the packet has
@@ -225,7 +231,7 @@ func (q *rxQueue) EndBatch() {
 	for i, qp := range q.pending {
 		qp.xmu.Lock()
 		if !qp.closed.Load() {
-			qp.transmitRepliesToLocked(e.replies)
+			qp.transmitRepliesToLocked(q.replies)
 		}
 		qp.xmu.Unlock()
 		q.pending[i] = nil
@@ -233,18 +239,20 @@ func (q *rxQueue) EndBatch() {
 	q.pending = q.pending[:0]
 	q.nowUses = 0
 	batchHook(e.dev, batchFlush)
-	e.flushReplies()
+	if q.replies != nil {
+		q.replies.flush()
+	}
 }
 
-// flushReplies sends the replies taken since the last flush, by any
-// receive queue (they share the batch, so that a QP's replies leave in the
-// order they were taken, whichever queue took them). EndBatch
-// calls it, and so does Destroy: a QP's replies taken into the batch must
-// not wait for a receive goroutine that the scheduler may hold up until
-// after the device has closed its socket.
+// flushReplies sends the replies taken since the last flush by every
+// receive queue. Destroy calls it: a QP's replies taken into a batch
+// must not wait for a receive goroutine that the scheduler may hold up
+// until after the device has closed its socket.
 func (e *engine) flushReplies() {
-	if e.replies != nil {
-		e.replies.flush()
+	for _, q := range e.rxqs {
+		if q.replies != nil {
+			q.replies.flush()
+		}
 	}
 }
 
