@@ -8,7 +8,8 @@
 #
 # For each receive queue count N (BENCH_QUEUES_N) and each test
 # (BENCH_QUEUES_TESTS), goroce-perf runs 64 KiB messages for
-# BENCH_DURATION seconds on 1, 2 and 4 QPs (-q), in rounds
+# BENCH_DURATION seconds (send_bw, which has no -D yet: BENCH_QUEUES_ITERS
+# messages per QP) on 1, 2 and 4 QPs (-q), in rounds
 # (BENCH_ROUNDS) whose order of N alternates; the table gives the median
 # MB/s of each and its ratio to 1 QP with the same N, measured in the same
 # run, and the load average before the run (uptime). On loopback both
@@ -20,7 +21,7 @@
 #   BENCH_QUEUES_N [1 2]            receive queue counts
 #   BENCH_QUEUES_QPS [1 2 4]        QP counts
 #   BENCH_QUEUES_TESTS [write_bw send_bw]
-#   BENCH_DURATION [5]  BENCH_ROUNDS [3]
+#   BENCH_DURATION [5]  BENCH_ROUNDS [3]  BENCH_QUEUES_ITERS [20000]
 #   BENCH_QUEUES_VETH               set: also measure across a veth pair
 #   BENCH_VETH_MTU [9000]
 #   BENCH_PERF                      a goroce-perf binary (default: built here)
@@ -34,6 +35,7 @@ ns=${BENCH_QUEUES_N:-1 2}
 qps=${BENCH_QUEUES_QPS:-1 2 4}
 tests=${BENCH_QUEUES_TESTS:-write_bw send_bw}
 dur=${BENCH_DURATION:-5}
+iters=${BENCH_QUEUES_ITERS:-20000}
 rounds=${BENCH_ROUNDS:-3}
 mtu=${BENCH_VETH_MTU:-9000}
 raw=$(mktemp -d /tmp/goroce-queues.XXXXXX)
@@ -82,7 +84,9 @@ measure() {
 			for n in "${order[@]}"; do
 				for q in $qps; do
 					uptime | sed 's/.*load average: //; s/,.*//' >"$raw/$path-$t-n$n-q$q-r$i.load"
-					run "$path" "$path-$t-n$n-q$q-r$i" "$t" -s 65536 -D "$dur" -q "$q" --receive-queues "$n"
+					local span=(-D "$dur")
+					[[ $t == send_bw ]] && span=(-n "$iters") # send_bw has no -D yet
+					run "$path" "$path-$t-n$n-q$q-r$i" "$t" -s 65536 "${span[@]}" -q "$q" --receive-queues "$n"
 				done
 			done
 			order=($(printf '%s\n' "${order[@]}" | tac)) # alternate which N goes first
