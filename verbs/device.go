@@ -115,9 +115,11 @@ type DeviceConfig struct {
 	// receive on Addr and Port (SO_REUSEPORT): the kernel steers each
 	// packet to the socket of its destination QP (QP number mod
 	// ReceiveQueues, as a NIC's receive-side scaling steers by QP), so
-	// the packets of several QPs are handled on several cores while each
-	// QP's keep their order. QPs take the queues in turn as they are
-	// created; one QP's receive processing stays on one core. 0 or 1
+	// the packets of several QPs are handled on several cores. QPs take
+	// the queues in turn as they are created; one QP's receive
+	// processing stays on one core, but for packets that GSO or GRO
+	// carried behind another QP's (a peer's coalesced ACKs), which are
+	// handled where that one is, under the QP's lock. 0 or 1
 	// means one socket, the default; at most MaxReceiveQueues. Linux
 	// only: elsewhere, and with the goroce_portable build tag, the device
 	// has one socket whatever the value (Device.ReceiveQueues says how

@@ -89,15 +89,19 @@ func startEngine(d *Device, faults *netio.Faults, noOffload, perQPReplies, ect b
 		defer e.done.Done()
 		e.doorbell.run(ctx)
 	}()
-	for _, c := range conns {
-		q := &rxQueue{e: e, conn: c}
+	// Every queue exists before any receives: a packet steered by
+	// another QP's may need another queue's reply batch (homeReplies).
+	for i, c := range conns {
+		q := &rxQueue{e: e, conn: c, index: uint32(i)}
 		if !perQPReplies {
 			q.replies = &replyBatch{sender: c.ReplySender()}
 		}
 		e.rxqs = append(e.rxqs, q)
+	}
+	for _, q := range e.rxqs {
 		go func() {
 			defer e.done.Done()
-			_ = c.Serve(ctx, q)
+			_ = q.conn.Serve(ctx, q)
 		}()
 	}
 	go func() {

@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"net/netip"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -39,19 +40,28 @@ import (
 // which netio.Conn lets only one at a time do (its receive lock): each
 // queue is a single receiver, as the device's one socket was.
 //
-// The kernel steers each packet to the queue of its destination QP
-// (netio.OpenGroup: QP number mod the queue count), so all of a QP's
-// packets, from its peer QP's port and from the peer device's port alike
-// (coalesced replies), are handled by one queue, in arrival order, and
-// only that queue's batch takes its replies. What the queues share is
-// locked or atomic: the QP table (sync.Map), each QP (xmu), SRQs and CQs
-// (their mu), the doorbell (its mu), the output pool, the engine's
-// counters, QP 1's receiver (cm's queue is locked; QP 1's packets all
-// take queue 1 mod n), and a sealed QP's replay window (QP.openMu, for
-// safety should a QP's packets ever arrive on two queues).
+// The kernel steers each datagram to the queue of its destination QP
+// (netio.OpenGroup: QP number mod the queue count), so a QP's packets
+// normally all reach its home queue, in arrival order. Not always: a GSO
+// datagram (or a GRO run) is steered whole by its first packet, and the
+// coalesced replies a peer device sends from its port carry ACKs for
+// several QPs in one datagram; two connections whose source ports collide
+// share a flow too. So a QP's packets may be handled by any queue, one at
+// a time under its xmu. What the queues share is locked or atomic: the QP
+// table (sync.Map), each QP (xmu), SRQs and CQs (their mu), the reply
+// batches (replyBatch.mu), the doorbell (its mu), the output pool, the
+// timer heap, the engine's counters, QP 1's receiver (cm's queue is
+// locked), a sealed QP's replay window (QP.openMu). A QP's replies always
+// go into its home queue's batch, whichever queue took them
+// (homeReplies), so they leave in the order they were taken.
 type rxQueue struct {
-	e    *engine
-	conn *netio.Conn
+	e     *engine
+	conn  *netio.Conn
+	index uint32 // in engine.rxqs: the home of QPs numbered index mod their count
+
+	// offHome counts the packets handled here for a QP whose home is
+	// another queue (coalesced by GSO or GRO behind another QP's packet).
+	offHome atomic.Uint64
 
 	// pending lists the QPs whose output waits for the end of the
 	// receive batch (transmitAfterBatch).
@@ -62,10 +72,20 @@ type rxQueue struct {
 	nowUses int
 	// unsealQP is the QP Sealed found for Unseal (seal.go).
 	unsealQP *QP
-	// replies gathers the replies of the queue's batches, sent from the
-	// device's port through the queue's socket (replyBatch); nil with
-	// DeviceConfig.PerQPReplyPort. Destroy flushes it too.
+	// replies gathers the replies of the QPs whose home this queue is,
+	// sent from the device's port through the queue's socket
+	// (replyBatch); nil with DeviceConfig.PerQPReplyPort. Destroy
+	// flushes it too.
 	replies *replyBatch
+	// others lists the other queues' batches the current EndBatch took
+	// replies into, to flush with its own.
+	others []*replyBatch
+}
+
+// homeReplies returns the reply batch of qp's home queue, the one its
+// number steers it to (nil with DeviceConfig.PerQPReplyPort).
+func (e *engine) homeReplies(qp *QP) *replyBatch {
+	return e.rxqs[qp.qpn%uint32(len(e.rxqs))].replies
 }
 
 // HandlePacket is the receive path (netio.Handler, step 2): the packet has
@@ -83,6 +103,9 @@ func (q *rxQueue) HandlePacket(p *wire.Packet, from netip.AddrPort, info netio.R
 		}
 		e.unknownQP.Add(1)
 		return
+	}
+	if n := uint32(len(e.rxqs)); n > 1 && qp.qpn%n != q.index {
+		q.offHome.Add(1)
 	}
 	if qp.feeder != nil {
 		// The feeder runs the application's code on this goroutine,
@@ -229,11 +252,15 @@ func (q *rxQueue) EndBatch() {
 	e := q.e
 	batchHook(e.dev, batchStart)
 	for i, qp := range q.pending {
+		b := e.homeReplies(qp)
 		qp.xmu.Lock()
 		if !qp.closed.Load() {
-			qp.transmitRepliesToLocked(q.replies)
+			qp.transmitRepliesToLocked(b)
 		}
 		qp.xmu.Unlock()
+		if b != q.replies && !slices.Contains(q.others, b) {
+			q.others = append(q.others, b) // a packet steered by another QP's
+		}
 		q.pending[i] = nil
 	}
 	q.pending = q.pending[:0]
@@ -242,6 +269,11 @@ func (q *rxQueue) EndBatch() {
 	if q.replies != nil {
 		q.replies.flush()
 	}
+	for i, b := range q.others {
+		b.flush()
+		q.others[i] = nil
+	}
+	q.others = q.others[:0]
 }
 
 // flushReplies sends the replies taken since the last flush by every

@@ -243,3 +243,13 @@ func ReceiveQueueDelivered(d *Device) []uint64 {
 	}
 	return n
 }
+
+// ReceiveQueueOffHome returns how many packets the receive queues of d
+// handled for QPs whose home is another queue.
+func ReceiveQueueOffHome(d *Device) uint64 {
+	var n uint64
+	for _, q := range d.eng.rxqs {
+		n += q.offHome.Load()
+	}
+	return n
+}

@@ -15,10 +15,12 @@ var ErrNoReceiveGroups = errors.New("netio: receive groups need Linux's SO_REUSE
 // (Config.ReusePort): a receive group, each Conn served by its own
 // goroutine. Conn i receives the datagrams whose BTH destination QP
 // number is i mod n (a socket filter the kernel runs on arrival, as a
-// NIC's receive-side scaling steers by QP): all the datagrams for one QP,
-// from whatever source, reach the same Conn, in the order they arrived,
-// and different QPs spread over the group as their numbers do. n of 1 or
-// less is Open.
+// NIC's receive-side scaling steers by QP): the datagrams for one QP, from
+// whatever source, reach the same Conn, in the order they arrived, and
+// different QPs spread over the group as their numbers do. A datagram is
+// steered whole: a GSO datagram or GRO run that holds packets for several
+// QPs (a peer's coalesced ACKs) reaches the Conn of its first packet's QP,
+// so a QP's packets may reach any Conn. n of 1 or less is Open.
 //
 // A port shared with SO_REUSEPORT is open to any socket of the same
 // user that sets the option too, which would take a share of the flows.

@@ -122,3 +122,44 @@ func TestOpenGroupPortTaken(t *testing.T) {
 	}
 	openConn(t, Config{Addr: addrB, Port: port}).Close()
 }
+
+// TestOpenGroupSteersGSOWhole: a run of equal-size packets for different
+// QPs from one source port leaves as one GSO datagram, which the kernel
+// steers whole, by its first packet's QP: the receiver cannot rely on a
+// QP's packets reaching only its own Conn (verbs' coalesced replies are
+// such runs), which is why it locks what its Conns share.
+func TestOpenGroupSteersGSOWhole(t *testing.T) {
+	const n = 4
+	if !ReusePortSpreads {
+		t.Skip("no receive groups on the portable path")
+	}
+	port := testkit.Port()
+	a := openConn(t, Config{Addr: addrA, Port: port})
+	group := openGroup(t, port, n)
+	recs := make([]*qpnRecorder, n)
+	for i, c := range group {
+		recs[i] = &qpnRecorder{}
+		serve(t, c, recs[i])
+	}
+	s := acquire(t, a, MinSourcePort+13)
+	var msgs []Message
+	for k := range 8 {
+		msgs = append(msgs, Message{Dst: group[0].LocalAddr(), Packet: buildTestPacket(t, wire.RCAcknowledge, wire.QPN(5+k), 0, uint32(k))})
+	}
+	if _, err := s.SendBatch(msgs); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the run delivered", func() bool {
+		total := 0
+		for _, r := range recs {
+			total += len(r.taken())
+		}
+		return total == len(msgs)
+	})
+	if !s.gso.Load() {
+		t.Skip("no GSO on this kernel: each packet was steered by its own QP")
+	}
+	if got := recs[5%n].taken(); len(got) != len(msgs) {
+		t.Fatalf("Conn %d (the first packet's QP's) took %v, want all %d", 5%n, got, len(msgs))
+	}
+}
