@@ -12,18 +12,18 @@ import (
 
 // engine is the device's software NIC: its UDP sockets, the receive
 // goroutines (one per receive queue) that run the responder and completer
-// of the addressed QP inline, the timer goroutine that runs retransmission, RNR waits and
-// paced READ replies, and the doorbell's flusher, which sends the packets
-// of posts that came back to back (doorbell.go). Its data path is told as
-// a flow in engine_send.go (what leaves), engine_recv.go (what arrives)
-// and engine_timers.go.
+// of the addressed QP inline, the timer goroutine that runs
+// retransmission, RNR waits and paced READ replies, and the doorbell's
+// flusher, which sends the packets of posts that came back to back
+// (doorbell.go). Its data path is told as a flow in engine_send.go (what
+// leaves), engine_recv.go (what arrives) and engine_timers.go.
 //
 // Lock order: QP.xmu, then engine.tmu, the output pool's lock, the
-// doorbell's lock or engine.cmu; none of these is held while a QP's xmu is
+// doorbell's lock, a reply batch's lock or engine.cmu; none of these is held while a QP's xmu is
 // taken, and the flusher takes no QP's xmu.
 type engine struct {
 	dev    *Device
-	conn   *netio.Conn
+	conn   *netio.Conn // the first receive queue's: every QP's source port is one of its Senders
 	cancel context.CancelFunc
 	done   sync.WaitGroup
 

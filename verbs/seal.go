@@ -144,9 +144,9 @@ func (q *rxQueue) Sealed(b []byte) bool {
 }
 
 // Unseal implements netio.Unsealer: it opens the datagram Sealed took
-// under its QP's key, or counts why not. The queue's receiver only. The
-// QP's replay window is shared by the receive queues its flows hash to
-// (its peer QP's port, the peer device's port): openMu serialises it.
+// under its QP's key, or counts why not. The queue's receiver only. A
+// QP's packets may reach any receive queue (a GSO datagram is steered by
+// its first packet's QP): openMu serialises its replay window.
 func (q *rxQueue) Unseal(b []byte, _ netip.AddrPort) []byte {
 	e := q.e
 	qp := q.unsealQP
