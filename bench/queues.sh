@@ -12,7 +12,10 @@
 # messages per QP) on 1, 2 and 4 QPs (-q), in rounds
 # (BENCH_ROUNDS) whose order of N alternates; the table gives the median
 # MB/s of each and its ratio to 1 QP with the same N, measured in the same
-# run, and the load average before the run (uptime). On loopback both
+# run, the CPU seconds per GB of the processes (median) and the cores
+# they kept busy (CPU seconds per second: on 2 cores, 1 QP that already
+# keeps 1.8 busy leaves nothing for a second QP to gain), and the load
+# average before each round (uptime). On loopback both
 # devices run in one process; on veth (link MTU BENCH_VETH_MTU, 9000) the
 # server runs in one namespace and the client in another, both created
 # (and deleted) here.
@@ -25,6 +28,8 @@
 #   BENCH_QUEUES_VETH               set: also measure across a veth pair
 #   BENCH_VETH_MTU [9000]
 #   BENCH_PERF                      a goroce-perf binary (default: built here)
+#   BENCH_QUEUES_RAW                an earlier run's raw directory: print its
+#                                   tables again, measure nothing
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,20 +43,39 @@ dur=${BENCH_DURATION:-5}
 iters=${BENCH_QUEUES_ITERS:-20000}
 rounds=${BENCH_ROUNDS:-3}
 mtu=${BENCH_VETH_MTU:-9000}
-raw=$(mktemp -d /tmp/goroce-queues.XXXXXX)
+report_only=0
+if [[ -n ${BENCH_QUEUES_RAW:-} ]]; then
+	raw=$BENCH_QUEUES_RAW report_only=1 # tables from an earlier run's outputs
+else
+	raw=$(mktemp -d /tmp/goroce-queues.XXXXXX)
+fi
 nsa=gqueuesA nsb=gqueuesB ipa=10.252.0.1 ipb=10.252.0.2
 g1=127.0.77.1 g2=127.0.77.2
 
 log() { printf 'queues: %s\n' "$*" >&2; }
 
 P=${BENCH_PERF:-}
-if [[ -z $P ]]; then
+if [[ -z $P ]] && ((!report_only)); then
 	P=$raw/goroce-perf
 	(cd "$root" && go build -o "$P" ./cmd/goroce-perf) || exit 2
 fi
 
 # bw FILE: the client's average bandwidth (MB/s) in goroce-perf's JSON.
 bw() { jq -r 'select(.side != "server") | .bw_average // empty' "$1" 2>/dev/null | tail -1; }
+# cpu NAME: CPU seconds per GB of the run's processes: on loopback the
+# one process's (the client's line; the server's is the same process), on
+# veth the client's and the server's, each from its own output.
+cpu() {
+	local own='select(.side == "client" and .cpu_sec_per_gb != null) | .cpu_sec_per_gb'
+	if [[ $1 == lo-* ]]; then
+		jq -r "$own" "$raw/$1.json" 2>/dev/null | head -1
+		return
+	fi
+	{
+		jq -r "$own" "$raw/$1.json" 2>/dev/null | head -1
+		jq -r 'select(.side == "server" and .cpu_sec_per_gb != null) | .cpu_sec_per_gb' "$raw/$1.server.json" 2>/dev/null | head -1
+	} | awk 'NF { s += $1; n++ } END { if (n == 2) printf "%.4f\n", s }'
+}
 
 # run PATH NAME ARGS...: one goroce-perf run on PATH (lo or veth), its JSON
 # into $raw/NAME.json.
@@ -76,11 +100,11 @@ measure() {
 	echo
 	echo "### $path$([[ $path == veth ]] && echo ", link MTU $mtu")"
 	echo
-	echo "| test | receive queues | QPs | MB/s (median of $rounds) | ratio to 1 QP | load before |"
-	echo "|---|---|---|---|---|---|"
+	echo "| test | receive queues | QPs | MB/s (median of $rounds) | ratio to 1 QP | CPU s/GB | cores busy | load before |"
+	echo "|---|---|---|---|---|---|---|---|"
 	for t in $tests; do
 		local order=($ns)
-		for ((i = 1; i <= rounds; i++)); do
+		for ((i = 1; i <= rounds && !report_only; i++)); do
 			for n in "${order[@]}"; do
 				for q in $qps; do
 					uptime | sed 's/.*load average: //; s/,.*//' >"$raw/$path-$t-n$n-q$q-r$i.load"
@@ -94,11 +118,16 @@ measure() {
 		for n in $ns; do
 			local base=
 			for q in $qps; do
-				local med load
+				local med load spg cores
 				med=$(for ((i = 1; i <= rounds; i++)); do bw "$raw/$path-$t-n$n-q$q-r$i.json"; done | bench_median)
-				load=$(cat "$raw/$path-$t-n$n-q$q-r"*.load | tr '\n' ' ')
+				spg=$(for ((i = 1; i <= rounds; i++)); do cpu "$path-$t-n$n-q$q-r$i"; done | bench_median)
+				# cores busy: CPU seconds per second of the run, each round's
+				cores=$(for ((i = 1; i <= rounds; i++)); do
+					awk -v b="$(bw "$raw/$path-$t-n$n-q$q-r$i.json")" -v c="$(cpu "$path-$t-n$n-q$q-r$i")" 'BEGIN { if (b != "" && c != "") printf "%.2f\n", b * c / 1000 }'
+				done | bench_median)
+				load=$(cat "$raw/$path-$t-n$n-q$q-r"*.load 2>/dev/null | tr '\n' ' ')
 				[[ $q == 1 ]] && base=$med
-				echo "| $t | $n | $q | $(bench_fmt "$med") | $(awk -v a="$med" -v b="$base" 'BEGIN { if (a == "-" || b == "-" || b + 0 == 0) print "-"; else printf "%.2f", a / b }') | $load|"
+				echo "| $t | $n | $q | $(bench_fmt "$med") | $(awk -v a="$med" -v b="$base" 'BEGIN { if (a == "-" || b == "-" || b + 0 == 0) print "-"; else printf "%.2f", a / b }') | $(bench_fmt "$spg" %.2f) | $(bench_fmt "$cores" %.2f) | $load|"
 			done
 		done
 	done
@@ -107,9 +136,11 @@ measure() {
 echo "goroce-perf, 64 KiB messages, ${dur} s per run; $(nproc) cores; $(uptime)"
 measure lo
 if [[ -n ${BENCH_QUEUES_VETH:-} ]]; then
-	bench_require_root queues.sh "network namespaces"
-	netns_pair_up "$nsa" "$nsb" "$ipa" "$ipb" "$mtu" || exit 1
+	if ((!report_only)); then
+		bench_require_root queues.sh "network namespaces"
+		netns_pair_up "$nsa" "$nsb" "$ipa" "$ipb" "$mtu" || exit 1
+	fi
 	measure veth
-	netns_pair_down "$nsa" "$nsb"
+	((report_only)) || netns_pair_down "$nsa" "$nsb"
 fi
 log "raw outputs in $raw"
