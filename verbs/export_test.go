@@ -110,7 +110,10 @@ func QPHoldsOutput(qp *QP) bool {
 }
 
 // SetCapture writes every packet d sends or accepts to w as pcap (nil
-// stops).
+// stops). The tap is the first receive queue's socket's: with several
+// queues (DeviceConfig.ReceiveQueues) it misses what the others receive
+// and the replies they send, which the tests that capture need not care
+// about: a device's first QP takes the first queue.
 func SetCapture(d *Device, w io.Writer) error { return d.eng.conn.SetCapture(w) }
 
 // QPMemory is qp's memory as its responder reaches it (window tests),
