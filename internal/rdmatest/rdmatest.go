@@ -35,7 +35,7 @@ func openWith(t testing.TB, open func(verbs.DeviceConfig) (*verbs.Device, error)
 		cfg.Addr = testkit.Addr(1)
 	}
 	if cfg.ReceiveQueues == 0 {
-		cfg.ReceiveQueues = receiveQueues(t)
+		cfg.ReceiveQueues = ReceiveQueues(t)
 	}
 	d, err := open(cfg)
 	if err != nil {
@@ -51,8 +51,10 @@ func openWith(t testing.TB, open func(verbs.DeviceConfig) (*verbs.Device, error)
 // that opens its devices here on four receive queues.
 const ReceiveQueuesEnv = "GOROCE_TEST_RECEIVE_QUEUES"
 
-// receiveQueues reads ReceiveQueuesEnv: 0 (the default) when unset.
-func receiveQueues(t testing.TB) int {
+// ReceiveQueues reads ReceiveQueuesEnv: 0 (the default) when unset. The
+// harness applies it to the devices it opens; tests that open their own
+// apply it themselves.
+func ReceiveQueues(t testing.TB) int {
 	v := os.Getenv(ReceiveQueuesEnv)
 	if v == "" {
 		return 0
