@@ -64,10 +64,12 @@ func (d *Device) addQP(op string, qp *QP) error {
 	}
 	queue := d.qpnQueue
 	d.qpnQueue = (d.qpnQueue + 1) % queues
-	for {
+	// After a whole cycle of the counter every number of the residue
+	// was seen taken (a device of millions of QPs): any residue will do.
+	for tries := 0; ; tries++ {
 		qpn := d.qpnPerm.encrypt(d.qpnCounter)
 		d.qpnCounter = (d.qpnCounter + 1) & 0xFFFFFF
-		if qpn < qpnMin || qpn%queues != queue {
+		if qpn < qpnMin || qpn%queues != queue && tries <= qpnMax {
 			continue
 		}
 		if _, taken := d.qps.Load(qpn); !taken {
