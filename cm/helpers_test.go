@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/internal/gsi"
+	"github.com/goroce/goroce/internal/rdmatest"
 	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
@@ -51,6 +52,9 @@ func newHost(t *testing.T, i int) *host {
 
 func newHostConfig(t *testing.T, cfg verbs.DeviceConfig) *host {
 	t.Helper()
+	if cfg.ReceiveQueues == 0 {
+		cfg.ReceiveQueues = rdmatest.ReceiveQueues(t) // GOROCE_TEST_RECEIVE_QUEUES
+	}
 	dev, err := verbs.Open(cfg)
 	if err != nil {
 		t.Fatalf("verbs.Open(%v): %v", cfg.Addr, err)

@@ -324,8 +324,9 @@ func (d *Device) Counters() Counters {
 	// loop adds a batch's counts after its packets were handled (netio's
 	// Counters), so a reader that sees RcvdPkts include a packet sees the
 	// drop counters include what the engine did with it. (The other order
-	// let a waiter see 1,000 packets received and 999 dropped.)
-	n := e.conn.Counters()
+	// let a waiter see 1,000 packets received and 999 dropped.) With
+	// several receive queues, each socket's are read before the drops.
+	n := e.netCounters()
 	c.SentPkts = n.TxPackets.Load()
 	c.SentBytes = n.TxBytes.Load()
 	c.RcvdPkts = n.Delivered.Load()

@@ -132,7 +132,7 @@ func (cq *CQ) Poll(wc []WorkCompletion) (int, error) {
 		short := cq.count < max(len(wc), 1)
 		cq.mu.Unlock()
 		if short {
-			if _, busy := cq.dev.eng.conn.Poll(); busy {
+			if cq.dev.eng.poll() {
 				// The device's receive goroutine is reading:
 				// let it run if it waits for a processor.
 				runtime.Gosched()

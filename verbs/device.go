@@ -111,6 +111,25 @@ type DeviceConfig struct {
 	// applications that park (Wait, completion channels) gain nothing.
 	BusyPoll bool
 
+	// ReceiveQueues is how many sockets, each with its own goroutine,
+	// receive on Addr and Port (SO_REUSEPORT): the kernel steers each
+	// packet to the socket of its destination QP (QP number mod
+	// ReceiveQueues, as a NIC's receive-side scaling steers by QP), so
+	// the packets of several QPs are handled on several cores. QPs take
+	// the queues in turn as they are created; one QP's receive
+	// processing stays on one core, but for packets that GSO or GRO
+	// carried behind another QP's (a peer's coalesced ACKs), which are
+	// handled where that one is, under the QP's lock. 0 or 1
+	// means one socket, the default; at most MaxReceiveQueues. Linux
+	// only: elsewhere, and with the goroce_portable build tag, the device
+	// has one socket whatever the value (Device.ReceiveQueues says how
+	// many it has). Sends are not spread: each QP sends from its own
+	// socket on the goroutine that posts, receives or runs its timer;
+	// posts that the doorbell corks leave from its one flusher. With
+	// BusyPoll, a Poll reads every queue's socket. See "Several cores"
+	// in the README for what scales and what does not.
+	ReceiveQueues int
+
 	// CongestionControl configures ECN, DCQCN and the RTT window (see
 	// CongestionControl); the zero value is ECN and DCQCN on with their
 	// defaults and the RTT window off.
@@ -158,6 +177,7 @@ type Device struct {
 	qpnMu      sync.Mutex
 	qpnPerm    *perm24 // QP numbers are its images of qpnCounter
 	qpnCounter uint32  // guarded by qpnMu
+	qpnQueue   uint32  // the receive queue of the next QP (addQP); guarded by qpnMu
 
 	// mu guards closed and the registries Close walks.
 	mu       sync.Mutex
@@ -233,7 +253,11 @@ func open(op string, cfg DeviceConfig, faults *netio.Faults) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	eng, err := startEngine(d, faults, cfg.NoOffload, cfg.PerQPReplyPort, d.cc.ECN)
+	queues := max(cfg.ReceiveQueues, 1)
+	if !netio.ReusePortSpreads {
+		queues = 1
+	}
+	eng, err := startEngine(d, faults, cfg.NoOffload, cfg.PerQPReplyPort, d.cc.ECN, queues)
 	if err != nil {
 		return nil, bindError(op, netip.AddrPortFrom(d.addr, d.udpPort), err)
 	}
@@ -275,6 +299,9 @@ func buildDevice(op string, cfg DeviceConfig) (*Device, error) {
 	udpPort := cfg.Port
 	if udpPort == 0 {
 		udpPort = DefaultUDPPort
+	}
+	if cfg.ReceiveQueues < 0 || cfg.ReceiveQueues > MaxReceiveQueues {
+		return nil, errorf(op, "ReceiveQueues", ErrInvalidArgument, "%d outside 0..%d", cfg.ReceiveQueues, MaxReceiveQueues)
 	}
 	if cfg.MTU != 0 && !cfg.MTU.Valid() {
 		return nil, errorf(op, "MTU", ErrInvalidArgument, "%d is not an IB MTU (1..5)", int(cfg.MTU))
@@ -399,6 +426,15 @@ func (d *Device) Name() string { return d.name }
 
 // Addr returns the IP address the device binds.
 func (d *Device) Addr() netip.Addr { return d.addr }
+
+// MaxReceiveQueues bounds DeviceConfig.ReceiveQueues: sockets and
+// goroutines beyond a core each gain nothing.
+const MaxReceiveQueues = 256
+
+// ReceiveQueues returns how many sockets receive the device's packets,
+// each on its own goroutine (DeviceConfig.ReceiveQueues): 1 where the
+// platform cannot spread flows over sockets.
+func (d *Device) ReceiveQueues() int { return len(d.eng.rxqs) }
 
 // UDPPort returns the UDP port the device binds.
 func (d *Device) UDPPort() uint16 { return d.udpPort }

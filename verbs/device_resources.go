@@ -45,16 +45,31 @@ const (
 // the numbers seen before (an off-path attacker must guess the 24 bits),
 // and not reused before 2^24 more QPs were created, so stale packets find
 // no QP.
+//
+// With several receive queues, which steer by QP number mod their count
+// (DeviceConfig.ReceiveQueues), the QPs take the queues in turn: numbers
+// of other residues are skipped (about one in n of the permutation's
+// images is taken), so n QPs created one after another use n queues, and
+// the number's residue, known to whoever counts QPs, leaves an
+// attacker log2(n) bits fewer to guess.
 func (d *Device) addQP(op string, qp *QP) error {
 	d.qpnMu.Lock()
 	defer d.qpnMu.Unlock()
 	if d.isClosed() {
 		return closedError(op, "device")
 	}
-	for {
+	queues := uint32(1)
+	if d.eng != nil { // nil in tests of a device without sockets
+		queues = uint32(len(d.eng.rxqs))
+	}
+	queue := d.qpnQueue
+	d.qpnQueue = (d.qpnQueue + 1) % queues
+	// After a whole cycle of the counter every number of the residue
+	// was seen taken (a device of millions of QPs): any residue will do.
+	for tries := 0; ; tries++ {
 		qpn := d.qpnPerm.encrypt(d.qpnCounter)
 		d.qpnCounter = (d.qpnCounter + 1) & 0xFFFFFF
-		if qpn < qpnMin {
+		if qpn < qpnMin || qpn%queues != queue && tries <= qpnMax {
 			continue
 		}
 		if _, taken := d.qps.Load(qpn); !taken {

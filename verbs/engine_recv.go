@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"net/netip"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -12,7 +13,8 @@ import (
 
 // The receive path of the software NIC. Inbound flow:
 //
-//  1. The receive goroutine (netio.Conn.Serve), or an application spinning
+//  1. A receive goroutine (netio.Conn.Serve), one per receive queue
+//     (rxQueue, DeviceConfig.ReceiveQueues), or an application spinning
 //     on CQ.Poll with DeviceConfig.BusyPoll, reads a batch with recvmmsg
 //     and GRO, splits it, checks each ICRC, parses the packet and calls
 //     HandlePacket: no channel hop, no allocation per packet.
@@ -30,9 +32,66 @@ import (
 //     each pending QP's packets and then the batch's replies from the
 //     device's port (engine_send.go, steps 4 and 5).
 
+// rxQueue is one receive queue of the device (DeviceConfig.ReceiveQueues):
+// a socket of the device's receive group, the goroutine serving it, and
+// what that goroutine keeps between packets without a lock. Its fields
+// are used only by whoever delivers the socket's packets, Serve's
+// goroutine or a poller (CQ.Poll with BusyPoll, the timer goroutine),
+// which netio.Conn lets only one at a time do (its receive lock): each
+// queue is a single receiver, as the device's one socket was.
+//
+// The kernel steers each datagram to the queue of its destination QP
+// (netio.OpenGroup: QP number mod the queue count), so a QP's packets
+// normally all reach its home queue, in arrival order. Not always: a GSO
+// datagram (or a GRO run) is steered whole by its first packet, and the
+// coalesced replies a peer device sends from its port carry ACKs for
+// several QPs in one datagram; two connections whose source ports collide
+// share a flow too. So a QP's packets may be handled by any queue, one at
+// a time under its xmu. What the queues share is locked or atomic: the QP
+// table (sync.Map), each QP (xmu), SRQs and CQs (their mu), the reply
+// batches (replyBatch.mu), the doorbell (its mu), the output pool, the
+// timer heap, the engine's counters, QP 1's receiver (cm's queue is
+// locked), a sealed QP's replay window (QP.openMu). A QP's replies always
+// go into its home queue's batch, whichever queue took them
+// (homeReplies), so they leave in the order they were taken.
+type rxQueue struct {
+	e     *engine
+	conn  *netio.Conn
+	index uint32 // in engine.rxqs: the home of QPs numbered index mod their count
+
+	// offHome counts the packets handled here for a QP whose home is
+	// another queue (coalesced by GSO or GRO behind another QP's packet).
+	offHome atomic.Uint64
+
+	// pending lists the QPs whose output waits for the end of the
+	// receive batch (transmitAfterBatch).
+	pending []*QP
+	// now and nowUses are rxNow's clock reading and how many packets
+	// used it.
+	now     time.Time
+	nowUses int
+	// unsealQP is the QP Sealed found for Unseal (seal.go).
+	unsealQP *QP
+	// replies gathers the replies of the QPs whose home this queue is,
+	// sent from the device's port through the queue's socket
+	// (replyBatch); nil with DeviceConfig.PerQPReplyPort. Destroy
+	// flushes it too.
+	replies *replyBatch
+	// others lists the other queues' batches the current EndBatch took
+	// replies into, to flush with its own.
+	others []*replyBatch
+}
+
+// homeReplies returns the reply batch of qp's home queue, the one its
+// number steers it to (nil with DeviceConfig.PerQPReplyPort).
+func (e *engine) homeReplies(qp *QP) *replyBatch {
+	return e.rxqs[qp.qpn%uint32(len(e.rxqs))].replies
+}
+
 // HandlePacket is the receive path (netio.Handler, step 2): the packet has
 // parsed and its ICRC matched.
-func (e *engine) HandlePacket(p *wire.Packet, from netip.AddrPort, info netio.RecvInfo) {
+func (q *rxQueue) HandlePacket(p *wire.Packet, from netip.AddrPort, info netio.RecvInfo) {
+	e := q.e
 	qp := e.dev.lookupQP(uint32(p.BTH.DestQP()))
 	if qp == nil {
 		if p.BTH.DestQP() == wire.GSIQPN {
@@ -44,6 +103,9 @@ func (e *engine) HandlePacket(p *wire.Packet, from netip.AddrPort, info netio.Re
 		}
 		e.unknownQP.Add(1)
 		return
+	}
+	if n := uint32(len(e.rxqs)); n > 1 && qp.qpn%n != q.index {
+		q.offHome.Add(1)
 	}
 	if qp.feeder != nil {
 		// The feeder runs the application's code on this goroutine,
@@ -73,21 +135,21 @@ func (e *engine) HandlePacket(p *wire.Packet, from netip.AddrPort, info netio.Re
 	if p.BTH.Opcode() == wire.CNP {
 		// From the QP's peer (checked above): the reaction point's.
 		// It neither establishes the connection nor pins a port.
-		qp.tq.HandlePacket(p, e.rxNow(), qp.outputLocked())
+		qp.tq.HandlePacket(p, q.rxNow(), qp.outputLocked())
 		return
 	}
 	if !qp.commEst {
 		e.firstPacket(qp)
 	}
 	raceSync()
-	now := e.rxNow()
+	now := q.rxNow()
 	if info.ECN == netio.ECNCE {
 		// The notification point: a queue on the way was congested.
 		qp.tq.MarkCE(now, qp.outputLocked())
 	}
 	qp.tq.HandlePacket(p, now, qp.outputLocked())
 	raceSync()
-	e.transmitAfterBatch(qp)
+	q.transmitAfterBatch(qp)
 }
 
 // acceptSourcePort decides on a packet from the peer's address whose UDP
@@ -124,29 +186,31 @@ const rxNowEvery = 16
 // packet. Reading the clock costs more than a 64 KiB run's per-packet
 // transport work; the packets of a batch arrived together, so one reading
 // serves rxNowEvery of them (stale by microseconds, against timers of
-// milliseconds). Receive goroutine only.
-func (e *engine) rxNow() time.Time {
-	if e.nowUses == 0 {
-		e.now = time.Now()
+// milliseconds). The queue's receiver only.
+func (q *rxQueue) rxNow() time.Time {
+	if q.nowUses == 0 {
+		q.now = time.Now()
 	}
-	e.nowUses = (e.nowUses + 1) % rxNowEvery
-	return e.now
+	q.nowUses = (q.nowUses + 1) % rxNowEvery
+	return q.now
 }
 
 // transmitAfterBatch leaves qp's output for EndBatch (step 3), so that
 // what a batch causes (the ACKs of a GRO run, the requests a run of ACKs
 // lets out) leaves in one send; a PostSend or timer in between sends it
-// with its own. The caller holds qp.xmu and is the receive goroutine.
-func (e *engine) transmitAfterBatch(qp *QP) {
-	if n := len(e.pending); n > 0 && e.pending[n-1] == qp {
+// with its own, and so does another receive queue's EndBatch if the QP
+// is pending there too (qp.out is the QP's, whichever queue filled it).
+// The caller holds qp.xmu and is the queue's receiver.
+func (q *rxQueue) transmitAfterBatch(qp *QP) {
+	if n := len(q.pending); n > 0 && q.pending[n-1] == qp {
 		return
 	}
-	for _, q := range e.pending {
-		if q == qp {
+	for _, o := range q.pending {
+		if o == qp {
 			return
 		}
 	}
-	e.pending = append(e.pending, qp)
+	q.pending = append(q.pending, qp)
 }
 
 // handleDatagram is the receive path of a UD QP (step 4): the transport
@@ -184,29 +248,43 @@ const datagramHopLimit = 64
 // EndBatch sends what the packets of a receive batch caused
 // (netio.BatchEnder, step 5): each pending QP's own packets first, from
 // its port, then the replies of all of them, from the device's.
-func (e *engine) EndBatch() {
+func (q *rxQueue) EndBatch() {
+	e := q.e
 	batchHook(e.dev, batchStart)
-	for i, qp := range e.pending {
+	for i, qp := range q.pending {
+		b := e.homeReplies(qp)
 		qp.xmu.Lock()
 		if !qp.closed.Load() {
-			qp.transmitRepliesToLocked(e.replies)
+			qp.transmitRepliesToLocked(b)
 		}
 		qp.xmu.Unlock()
-		e.pending[i] = nil
+		if b != q.replies && !slices.Contains(q.others, b) {
+			q.others = append(q.others, b) // a packet steered by another QP's
+		}
+		q.pending[i] = nil
 	}
-	e.pending = e.pending[:0]
-	e.nowUses = 0
+	q.pending = q.pending[:0]
+	q.nowUses = 0
 	batchHook(e.dev, batchFlush)
-	e.flushReplies()
+	if q.replies != nil {
+		q.replies.flush()
+	}
+	for i, b := range q.others {
+		b.flush()
+		q.others[i] = nil
+	}
+	q.others = q.others[:0]
 }
 
-// flushReplies sends the replies taken since the last flush. EndBatch
-// calls it, and so does Destroy: a QP's replies taken into the batch must
-// not wait for a receive goroutine that the scheduler may hold up until
-// after the device has closed its socket.
+// flushReplies sends the replies taken since the last flush by every
+// receive queue. Destroy calls it: a QP's replies taken into a batch
+// must not wait for a receive goroutine that the scheduler may hold up
+// until after the device has closed its socket.
 func (e *engine) flushReplies() {
-	if e.replies != nil {
-		e.replies.flush()
+	for _, q := range e.rxqs {
+		if q.replies != nil {
+			q.replies.flush()
+		}
 	}
 }
 

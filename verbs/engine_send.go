@@ -33,9 +33,10 @@ import (
 //     the batch (EndBatch), and then the single-packet ACKNOWLEDGEs (ACK,
 //     NAK, RNR NAK) that end each QP's output leave together from the
 //     device's own port, 4791, as one GSO datagram per peer
-//     (transmitRepliesToLocked, replyBatch). With 1,000 active QPs, an ACK
-//     from each QP's own socket cost one sendmmsg per WRITE, and the
-//     requester's receive got no GRO. rxe matches a packet to its QP by
+//     (transmitRepliesToLocked, replyBatch; one batch per receive queue,
+//     a QP's always its home queue's: engine_recv.go). With 1,000 active
+//     QPs, an ACK from each QP's own socket cost one sendmmsg per WRITE,
+//     and the requester's receive got no GRO. rxe matches a packet to its QP by
 //     the destination port and the BTH's QPN and checks addresses, not
 //     ports; a goroce receiver pins a connection's source port but takes
 //     an ACKNOWLEDGE from the peer's RoCE port too (acceptSourcePort in

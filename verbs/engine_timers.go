@@ -98,7 +98,7 @@ func (e *engine) runTimers(ctx context.Context) {
 			due.xmu.Lock()
 			if due.tq != nil && !due.closed.Load() && due.tq.RetransmitDue(time.Now()) {
 				due.xmu.Unlock()
-				e.conn.Poll() // step 3; delivery takes QPs' xmu
+				e.poll() // step 3; delivery takes QPs' xmu
 				due.xmu.Lock()
 			}
 			if due.tq != nil && !due.closed.Load() {

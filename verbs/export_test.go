@@ -110,7 +110,10 @@ func QPHoldsOutput(qp *QP) bool {
 }
 
 // SetCapture writes every packet d sends or accepts to w as pcap (nil
-// stops).
+// stops). The tap is the first receive queue's socket's: with several
+// queues (DeviceConfig.ReceiveQueues) it misses what the others receive
+// and the replies they send, which the tests that capture need not care
+// about: a device's first QP takes the first queue.
 func SetCapture(d *Device, w io.Writer) error { return d.eng.conn.SetCapture(w) }
 
 // QPMemory is qp's memory as its responder reaches it (window tests),
@@ -148,6 +151,7 @@ func (d *Device) SetNextQPN(n uint32) {
 	d.qpnMu.Lock()
 	defer d.qpnMu.Unlock()
 	d.qpnCounter = d.qpnPerm.decrypt(n)
+	d.qpnQueue = n % uint32(len(d.eng.rxqs)) // n's receive queue is next
 }
 
 // The QP number range, the largest MaxMR and MaxQP, and the defaults of
@@ -232,3 +236,23 @@ func DoorbellCost(d *Device, ns int64) { d.eng.doorbell.cost.Store(ns) }
 
 // Corked is how many of qp's transmissions wait in the doorbell.
 func Corked(qp *QP) int { return int(qp.corked.Load()) }
+
+// ReceiveQueueDelivered returns how many packets each receive queue of d
+// delivered (DeviceConfig.ReceiveQueues), in queue order.
+func ReceiveQueueDelivered(d *Device) []uint64 {
+	n := make([]uint64, len(d.eng.rxqs))
+	for i, q := range d.eng.rxqs {
+		n[i] = q.conn.Counters().Delivered.Load()
+	}
+	return n
+}
+
+// ReceiveQueueOffHome returns how many packets the receive queues of d
+// handled for QPs whose home is another queue.
+func ReceiveQueueOffHome(d *Device) uint64 {
+	var n uint64
+	for _, q := range d.eng.rxqs {
+		n += q.offHome.Load()
+	}
+	return n
+}

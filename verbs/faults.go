@@ -74,7 +74,7 @@ type FaultCounters struct {
 // FaultCounters returns the counts of the faults injected so far; they are
 // zero on a device opened without faults.
 func (d *Device) FaultCounters() FaultCounters {
-	c := d.eng.conn.Counters()
+	c := d.eng.netCounters()
 	return FaultCounters{
 		Dropped:    c.FaultDropped.Load(),
 		Duplicated: c.FaultDuplicated.Load(),

@@ -100,9 +100,12 @@ type QP struct {
 	peerSrcPort uint16
 	// sealer seals what the QP sends (seal.go); nil without keys.
 	sealer *seal.Sealer
-	// opener opens what the QP receives; the receive goroutine uses it
-	// (Unseal), SetPacketKeys swaps it under xmu.
+	// opener opens what the QP receives; the receive queues use it
+	// (Unseal), SetPacketKeys swaps it under xmu. openMu serialises its
+	// Open (the replay window, the nonce scratch) between the receive
+	// queues the QP's two flows may hash to.
 	opener atomic.Pointer[seal.Opener]
+	openMu sync.Mutex
 
 	timerIndex int       // position in the engine's timer heap; -1 if absent; guarded by engine.tmu
 	deadline   time.Time // when the transport wants OnTimer; guarded by engine.tmu

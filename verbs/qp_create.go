@@ -51,7 +51,9 @@ type QPInitAttr struct {
 // the message finds them, as a NIC finds a WQE whose doorbell was rung.
 // FeedRecv is called on the goroutine that received a packet for the QP,
 // just before the QP handles it, with no lock of the QP's held; it may post
-// receive work requests on the QP or its SRQ. It runs for every packet:
+// receive work requests on the QP or its SRQ. With several receive queues
+// (DeviceConfig.ReceiveQueues) the FeedRecv of QPs that share an SRQ may
+// run at the same time on different goroutines. It runs for every packet:
 // when there is nothing to post it should cost a load or two.
 type RecvFeeder interface {
 	FeedRecv()

@@ -129,8 +129,9 @@ func (qp *QP) sealLocked(msgs []netio.Message) []byte {
 }
 
 // Sealed implements netio.Unsealer: is the datagram for a sealed QP? It
-// remembers the QP for Unseal. Receive goroutine only.
-func (e *engine) Sealed(b []byte) bool {
+// remembers the QP for Unseal. The queue's receiver only.
+func (q *rxQueue) Sealed(b []byte) bool {
+	e := q.e
 	if e.sealedQPs.Load() == 0 || len(b) < wire.BTHLen {
 		return false
 	}
@@ -138,22 +139,26 @@ func (e *engine) Sealed(b []byte) bool {
 	if qp == nil || qp.opener.Load() == nil {
 		return false
 	}
-	e.unsealQP = qp
+	q.unsealQP = qp
 	return true
 }
 
 // Unseal implements netio.Unsealer: it opens the datagram Sealed took
-// under its QP's key, or counts why not. Receive goroutine only: the QP's
-// replay window is the receive goroutine's.
-func (e *engine) Unseal(b []byte, _ netip.AddrPort) []byte {
-	qp := e.unsealQP
-	e.unsealQP = nil
+// under its QP's key, or counts why not. The queue's receiver only. A
+// QP's packets may reach any receive queue (a GSO datagram is steered by
+// its first packet's QP): openMu serialises its replay window.
+func (q *rxQueue) Unseal(b []byte, _ netip.AddrPort) []byte {
+	e := q.e
+	qp := q.unsealQP
+	q.unsealQP = nil
 	o := qp.opener.Load()
 	if o == nil { // the keys were dropped in between: not for us now
 		e.authFail.Add(1)
 		return nil
 	}
+	qp.openMu.Lock()
 	plain, err := o.Open(b)
+	qp.openMu.Unlock()
 	switch err {
 	case nil:
 		return plain

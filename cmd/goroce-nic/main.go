@@ -35,6 +35,7 @@ func run() error {
 	socket := flag.String("socket", nic.DefaultSocket(), "Unix socket: @name (abstract) or a path")
 	port := flag.Uint("port", 4791, "UDP port of the devices")
 	idle := flag.Duration("idle-exit", 0, "exit after this long without clients (0: never)")
+	queues := flag.Int("receive-queues", 1, "sockets and goroutines receiving each device's packets, QPs spread over them (Linux)")
 	spin := flag.Duration("poll", 0, "each queue pair's pump polls this long before sleeping (needs a spare core)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the daemon to this file until it exits")
 	verbose := flag.Bool("v", false, "log devices, refused clients and broken queue pairs")
@@ -43,7 +44,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	cfg := nic.Config{Socket: *socket, Bind: addrs, UDPPort: uint16(*port), PollSpin: *spin}
+	cfg := nic.Config{Socket: *socket, Bind: addrs, UDPPort: uint16(*port), PollSpin: *spin, ReceiveQueues: *queues}
 	if *verbose {
 		cfg.Logf = nic.StdLogf
 	}

@@ -118,6 +118,7 @@ type config struct {
 	counters      bool
 	qpTimeout     int // local ACK timeout code of the QPs (-u)
 	busyPoll      bool
+	rxQueues      int
 	plotRef       string // LABEL=FILE: a reference latency distribution for the plot
 	rdmaCM        bool   // -R: perftest's rdma_cm mode
 	pskFile       string // --psk-file: seal the connections (cm.Security) with this key
@@ -219,6 +220,7 @@ func (c *config) defineFlags(fs *flag.FlagSet, size, iters, txDepth *int, loopAd
 	both(&c.json, "", "json", false, "print one JSON object per result line instead of the table")
 	both(&c.counters, "", "counters", false, "print the device's counters (rxe's hw_counters and goroce's own) at the end")
 	both(&c.busyPoll, "", "busy-poll", false, "poll completions and memory in a tight loop that also receives the device's packets (DeviceConfig.BusyPoll), never yielding the processor (lowest latency; burns a core per waiting side)")
+	both(&c.rxQueues, "", "receive-queues", 1, "receive the device's packets on this many sockets and goroutines, QPs spread over them by number (DeviceConfig.ReceiveQueues; Linux only)")
 	both(&c.plotRef, "", "plot-ref", "", "LABEL=FILE: draw FILE's latencies (one per line, usec) in the plot's CDF as LABEL, e.g. a UDP ping-pong")
 	both(&c.noECN, "", "no-ecn", false, "turn off ECN: no ECT(0), no CNPs, no DCQCN (DeviceConfig.CongestionControl.NoECN)")
 	both(&c.rttCC, "", "rtt-cc", false, "RC: the RTT-based congestion window, for paths whose queues mark no ECN (CongestionControl.RTT)")

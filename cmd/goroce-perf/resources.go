@@ -16,6 +16,7 @@ func (s *side) openDevice() error {
 	// loop (DeviceConfig.BusyPoll): with two spinning sides on two
 	// cores, nothing else would run the devices' receive goroutines.
 	cfg := verbs.DeviceConfig{Name: s.cfg.ibDev, Addr: s.addr, Port: uint16(s.cfg.udpPort), BusyPoll: s.cfg.busyPoll,
+		ReceiveQueues: s.cfg.rxQueues,
 		CongestionControl: verbs.CongestionControl{NoECN: s.cfg.noECN, RTT: s.cfg.rttCC,
 			RTTTarget: time.Duration(s.cfg.rttTarget) * time.Microsecond}}
 	if s.cfg.mtu != 0 {

@@ -41,7 +41,10 @@ type Port interface {
 }
 
 // Receiver takes what a Port receives. Both methods run on the device's
-// receive path and must neither block nor call back into the device.
+// receive path and must neither block nor call back into the device. A
+// device with several receive queues calls them from several goroutines:
+// CommEstablished of different QPs at the same time, and ReceiveMAD
+// while a CommEstablished runs (QP 1's packets all take one queue).
 type Receiver interface {
 	// ReceiveMAD is a MAD that passed the GSI checks (UD SEND Only to QP
 	// 1 from QP 1, GSI Q_Key, P_Key 0xFFFF, 256 bytes): from is the

@@ -91,6 +91,13 @@ type Config struct {
 	// them. The ICRC masks the whole traffic class byte, so any receiver
 	// accepts them. Linux only: the portable path sends Not-ECT.
 	ECT bool
+	// ReusePort sets SO_REUSEPORT on the receive socket, so that the
+	// Conns of a receive group (OpenGroup) can bind the same address
+	// and port and the kernel spreads the arriving flows among them.
+	// Linux only (ReusePortSpreads): elsewhere Open fails with it set.
+	// Use OpenGroup rather than setting it: OpenGroup first checks that
+	// no other socket holds the port.
+	ReusePort bool
 	// Faults, if not nil, turns on the fault-injection tap, for tests
 	// only: Open fails with ErrFaultsNotBuilt unless the binary was built
 	// with the goroce_faults tag (see Faults).

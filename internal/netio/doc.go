@@ -92,6 +92,8 @@
 //   - one system call per datagram each way, no offloads: a fraction of
 //     Linux's throughput for MTU-sized packets; a packet with a Payload is
 //     copied once into the Sender's scratch buffer;
+//   - no receive groups ([OpenGroup] of more than one Conn fails with
+//     [ErrNoReceiveGroups]; [ReusePortSpreads] is false);
 //   - [Conn.Poll] delivers nothing and reports Serve busy (busy polling
 //     gains nothing; the poller yields to Serve), and a batch (for
 //     [BatchEnder]) is one datagram;

@@ -76,6 +76,8 @@ func listen(addr netip.AddrPort, kind socketKind, cfg *Config) (*net.UDPConn, sy
 //     IPV6_RECVTCLASS its ECN field (RecvInfo.ECN); UDP_NO_CHECK6_RX makes
 //     IPv6 accept UDP checksum 0, which rxe sends (RFC 6936 allows it for
 //     tunnels; Linux drops such datagrams by default).
+//   - Receive socket with Config.ReusePort: SO_REUSEPORT, so that the
+//     sockets of a receive group (OpenGroup) share the address and port.
 //   - Send sockets: a socket filter that drops every datagram, so that
 //     anything sent to a source port (nothing should be) does not sit in a
 //     buffer nobody reads, and a minimal receive buffer.
@@ -101,6 +103,11 @@ func setSocketOptions(fd int, v6 bool, kind socketKind, cfg *Config) error {
 	case receiveSocket:
 		if err := setBuffer(fd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, cfg.ReadBuffer); err != nil {
 			return err
+		}
+		if cfg.ReusePort {
+			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+				return os.NewSyscallError("setsockopt SO_REUSEPORT", err)
+			}
 		}
 		if v6 {
 			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1); err != nil {
@@ -131,6 +138,14 @@ func setSocketOptions(fd int, v6 bool, kind socketKind, cfg *Config) error {
 	}
 	return nil
 }
+
+// ReusePortSpreads reports whether receive sockets sharing one address and
+// port (Config.ReusePort, OpenGroup) divide the arriving flows among
+// them: Linux's SO_REUSEPORT hashes each datagram's addresses and ports
+// to one socket of the group. Elsewhere SO_REUSEPORT does not spread
+// unicast (macOS, Windows) or is another option (FreeBSD's
+// SO_REUSEPORT_LB), so the portable path has no groups.
+const ReusePortSpreads = true
 
 // setTrafficClass sets the IPv4 TOS or IPv6 traffic class byte the socket
 // sends with (Config.ECT).
@@ -174,4 +189,32 @@ func setBuffer(fd, force, plain, size int) error {
 // taken.
 func isAddrInUse(err error) bool {
 	return errors.Is(err, unix.EADDRINUSE)
+}
+
+// steerByDestQP attaches to the receive group of rc's socket a classic
+// BPF program (SO_ATTACH_REUSEPORT_CBPF) that picks, for each datagram,
+// the group's socket (in the order they bound) with index BTH destination
+// QP mod n. The kernel runs it with the data at the UDP payload, the BTH:
+// its 32-bit word at byte 4 holds the destination QP in its low 24 bits.
+// A datagram too short for the load makes the program return 0: the first
+// socket, whose receiver drops it as malformed; an index past the group's
+// sockets (none here) would fall back to the kernel's hash.
+func steerByDestQP(rc syscall.RawConn, n int) error {
+	prog := []unix.SockFilter{
+		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 4},
+		{Code: unix.BPF_ALU | unix.BPF_AND | unix.BPF_K, K: 0x00FFFFFF},
+		{Code: unix.BPF_ALU | unix.BPF_MOD | unix.BPF_K, K: uint32(n)},
+		{Code: unix.BPF_RET | unix.BPF_A},
+	}
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	var err error
+	if cerr := rc.Control(func(fd uintptr) {
+		err = unix.SetsockoptSockFprog(int(fd), unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_CBPF, &fprog)
+	}); cerr != nil {
+		return cerr
+	}
+	if err != nil {
+		return os.NewSyscallError("setsockopt SO_ATTACH_REUSEPORT_CBPF", err)
+	}
+	return nil
 }

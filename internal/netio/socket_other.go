@@ -26,6 +26,9 @@ const (
 // no acceptance of IPv6 UDP checksum 0 (rxe's IPv6 packets may be dropped
 // by the kernel).
 func listen(addr netip.AddrPort, kind socketKind, cfg *Config) (*net.UDPConn, syscall.RawConn, error) {
+	if cfg.ReusePort {
+		return nil, nil, ErrNoReceiveGroups
+	}
 	network := "udp4"
 	if addr.Addr().Is6() {
 		network = "udp6"
@@ -48,6 +51,13 @@ func listen(addr netip.AddrPort, kind socketKind, cfg *Config) (*net.UDPConn, sy
 	return uc, rc, nil
 }
 
+// ReusePortSpreads is false on the portable path: no receive groups (see
+// the Linux definition).
+const ReusePortSpreads = false
+
 // probeOffloads reports no offloads: the portable path has neither GSO
 // nor GRO.
 func probeOffloads(syscall.RawConn, *Config) (gso, gro bool) { return false, false }
+
+// steerByDestQP is never called on the portable path (no groups).
+func steerByDestQP(syscall.RawConn, int) error { return ErrNoReceiveGroups }

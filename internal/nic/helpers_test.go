@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/goroce/goroce/internal/rdmatest"
 	"github.com/goroce/goroce/internal/rdmatest/testkit"
 )
 
@@ -24,6 +25,9 @@ func startServer(t *testing.T) *Server {
 		Socket: socket,
 		Bind:   []netip.Addr{testkit.Addr(1), testkit.Addr(2)},
 		Logf:   t.Logf,
+		// GOROCE_TEST_RECEIVE_QUEUES: the QPs' RecvFeeders then run on
+		// several receive goroutines.
+		ReceiveQueues: rdmatest.ReceiveQueues(t),
 	})
 	if err != nil {
 		t.Fatal(err)

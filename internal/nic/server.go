@@ -47,6 +47,9 @@ type Config struct {
 	Bind []netip.Addr
 	// UDPPort is the devices' UDP port; 0 means 4791.
 	UDPPort uint16
+	// ReceiveQueues is each device's verbs.DeviceConfig.ReceiveQueues:
+	// how many sockets and goroutines receive its packets (Linux).
+	ReceiveQueues int
 	// PollSpin makes each QP's pump poll its rings this long before it
 	// sleeps on its doorbell: lower latency for a processor per active QP.
 	// 0 (the default) sleeps at once, which suits machines with few cores.
@@ -197,7 +200,7 @@ func (s *Server) ensure(addr netip.Addr) (*device, error) {
 		}
 	}
 	name := fmt.Sprintf("goroce%d", len(s.devices))
-	dev, err := verbs.Open(verbs.DeviceConfig{Name: name, Addr: addr, Port: s.cfg.UDPPort})
+	dev, err := verbs.Open(verbs.DeviceConfig{Name: name, Addr: addr, Port: s.cfg.UDPPort, ReceiveQueues: s.cfg.ReceiveQueues})
 	if err != nil {
 		return nil, fmt.Errorf("open %s on %v: %w", name, addr, err)
 	}

@@ -12,6 +12,8 @@ package rdmatest
 import (
 	"fmt"
 	"net/netip"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -32,12 +34,36 @@ func openWith(t testing.TB, open func(verbs.DeviceConfig) (*verbs.Device, error)
 	if !cfg.Addr.IsValid() {
 		cfg.Addr = testkit.Addr(1)
 	}
+	if cfg.ReceiveQueues == 0 {
+		cfg.ReceiveQueues = ReceiveQueues(t)
+	}
 	d, err := open(cfg)
 	if err != nil {
 		t.Fatalf("opening a device on %v: %v", cfg.Addr, err)
 	}
 	t.Cleanup(func() { _ = d.Close() })
 	return d
+}
+
+// ReceiveQueuesEnv names the environment variable that gives the devices
+// the harness opens DeviceConfig.ReceiveQueues unless their configuration
+// sets it: GOROCE_TEST_RECEIVE_QUEUES=4 go test ./verbs runs every test
+// that opens its devices here on four receive queues.
+const ReceiveQueuesEnv = "GOROCE_TEST_RECEIVE_QUEUES"
+
+// ReceiveQueues reads ReceiveQueuesEnv: 0 (the default) when unset. The
+// harness applies it to the devices it opens; tests that open their own
+// apply it themselves.
+func ReceiveQueues(t testing.TB) int {
+	v := os.Getenv(ReceiveQueuesEnv)
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", ReceiveQueuesEnv, v, err)
+	}
+	return n
 }
 
 // PD allocates a protection domain on d.
