@@ -31,6 +31,9 @@ type CompChannel struct {
 // CreateCompChannel creates a completion channel (ibv_create_comp_channel).
 func (d *Device) CreateCompChannel() (*CompChannel, error) {
 	const op = "CreateCompChannel"
+	if d.hw != nil {
+		return nil, hwUnsupported(op, "", "completion channels (CQ.Wait parks on the CQ's own)")
+	}
 	ch := &CompChannel{dev: d, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	if err := d.register(op, func() { d.channels[ch] = struct{}{} }); err != nil {
 		return nil, err
