@@ -17,6 +17,7 @@ import (
 // them at the same time. Every receive is consumed exactly once, by the QP
 // the message arrived on, and the SRQ limit still fires once on the way.
 func TestE2ESRQTraffic(t *testing.T) {
+	rdmatest.SkipOnHardware(t, "it arms the SRQ limit (SRQ.Modify) and waits for its asynchronous event, not on hardware yet")
 	const (
 		perPeer = 40
 		slot    = 256 // receive buffer per work request

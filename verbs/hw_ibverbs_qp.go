@@ -172,6 +172,12 @@ func (h *ibvQP) postSend(qp *QP, wrs []SendWR) (int, error) {
 	if qp.closed.Load() {
 		return 0, closedError(op, "qp")
 	}
+	// The state Modify set: the provider's EINVAL in these says less.
+	// (The device's own move to ERR still lets sends post, and flush.)
+	switch state := QPState(qp.state.Load()); state {
+	case QPStateReset, QPStateInit, QPStateRTR:
+		return 0, errorf(op, "qp_state", ErrInvalidState, "cannot post sends in %v", state)
+	}
 	slots := h.qp.SendSlots()
 	done := 0
 	for done < len(wrs) {
@@ -204,6 +210,17 @@ func (h *ibvQP) setSend(op string, qp *QP, i int, wr *SendWR) error {
 	if len(wr.SGList) > h.maxSendSGE {
 		return errorf(op, "num_sge", ErrInvalidArgument, "%d exceeds max_send_sge %d", len(wr.SGList), h.maxSendSGE)
 	}
+	// Inline as goroce checks it: providers differ (rxe ignores the flag
+	// on a READ).
+	if wr.SendFlags&SendInline != 0 {
+		switch {
+		case wr.Opcode == WRRDMARead || wr.Opcode == WRAtomicCmpAndSwp || wr.Opcode == WRAtomicFetchAndAdd:
+			return errorf(op, "send_flags", ErrInvalidArgument, "INLINE with %v", wr.Opcode)
+		case sgListLength(wr.SGList) > uint64(qp.cap.MaxInlineData):
+			return errorf(op, "sg_list", ErrInvalidArgument, "%d bytes inline exceed max_inline_data %d",
+				sgListLength(wr.SGList), qp.cap.MaxInlineData)
+		}
+	}
 	s := &h.send
 	*s = ibverbs.SendRequest{WRID: wr.WRID, Opcode: int(wr.Opcode), Flags: int(wr.SendFlags), RemoteAddr: wr.RDMA.RemoteAddr,
 		RKey: wr.RDMA.RKey, Imm: wr.ImmData, InvRKey: wr.InvalidateRKey}
@@ -235,13 +252,16 @@ func (h *ibvQP) postRecv(qp *QP, wrs []RecvWR) (int, error) {
 		return 0, closedError(op, "qp")
 	}
 	if h.hasSRQ {
-		return 0, newError(op, "qp", ErrInvalidArgument, "the QP receives from an SRQ")
+		return 0, newError(op, "srq", ErrInvalidArgument, "the QP receives from an SRQ")
 	}
-	return postRecvSlots(op, wrs, h.qp.RecvSlots(), h.qp.SetRecv, h.qp.PostRecvs)
+	if state := QPState(qp.state.Load()); state == QPStateReset {
+		return 0, errorf(op, "qp_state", ErrInvalidState, "cannot post receives in %v", state)
+	}
+	return postRecvSlots(op, wrs, qp.cap.MaxRecvSGE, h.qp.RecvSlots(), h.qp.SetRecv, h.qp.PostRecvs)
 }
 
 // postRecvSlots posts wrs through a queue's receive slots, in chunks.
-func postRecvSlots(op string, wrs []RecvWR, slots int, set func(int, uint64, []ibverbs.SGE) error,
+func postRecvSlots(op string, wrs []RecvWR, maxSGE, slots int, set func(int, uint64, []ibverbs.SGE) error,
 	post func(int) (int, error)) (int, error) {
 	done := 0
 	for done < len(wrs) {
@@ -249,6 +269,10 @@ func postRecvSlots(op string, wrs []RecvWR, slots int, set func(int, uint64, []i
 		var refused error
 		for ; k < slots && done+k < len(wrs); k++ {
 			w := &wrs[done+k]
+			if len(w.SGList) > maxSGE {
+				refused = errorf(op, "num_sge", ErrInvalidArgument, "%d exceeds max_recv_sge %d", len(w.SGList), maxSGE)
+				break
+			}
 			if err := set(k, w.WRID, sgesOf(w.SGList)); err != nil {
 				refused = hwError(op, err)
 				break
@@ -292,8 +316,9 @@ func (h *ibvQP) destroy(qp *QP) error {
 }
 
 type ibvSRQ struct {
-	srq *ibverbs.SRQ
-	mu  sync.Mutex // serialises the receive slots
+	srq    *ibverbs.SRQ
+	maxSGE int
+	mu     sync.Mutex // serialises the receive slots
 }
 
 func (p *ibvPD) createSRQ(pd *PD, attr *SRQInitAttr) (*SRQ, error) {
@@ -310,7 +335,7 @@ func (p *ibvPD) createSRQ(pd *PD, attr *SRQInitAttr) (*SRQ, error) {
 		pd.unuse()
 		return nil, hwError(op, err)
 	}
-	srq := &SRQ{pd: pd, id: srqIDs.Add(1), hw: &ibvSRQ{srq: s}}
+	srq := &SRQ{pd: pd, id: srqIDs.Add(1), hw: &ibvSRQ{srq: s, maxSGE: maxSGE}}
 	d := pd.dev
 	if err := d.register(op, func() { d.srqs[srq] = struct{}{} }); err != nil {
 		_ = s.Destroy()
@@ -327,7 +352,7 @@ func (h *ibvSRQ) postRecv(s *SRQ, wrs []RecvWR) (int, error) {
 	if h.srq == nil {
 		return 0, closedError(op, "srq")
 	}
-	return postRecvSlots(op, wrs, h.srq.RecvSlots(), h.srq.SetRecv, h.srq.PostRecvs)
+	return postRecvSlots(op, wrs, h.maxSGE, h.srq.RecvSlots(), h.srq.SetRecv, h.srq.PostRecvs)
 }
 
 func (h *ibvSRQ) query() (SRQAttr, error) {

@@ -291,6 +291,20 @@ func GIDIndex(d *verbs.Device) int {
 	return 1
 }
 
+// ConnectedRecv returns a receive completion of a connected (RC or UC) QP
+// whose peer is peerQPN as a goroce device reports it, for comparison:
+// struct ibv_wc's src_qp is defined for UD only, and rxe leaves it 0 on
+// connected QPs and sets IBV_WC_GRH there (every RoCE packet has a GRH),
+// where goroce reports the peer QP and no GRH flag. On goroce devices wc is
+// returned as it is.
+func ConnectedRecv(wc verbs.WorkCompletion, peerQPN uint32) verbs.WorkCompletion {
+	if Hardware() != "" {
+		wc.SrcQP = peerQPN
+		wc.WCFlags &^= verbs.WCGRH
+	}
+	return wc
+}
+
 // localize rewrites the source GID index 1 of a transition's address
 // vector, goroce's address GID, as the one of the QP's device.
 func localize(qp *verbs.QP, s *Transition) {
