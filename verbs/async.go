@@ -191,7 +191,7 @@ func (q *asyncQueue) close() {
 // the events goroce raises.
 func (d *Device) GetAsyncEvent(ctx context.Context) (AsyncEvent, error) {
 	if d.hw != nil {
-		return AsyncEvent{}, hwUnsupported("GetAsyncEvent", "", "asynchronous events")
+		return d.hw.asyncEvent(d, ctx)
 	}
 	return d.events().get(ctx)
 }

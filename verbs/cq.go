@@ -79,10 +79,7 @@ const (
 func (d *Device) CreateCQ(cqe int, ch *CompChannel, compVector int) (*CQ, error) {
 	const op = "CreateCQ"
 	if d.hw != nil {
-		if ch != nil {
-			return nil, hwUnsupported(op, "channel", "completion channels")
-		}
-		return d.hw.createCQ(d, cqe)
+		return d.hw.createCQ(d, cqe, ch)
 	}
 	if cqe < 1 || cqe > d.attr.MaxCQE {
 		return nil, errorf(op, "cqe", ErrInvalidArgument, "%d outside 1..%d", cqe, d.attr.MaxCQE)
@@ -226,6 +223,9 @@ func (cq *CQ) overrunCount() uint64 {
 // overrides a solicited-only request. Without a channel the request has no
 // visible effect.
 func (cq *CQ) ReqNotify(solicitedOnly bool) error {
+	if cq.hw != nil {
+		return cq.hw.reqNotify(solicitedOnly)
+	}
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if cq.closed {

@@ -132,3 +132,53 @@ func TestE2EBackendNoAlloc(t *testing.T) {
 		t.Fatalf("%.1f allocations per post and poll, want 0", allocs)
 	}
 }
+
+// TestE2EBackendSRQLimitEvent arms an SRQ's limit and consumes receives
+// below it: GetAsyncEvent (on hardware, the device's event descriptor in
+// Go's poller) reports the SRQ, once; a later GetAsyncEvent ends with its
+// context, and one blocked when the device closes returns ErrClosed.
+func TestE2EBackendSRQLimitEvent(t *testing.T) {
+	a, b := rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{SRQ: &verbs.SRQInitAttr{MaxWR: 8, MaxSGE: 1}})
+	for i := range 4 {
+		if err := b.SRQ.PostRecv(&verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{b.MR.SGE(i*64, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.SRQ.Modify(&verbs.SRQAttr{SRQLimit: 3}, verbs.SRQLimit); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
+			SGList: []verbs.SGE{a.MR.SGE(0, 16)}})
+	}
+	rdmatest.WaitN(t, a.CQ, 2)
+	rdmatest.WaitN(t, b.CQ, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ev, err := b.Dev.GetAsyncEvent(ctx)
+	cancel()
+	if err != nil || ev.Type != verbs.EventSRQLimitReached || ev.SRQ != b.SRQ {
+		t.Fatalf("GetAsyncEvent: %v, %v; want SRQ_LIMIT_REACHED of %v", ev, err, b.SRQ)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), time.Millisecond)
+	_, err = b.Dev.GetAsyncEvent(ctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("GetAsyncEvent with no event: %v, want the context's deadline", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := a.Dev.GetAsyncEvent(context.Background())
+		got <- err
+	}()
+	if err := a.Dev.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if !errors.Is(err, verbs.ErrClosed) {
+			t.Fatalf("GetAsyncEvent across Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close did not wake GetAsyncEvent")
+	}
+}

@@ -242,7 +242,6 @@ func TestE2ECloseUnderTraffic(t *testing.T) {
 // TestE2ENoGoroutineLeak opens, uses and closes devices several times and
 // checks that the goroutine count returns to where it was.
 func TestE2ENoGoroutineLeak(t *testing.T) {
-	rdmatest.SkipOnHardware(t, "it uses a completion channel (CreateCompChannel), not on hardware yet")
 	checkGoroutines := testkit.CheckLeaks(t)
 	for range 3 {
 		a, b := newEnd(t, 1, rdmatest.EndOptions{Channel: true}), newEnd(t, 2, rdmatest.EndOptions{})

@@ -362,7 +362,6 @@ func TestE2ESQSigAll(t *testing.T) {
 // TestE2ESolicitedEvents: a CQ armed for solicited events wakes on a
 // solicited SEND or an error completion, not on an unsolicited SEND.
 func TestE2ESolicitedEvents(t *testing.T) {
-	rdmatest.SkipOnHardware(t, "it uses a completion channel (CreateCompChannel), not on hardware yet")
 	a, b := rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{Channel: true})
 	ch := b.CQ.Channel()
 	expired, cancel := context.WithCancel(context.Background())
@@ -415,6 +414,13 @@ func TestE2ESolicitedEvents(t *testing.T) {
 	rdmatest.WaitOne(t, b.CQ)
 	rdmatest.WaitOne(t, a.CQ)
 	noEvent("solicited SEND on a disarmed CQ")
+	if rdmatest.Hardware() != "" {
+		// rxe raises a solicited-only notification for solicited
+		// receives only, not for an error completion as the IBA asks
+		// (and goroce does), and completes the too-long SEND with
+		// REM_OP_ERR.
+		return
+	}
 
 	// Armed again, an error completion wakes: a SEND longer than the
 	// receive buffer fails the receive with LOC_LEN_ERR.

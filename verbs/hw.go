@@ -1,5 +1,7 @@
 package verbs
 
+import "context"
+
 // OpenHardware opens the kernel RDMA device called name (mlx5_0, rxe0,
 // …; "" for the first one) through rdma-core's libibverbs, and returns it
 // as a *Device: the same types and methods as on a goroce device, run by
@@ -26,15 +28,19 @@ package verbs
 //     refuses the request itself.
 //   - Not supported (ErrNotSupported): the goroce-only features
 //     (DeviceConfig, BusyPoll, fault injection, SelectiveRepeat, packet
-//     sealing, MR.WaitRemoteWrite, CQ.SetSink), and, for now,
-//     completion channels (CreateCompChannel, ReqNotify), asynchronous
-//     events, memory windows, Rereg, RegMRIOVA, CQ.Resize, SRQ.Modify,
-//     PostSendWait, and the FLUSH and ATOMIC_WRITE opcodes. Counters and
-//     FaultCounters return zeros, MR.RemoteWrites 0, QP.Refusal none; the
+//     sealing, MR.WaitRemoteWrite, CQ.SetSink, PostSendWait), and, for
+//     now, memory windows, Rereg, RegMRIOVA, zero-based MRs, CQ.Resize,
+//     and the FLUSH and ATOMIC_WRITE opcodes. Counters and FaultCounters return zeros,
+//     MR.RemoteWrites 0, QP.Refusal none, AsyncEvent.Refusal none; the
 //     NIC's counters are in sysfs (/sys/class/infiniband/*/ports/1/).
+//   - GetAsyncEvent waits in Go's poller on the device's asynchronous
+//     event descriptor; events are acknowledged as they are taken.
 //   - CQ.Wait parks on a completion channel of the CQ's own whose file
 //     descriptor is in Go's poller, so a waiting goroutine holds no
-//     thread.
+//     thread; a CQ created with a CompChannel is waited for through
+//     it (GetEvent, also in the poller), and its Wait polls. Events
+//     are acknowledged as GetEvent takes them: AckEvents has nothing
+//     left to do, and destroying a CQ never waits for it.
 //   - The GID table is the device's: RoCE v1 and v2 entries of every
 //     address of its network interface. Pick the RoCE v2 entry of the
 //     address to use (see GIDTable), not index 1 as on goroce.
@@ -57,7 +63,9 @@ type (
 	hwDevice interface {
 		close(d *Device) error
 		allocPD(d *Device) (*PD, error)
-		createCQ(d *Device, cqe int) (*CQ, error)
+		createCQ(d *Device, cqe int, ch *CompChannel) (*CQ, error)
+		createChannel(d *Device) (*CompChannel, error)
+		asyncEvent(d *Device, ctx context.Context) (AsyncEvent, error)
 	}
 	hwPD interface {
 		dealloc() error
@@ -72,6 +80,7 @@ type (
 	}
 	hwCQ interface {
 		size() int
+		reqNotify(solicitedOnly bool) error
 		destroy(cq *CQ) error
 	}
 	hwQP interface {
@@ -80,10 +89,15 @@ type (
 	}
 	hwSRQ interface {
 		query() (SRQAttr, error)
+		modify(attr *SRQAttr, mask SRQAttrMask) error
 		destroy(s *SRQ) error
 	}
 	hwAH interface {
 		destroy(ah *AH) error
+	}
+	hwChannel interface {
+		getEvent(ctx context.Context) (*CQ, error)
+		destroy(ch *CompChannel) error
 	}
 )
 

@@ -68,6 +68,17 @@ type ibvDevice struct {
 	dev *ibverbs.Device
 	mu  sync.Mutex
 	mrs map[*MR]struct{} // guarded by mu; the other objects are in Device's registries
+	// cqs and srqs find the objects of asynchronous events by their
+	// handles; guarded by mu.
+	cqs  map[uintptr]*CQ
+	srqs map[uintptr]*SRQ
+
+	// The asynchronous event descriptor (a dup, in Go's poller), read by
+	// one GetAsyncEvent at a time.
+	asyncWaiting chan struct{}
+	asyncFile    *os.File
+	asyncConn    syscall.RawConn
+	asyncClosed  atomic.Bool // set by close before it closes asyncFile
 }
 
 // openHardware opens the device and reads its attributes, port 1 and GID
@@ -86,8 +97,105 @@ func openHardware(name string) (*Device, error) {
 		_ = dev.Close()
 		return nil, hwError(op, err)
 	}
-	d.hw = &ibvDevice{dev: dev, mrs: make(map[*MR]struct{})}
+	h := &ibvDevice{dev: dev, mrs: make(map[*MR]struct{}), cqs: make(map[uintptr]*CQ), srqs: make(map[uintptr]*SRQ),
+		asyncWaiting: make(chan struct{}, 1)}
+	if err := h.openAsync(); err != nil {
+		_ = dev.Close()
+		return nil, hwError(op, err)
+	}
+	d.hw = h
 	return d, nil
+}
+
+// openAsync puts a dup of the device's asynchronous event descriptor in
+// Go's poller.
+func (h *ibvDevice) openAsync() error {
+	fd, err := h.dev.AsyncFd()
+	if err != nil {
+		return err
+	}
+	if fd, err = syscall.Dup(fd); err != nil {
+		return err
+	}
+	h.asyncFile = os.NewFile(uintptr(fd), "async-event")
+	if h.asyncConn, err = h.asyncFile.SyscallConn(); err != nil {
+		_ = h.asyncFile.Close()
+		return err
+	}
+	return nil
+}
+
+// asyncEvent waits in Go's poller for the device's next asynchronous
+// event, until ctx ends or the device is closed.
+func (h *ibvDevice) asyncEvent(d *Device, ctx context.Context) (AsyncEvent, error) {
+	const op = "GetAsyncEvent"
+	select {
+	case h.asyncWaiting <- struct{}{}:
+	case <-ctx.Done():
+		return AsyncEvent{}, ctx.Err()
+	}
+	defer func() { <-h.asyncWaiting }()
+	stop := context.AfterFunc(ctx, func() { _ = h.asyncFile.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	for {
+		if err := ctx.Err(); err != nil {
+			return AsyncEvent{}, err
+		}
+		_ = h.asyncFile.SetReadDeadline(time.Time{})
+		var ev ibverbs.AsyncEvent
+		var evErr error
+		err := h.asyncConn.Read(func(uintptr) bool {
+			var got bool
+			ev, got, evErr = h.dev.TakeAsyncEvent()
+			return got || evErr != nil
+		})
+		switch {
+		case evErr != nil:
+			return AsyncEvent{}, hwError(op, evErr)
+		case err == nil:
+			return h.event(d, ev), nil
+		case h.asyncClosed.Load():
+			return AsyncEvent{}, closedError(op, "device") // a closing file's error
+		case !errors.Is(err, os.ErrDeadlineExceeded):
+			return AsyncEvent{}, hwError(op, err)
+		}
+		// A deadline: this ctx's (checked above), or a stale one.
+	}
+}
+
+// event finds the objects of an asynchronous event.
+func (h *ibvDevice) event(d *Device, e ibverbs.AsyncEvent) AsyncEvent {
+	ev := AsyncEvent{Type: AsyncEventType(e.Type), PortNum: e.Port}
+	h.mu.Lock()
+	ev.CQ, ev.SRQ = h.cqs[e.CQ], h.srqs[e.SRQ]
+	h.mu.Unlock()
+	if e.QPN != 0 {
+		if v, ok := d.qps.Load(e.QPN); ok {
+			ev.QP = v.(*QP)
+		}
+	}
+	return ev
+}
+
+// track records (or, with nil, forgets) the object of a CQ or SRQ handle.
+func (h *ibvDevice) trackCQ(handle uintptr, cq *CQ) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if cq == nil {
+		delete(h.cqs, handle)
+	} else if h.cqs != nil {
+		h.cqs[handle] = cq
+	}
+}
+
+func (h *ibvDevice) trackSRQ(handle uintptr, s *SRQ) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s == nil {
+		delete(h.srqs, handle)
+	} else if h.srqs != nil {
+		h.srqs[handle] = s
+	}
 }
 
 // hwDescribe builds the Device that presents dev.
@@ -167,7 +275,7 @@ func (h *ibvDevice) close(d *Device) error {
 		return closedError("Close", "device")
 	}
 	d.closed = true
-	pds, cqs, srqs, ahs := d.pds, d.cqs, d.srqs, d.ahs
+	pds, cqs, chans, srqs, ahs := d.pds, d.cqs, d.channels, d.srqs, d.ahs
 	d.pds, d.cqs, d.channels, d.srqs, d.ahs = nil, nil, nil, nil, nil
 	d.mu.Unlock()
 	d.qps.Range(func(_, v any) bool {
@@ -190,9 +298,17 @@ func (h *ibvDevice) close(d *Device) error {
 	for cq := range cqs {
 		_ = cq.Destroy()
 	}
+	for ch := range chans {
+		_ = ch.Destroy()
+	}
 	for pd := range pds {
 		_ = pd.Dealloc()
 	}
+	// Wake a GetAsyncEvent, and wait for it to leave the device.
+	h.asyncClosed.Store(true)
+	_ = h.asyncFile.Close()
+	h.asyncWaiting <- struct{}{}
+	defer func() { <-h.asyncWaiting }()
 	if err := h.dev.Close(); err != nil {
 		return hwError("Close", err)
 	}
@@ -290,156 +406,5 @@ func (h *ibvMR) dereg(mr *MR) error {
 	hd.mu.Lock()
 	delete(hd.mrs, mr)
 	hd.mu.Unlock()
-	return nil
-}
-
-// ibvCQ is a CQ with a completion channel of its own, whose descriptor
-// (a dup, in Go's poller) CQ.Wait parks on.
-type ibvCQ struct {
-	cqe int
-
-	mu      sync.Mutex    // serialises polls: wcs is the CQ's one scratch array
-	cq      *ibverbs.CQ   // nil once destroyed
-	wcs     []ibverbs.WC  // converted into WorkCompletions
-	waiting chan struct{} // one goroutine parks at a time
-	// stopping asks a parked waiter to leave, for destroy.
-	stopping atomic.Bool
-	file     *os.File
-	conn     syscall.RawConn
-}
-
-func (h *ibvDevice) createCQ(d *Device, cqe int) (*CQ, error) {
-	const op = "CreateCQ"
-	if cqe < 1 || cqe > d.attr.MaxCQE {
-		return nil, errorf(op, "cqe", ErrInvalidArgument, "%d outside 1..%d", cqe, d.attr.MaxCQE)
-	}
-	c, err := h.dev.CreateCQWithChannel(cqe)
-	if err != nil {
-		return nil, hwError(op, err)
-	}
-	fd, err := syscall.Dup(c.Fd())
-	if err != nil {
-		_ = c.Destroy()
-		return nil, hwError(op, err)
-	}
-	hc := &ibvCQ{cqe: cqe, cq: c, wcs: make([]ibverbs.WC, 64), waiting: make(chan struct{}, 1),
-		file: os.NewFile(uintptr(fd), "cq-channel")}
-	if hc.conn, err = hc.file.SyscallConn(); err != nil {
-		_ = hc.file.Close()
-		_ = c.Destroy()
-		return nil, hwError(op, err)
-	}
-	cq := &CQ{dev: d, id: cqIDs.Add(1), hw: hc}
-	if err := d.register(op, func() { d.cqs[cq] = struct{}{} }); err != nil {
-		_ = hc.file.Close()
-		_ = c.Destroy()
-		return nil, err
-	}
-	return cq, nil
-}
-
-func (h *ibvCQ) size() int { return h.cqe }
-
-func (h *ibvCQ) poll(wc []WorkCompletion) (int, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.cq == nil {
-		return 0, closedError("PollCQ", "cq")
-	}
-	n, err := h.cq.Poll(h.wcs[:min(len(wc), len(h.wcs))])
-	if err != nil {
-		return 0, hwError("PollCQ", err)
-	}
-	for i := range n {
-		w := &h.wcs[i]
-		wc[i] = WorkCompletion{WRID: w.WRID, Status: WCStatus(w.Status), Opcode: WCOpcode(w.Opcode),
-			VendorErr: w.VendorErr, ByteLen: w.ByteLen, QPNum: w.QPNum, SrcQP: w.SrcQP, WCFlags: WCFlags(w.Flags),
-			PKeyIndex: w.PKeyIndex, SLID: w.SLID, SL: w.SL, DLIDPathBits: w.DLIDBits}
-		if wc[i].WCFlags&WCWithImm != 0 {
-			wc[i].ImmData = w.Imm
-		}
-		if wc[i].WCFlags&WCWithInv != 0 {
-			wc[i].InvalidatedRKey = w.InvRKey
-		}
-	}
-	return n, nil
-}
-
-// park arms the CQ and waits, in Go's poller, until its channel reports an
-// event, ctx ends or the CQ is destroyed; like the software park it
-// returns completions only if it found some before waiting.
-func (h *ibvCQ) park(ctx context.Context, wc []WorkCompletion) (int, error) {
-	select {
-	case h.waiting <- struct{}{}:
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
-	defer func() { <-h.waiting }()
-	h.mu.Lock()
-	c := h.cq
-	h.mu.Unlock()
-	if c == nil {
-		return 0, closedError("WaitCQ", "cq")
-	}
-	if err := c.ReqNotify(false); err != nil {
-		return 0, hwError("WaitCQ", err)
-	}
-	if n, err := h.poll(wc); n > 0 || err != nil {
-		return n, err
-	}
-	stop := context.AfterFunc(ctx, func() { _ = h.file.SetReadDeadline(time.Unix(1, 0)) })
-	defer stop()
-	for {
-		if err := ctx.Err(); err != nil {
-			return 0, err
-		}
-		_ = h.file.SetReadDeadline(time.Time{})
-		if h.stopping.Load() {
-			return 0, nil // destroy sets stopping before the deadline
-		}
-		var evErr error
-		err := h.conn.Read(func(uintptr) bool {
-			got, err := c.TakeEvent()
-			evErr = err
-			return got || err != nil
-		})
-		switch {
-		case evErr != nil:
-			return 0, hwError("WaitCQ", evErr)
-		case err == nil:
-			return 0, nil
-		case errors.Is(err, os.ErrClosed):
-			return 0, closedError("WaitCQ", "cq")
-		case !errors.Is(err, os.ErrDeadlineExceeded):
-			return 0, hwError("WaitCQ", err)
-		}
-		// A deadline: this ctx's (checked above), or a stale one set
-		// by an earlier park's context after that park returned.
-	}
-}
-
-// destroy wakes a parked waiter (stopping, then a deadline), waits for it
-// to leave, then destroys the CQ and its channel; the waiter comes back to
-// find the CQ gone, or still there if the device refused (EBUSY while QPs
-// use it).
-func (h *ibvCQ) destroy(cq *CQ) error {
-	const op = "DestroyCQ"
-	h.stopping.Store(true)
-	_ = h.file.SetReadDeadline(time.Unix(1, 0))
-	h.waiting <- struct{}{}
-	h.stopping.Store(false)
-	defer func() { <-h.waiting }()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.cq == nil {
-		return closedError(op, "cq")
-	}
-	if err := h.cq.Destroy(); err != nil {
-		return hwError(op, err)
-	}
-	h.cq = nil
-	_ = h.file.Close()
-	d := cq.dev
-	d.unregister(func() { delete(d.cqs, cq) })
 	return nil
 }

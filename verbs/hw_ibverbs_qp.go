@@ -342,6 +342,7 @@ func (p *ibvPD) createSRQ(pd *PD, attr *SRQInitAttr) (*SRQ, error) {
 		pd.unuse()
 		return nil, err
 	}
+	d.hw.(*ibvDevice).trackSRQ(s.Handle(), srq)
 	return srq, nil
 }
 
@@ -368,6 +369,21 @@ func (h *ibvSRQ) query() (SRQAttr, error) {
 	return SRQAttr{MaxWR: wr, MaxSGE: sge, SRQLimit: limit}, nil
 }
 
+// modify resizes the SRQ or arms its limit (ibv_modify_srq); the limit's
+// event comes through GetAsyncEvent.
+func (h *ibvSRQ) modify(attr *SRQAttr, mask SRQAttrMask) error {
+	const op = "ModifySRQ"
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.srq == nil {
+		return closedError(op, "srq")
+	}
+	if err := h.srq.Modify(attr.MaxWR, attr.SRQLimit, int(mask)); err != nil {
+		return hwError(op, err)
+	}
+	return nil
+}
+
 func (h *ibvSRQ) destroy(s *SRQ) error {
 	const op = "DestroySRQ"
 	h.mu.Lock()
@@ -375,11 +391,13 @@ func (h *ibvSRQ) destroy(s *SRQ) error {
 	if h.srq == nil {
 		return closedError(op, "srq")
 	}
+	handle := h.srq.Handle()
 	if err := h.srq.Destroy(); err != nil {
 		return hwError(op, err)
 	}
 	h.srq = nil
 	d := s.pd.dev
+	d.hw.(*ibvDevice).trackSRQ(handle, nil)
 	d.unregister(func() { delete(d.srqs, s) })
 	s.pd.unuse()
 	return nil

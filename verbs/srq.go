@@ -113,8 +113,8 @@ func (s *SRQ) Modify(attr *SRQAttr, mask SRQAttrMask) error {
 	if attr == nil {
 		return newError(op, "srq_attr", ErrInvalidArgument, "nil")
 	}
-	if s.hw != nil {
-		return hwUnsupported(op, "srq_attr_mask", "modifying an SRQ")
+	if s.hw != nil && mask&^(SRQMaxWR|SRQLimit) == 0 {
+		return s.hw.modify(attr, mask)
 	}
 	if mask&^(SRQMaxWR|SRQLimit) != 0 {
 		return errorf(op, "srq_attr_mask", ErrInvalidArgument, "unknown bits %#x", uint32(mask&^(SRQMaxWR|SRQLimit)))
