@@ -39,7 +39,10 @@ fi
 
 log "building the ibverbs and verbs tests (cgo, -tags goroce_ibverbs)"
 (cd "$ROOT" && CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$OUT/ibverbs.test" ./internal/ibverbs &&
-	CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$OUT/verbs.test" ./verbs) ||
+	CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$OUT/verbs.test" ./verbs &&
+	for t in pingpong uc-pingpong srq-pingpong; do
+		CGO_ENABLED=1 go build -tags goroce_ibverbs -o "$OUT/goroce-$t" ./cmd/goroce-$t || exit 1
+	done) ||
 	die "build failed"
 # The VM emulates its processor (TCG): the end-to-end tests, not the
 # software device's unit tests, which the host runs.
@@ -58,13 +61,16 @@ trap cleanup EXIT
 log "vm0 ready"
 
 mkdir -p "$SHARE/goroce-hw"
-cp "$OUT/ibverbs.test" "$OUT/verbs.test" "$SHARE/goroce-hw/"
+cp "$OUT/ibverbs.test" "$OUT/verbs.test" "$OUT"/goroce-*pingpong "$SHARE/goroce-hw/"
+cp "$ROOT/test/hw/pingpong-vm.sh" "$SHARE/goroce-hw/"
 "$VM" exec vm0 --timeout 600 -- \
 	'cd /host/goroce-hw && GOROCE_IBV_DEVICE=rxe0 ./ibverbs.test -test.v -test.count=1' >"$OUT/tests.log" 2>&1
 rc=$?
 "$VM" exec vm0 --timeout 1200 -- \
 	"cd /host/goroce-hw && GOROCE_TEST_BACKEND=hw:rxe0 ./verbs.test -test.v -test.count=1 -test.timeout=1100s -test.run '$VERBS_RUN'" >"$OUT/verbs.log" 2>&1
 vrc=$?
+"$VM" exec vm0 --timeout 600 -- 'cd /host/goroce-hw && sh ./pingpong-vm.sh' >"$OUT/pingpong.log" 2>&1
+prc=$?
 rm -rf "$SHARE/goroce-hw"
 grep -E '^(=== RUN|--- |PASS|FAIL|ok)' "$OUT/tests.log" | grep -v '^=== RUN' >&2
 if [ $rc -ne 0 ] || grep -q -- '--- FAIL' "$OUT/tests.log"; then
@@ -92,3 +98,10 @@ if grep -B1 -- '--- SKIP' "$OUT/verbs.log" | grep -v -- '--- SKIP' | grep -v -- 
 	die "a verbs test skipped for another reason than the backend (log $OUT/verbs.log)"
 fi
 log "verbs on rxe0: $vpass passed, $vskip skipped (each naming the backend), 0 failed"
+
+# The pingpong tools, built with the tag, between two processes on rxe0.
+cat "$OUT/pingpong.log" >&2
+if [ $prc -ne 0 ] || [ "$(grep -c 'on rxe0: ok' "$OUT/pingpong.log")" -ne 3 ]; then
+	die "the pingpongs FAILED on rxe0 (rc $prc; log $OUT/pingpong.log)"
+fi
+log "goroce-{,uc-,srq-}pingpong --hw on rxe0: 3 of 3 passed"
