@@ -64,6 +64,8 @@ type AH struct {
 	av     AddressVector
 	dst    netip.AddrPort // the remote device: DGID's address, UDPPort
 	closed atomic.Bool    // read lock-free by PostSend
+
+	hw hwAH // the hardware backend's; nil on a goroce device
 }
 
 // CreateAH creates an address handle (ibv_create_ah).
@@ -75,6 +77,9 @@ func (pd *PD) CreateAH(av AddressVector) (*AH, error) {
 	d := pd.dev
 	if err := d.checkAV(op, "ah_attr", &av); err != nil {
 		return nil, err
+	}
+	if pd.hw != nil {
+		return pd.hw.createAH(pd, &av)
 	}
 	if err := pd.use(op); err != nil {
 		return nil, err
@@ -106,6 +111,9 @@ func (ah *AH) PD() *PD { return ah.pd }
 // already posted with it keep their copy of the address vector.
 func (ah *AH) Destroy() error {
 	const op = "DestroyAH"
+	if ah.hw != nil {
+		return ah.hw.destroy(ah)
+	}
 	if !ah.closed.CompareAndSwap(false, true) {
 		return closedError(op, "ah")
 	}

@@ -190,12 +190,20 @@ func (q *asyncQueue) close() {
 // they were raised, each to one caller. See the package documentation for
 // the events goroce raises.
 func (d *Device) GetAsyncEvent(ctx context.Context) (AsyncEvent, error) {
+	if d.hw != nil {
+		return d.hw.asyncEvent(d, ctx)
+	}
 	return d.events().get(ctx)
 }
 
 // AsyncEventsDropped returns how many asynchronous events were discarded
 // because the device's queue already held the most it keeps (256) unread.
-func (d *Device) AsyncEventsDropped() uint64 { return d.events().dropped.Load() }
+func (d *Device) AsyncEventsDropped() uint64 {
+	if d.hw != nil {
+		return 0
+	}
+	return d.events().dropped.Load()
+}
 
 // events returns the device's event queue, which lives in its engine: the
 // engine is where events originate, and stopping it ends GetAsyncEvent.

@@ -171,6 +171,7 @@ func TestCQOverrunState(t *testing.T) {
 // too, so those work requests never complete (the documented loss); the
 // requester is not affected.
 func TestE2ECQOverrun(t *testing.T) {
+	rdmatest.SkipOnHardware(t, "it checks goroce's overrun semantics (see CQ): rxe did not move the receiving QP to ERR within the test's wait")
 	a, b := newEnd(t, 1, rdmatest.EndOptions{}), newEnd(t, 2, rdmatest.EndOptions{})
 	if err := b.QP.Destroy(); err != nil {
 		t.Fatal(err)
@@ -228,6 +229,7 @@ func TestE2ECQOverrun(t *testing.T) {
 // by its completion alone; the requester learns of the failure from its
 // completion, not from an event.
 func TestE2EResponderErrorEvents(t *testing.T) {
+	rdmatest.SkipOnHardware(t, "it checks goroce's refusal details (AsyncEvent.Refusal) and statuses where rxe's differ (REM_OP_ERR for a SEND longer than the receive)")
 	cases := []struct {
 		name  string
 		wr    func(a, b *rdmatest.End) verbs.SendWR

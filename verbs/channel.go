@@ -26,11 +26,16 @@ type CompChannel struct {
 
 	wake chan struct{} // capacity 1: "the FIFO may be non-empty"
 	done chan struct{} // closed by Destroy
+
+	hw hwChannel // the hardware backend's; nil on a goroce device
 }
 
 // CreateCompChannel creates a completion channel (ibv_create_comp_channel).
 func (d *Device) CreateCompChannel() (*CompChannel, error) {
 	const op = "CreateCompChannel"
+	if d.hw != nil {
+		return d.hw.createChannel(d)
+	}
 	ch := &CompChannel{dev: d, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	if err := d.register(op, func() { d.channels[ch] = struct{}{} }); err != nil {
 		return nil, err
@@ -45,6 +50,9 @@ func (d *Device) CreateCompChannel() (*CompChannel, error) {
 // already done. It returns ctx.Err() when ctx ends first and ErrClosed when
 // the channel is destroyed.
 func (ch *CompChannel) GetEvent(ctx context.Context) (*CQ, error) {
+	if ch.hw != nil {
+		return ch.hw.getEvent(ctx)
+	}
 	for {
 		ch.mu.Lock()
 		if ch.closed {
@@ -84,7 +92,12 @@ func (ch *CompChannel) GetEvent(ctx context.Context) (*CQ, error) {
 
 // Destroy destroys the channel (ibv_destroy_comp_channel). It fails with
 // ErrBusy while CQs use it. Blocked GetEvent calls return ErrClosed.
-func (ch *CompChannel) Destroy() error { return ch.destroy(false) }
+func (ch *CompChannel) Destroy() error {
+	if ch.hw != nil {
+		return ch.hw.destroy(ch)
+	}
+	return ch.destroy(false)
+}
 
 // destroy destroys the channel; force (Device.Close) skips the busy check.
 func (ch *CompChannel) destroy(force bool) error {

@@ -60,6 +60,8 @@ type CQ struct {
 	evNext      *CQ
 	evDelivered uint64 // events returned by GetEvent
 	evAcked     uint64 // events acknowledged with AckEvents
+
+	hw hwCQ // the hardware backend's; nil on a goroce device
 }
 
 // cqArm is the notification request of a CQ (ibv_req_notify_cq).
@@ -76,6 +78,9 @@ const (
 // ReqNotify); compVector must be below NumCompVectors.
 func (d *Device) CreateCQ(cqe int, ch *CompChannel, compVector int) (*CQ, error) {
 	const op = "CreateCQ"
+	if d.hw != nil {
+		return d.hw.createCQ(d, cqe, ch)
+	}
 	if cqe < 1 || cqe > d.attr.MaxCQE {
 		return nil, errorf(op, "cqe", ErrInvalidArgument, "%d outside 1..%d", cqe, d.attr.MaxCQE)
 	}
@@ -116,6 +121,9 @@ func (cq *CQ) Channel() *CompChannel { return cq.ch }
 // Size returns the number of completions the CQ holds (ibv_cq.cqe), at
 // least the number requested.
 func (cq *CQ) Size() int {
+	if cq.hw != nil {
+		return cq.hw.size()
+	}
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	return len(cq.ring)
@@ -127,6 +135,9 @@ func (cq *CQ) Size() int {
 // that finds fewer than len(wc) completions (or none, for an empty wc)
 // first receives what the device's socket holds.
 func (cq *CQ) Poll(wc []WorkCompletion) (int, error) {
+	if cq.hw != nil {
+		return hwPoll(cq, wc)
+	}
 	if cq.dev.busyPoll {
 		cq.mu.Lock()
 		short := cq.count < max(len(wc), 1)
@@ -212,6 +223,9 @@ func (cq *CQ) overrunCount() uint64 {
 // overrides a solicited-only request. Without a channel the request has no
 // visible effect.
 func (cq *CQ) ReqNotify(solicitedOnly bool) error {
+	if cq.hw != nil {
+		return cq.hw.reqNotify(solicitedOnly)
+	}
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if cq.closed {
@@ -244,6 +258,9 @@ func (cq *CQ) AckEvents(n int) {
 // is outside 1..MaxCQE or below the number of completions queued.
 func (cq *CQ) Resize(cqe int) error {
 	const op = "ResizeCQ"
+	if cq.hw != nil {
+		return hwUnsupported(op, "cqe", "resizing a CQ")
+	}
 	if cqe < 1 || cqe > cq.dev.attr.MaxCQE {
 		return errorf(op, "cqe", ErrInvalidArgument, "%d outside 1..%d", cqe, cq.dev.attr.MaxCQE)
 	}
@@ -268,7 +285,12 @@ func (cq *CQ) Resize(cqe int) error {
 // libibverbs blocks in that case instead, which in Go would turn a missing
 // AckEvents into a silent hang. Events still queued on the channel are
 // discarded.
-func (cq *CQ) Destroy() error { return cq.destroy(false) }
+func (cq *CQ) Destroy() error {
+	if cq.hw != nil {
+		return cq.hw.destroy(cq)
+	}
+	return cq.destroy(false)
+}
 
 // destroy destroys the CQ; force (Device.Close) skips the busy checks.
 func (cq *CQ) destroy(force bool) error {

@@ -26,6 +26,9 @@ type CompletionSink interface {
 // requests (ReqNotify) and its completion channel keep working, counted on
 // what the sink accepts.
 func (cq *CQ) SetSink(s CompletionSink) error {
+	if cq.hw != nil {
+		return hwUnsupported("SetSinkCQ", "sink", "completion sinks")
+	}
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if cq.closed {

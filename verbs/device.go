@@ -187,6 +187,10 @@ type Device struct {
 	channels map[*CompChannel]struct{}
 	srqs     map[*SRQ]struct{}
 	ahs      map[*AH]struct{}
+
+	// hw is the hardware backend (OpenHardware, hw.go); nil on a goroce
+	// device.
+	hw hwDevice
 }
 
 // Hard caps: limits the implementation cannot exceed whatever
@@ -515,6 +519,9 @@ func (d *Device) sgid(index int) (GID, bool) {
 // accesses in flight, as MR.Dereg does. Closing a closed device returns
 // ErrClosed.
 func (d *Device) Close() error {
+	if d.hw != nil {
+		return d.hw.close(d)
+	}
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()

@@ -35,6 +35,7 @@ func checkFlushed(t *testing.T, e *rdmatest.End) {
 // TestE2ERecoverAfterError: a connection whose QPs failed is brought back
 // through RESET and carries traffic again, with new PSNs.
 func TestE2ERecoverAfterError(t *testing.T) {
+	rdmatest.SkipOnHardware(t, "rxe (the VM's Linux 6.1) gives no flush completion for a receive posted in ERR")
 	a, b := rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{})
 	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{a.MR.SGE(0, 8)},
 		RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA(), RKey: b.MR.RKey() ^ 0x11}})
@@ -66,6 +67,7 @@ func TestE2ERecoverAfterError(t *testing.T) {
 // request completes exactly once, the failing one with its error and the
 // others with WR_FLUSH_ERR.
 func TestE2EAtomicErrors(t *testing.T) {
+	rdmatest.SkipOnHardware(t, "rxe (the VM's Linux 6.1) gives no flush completion for a receive posted in ERR, and its statuses differ (misaligned atomics)")
 	cases := []struct {
 		name       string
 		target     rdmatest.EndOptions // the responder's side
@@ -198,6 +200,7 @@ func fetchAdd(a *rdmatest.End, raddr uint64, rkey uint32) verbs.SendWR {
 // sides, the requester with REM_INV_REQ_ERR and the receiver with
 // LOC_LEN_ERR, for single- and multi-packet messages.
 func TestE2ESendTooLong(t *testing.T) {
+	rdmatest.SkipOnHardware(t, "rxe completes a SEND longer than the receive with REM_OP_ERR, goroce with REM_INV_REQ_ERR")
 	for _, n := range []int{65, 3000} {
 		t.Run("", func(t *testing.T) {
 			a, b := rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{})
@@ -221,6 +224,7 @@ func TestE2ESendTooLong(t *testing.T) {
 
 // TestE2ERNR: a SEND arriving before its receive is RNR NAKed and retried.
 func TestE2ERNR(t *testing.T) {
+	rdmatest.SkipOnHardware(t, "it counts RNR NAKs with goroce's counters (zero on hardware)")
 	t.Run("receive posted later", func(t *testing.T) {
 		a, b := newEnd(t, 1, rdmatest.EndOptions{}), newEnd(t, 2, rdmatest.EndOptions{})
 		la, lb := rdmatest.DefaultLink(), rdmatest.DefaultLink()
@@ -278,6 +282,7 @@ func TestE2ERNR(t *testing.T) {
 // TestE2EPeerGone: when the remote device disappears, the oldest request
 // exhausts its retries and the rest flush, in bounded time.
 func TestE2EPeerGone(t *testing.T) {
+	rdmatest.SkipOnHardware(t, "rxe (the VM's Linux 6.1) gives no flush completion for a receive posted in ERR")
 	a, b := newEnd(t, 1, rdmatest.EndOptions{}), newEnd(t, 2, rdmatest.EndOptions{})
 	la := rdmatest.DefaultLink()
 	// 4.096 µs × 2^12 ≈ 17 ms, 2 retries: the failure takes about 50 ms.
@@ -326,6 +331,7 @@ func TestE2EPeerGone(t *testing.T) {
 // the WRITE between them succeeds, and only the failing request completes
 // with the error.
 func TestE2EErrorBehindRead(t *testing.T) {
+	rdmatest.SkipOnHardware(t, "it posts while the QP is in SQD and then moves it to RTS, after which rxe (the VM's Linux 6.1) ran none of those requests within the test's wait")
 	// 80 response packets at MTU 256, in two bursts; the requests after it
 	// stay within the requester's window (at least 128 unacknowledged PSNs), so
 	// they leave right behind the READ and reach the responder while the

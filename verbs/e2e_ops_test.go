@@ -156,7 +156,7 @@ func runOpcode(t *testing.T, a, b *rdmatest.End, op verbs.WROpcode, n, parts int
 			wc, wrid, wantWC, n, a.QP.QPN(), wantFlags)
 	}
 	if consumesRecv {
-		rc := rdmatest.WaitOne(t, b.CQ)
+		rc := rdmatest.ConnectedRecv(rdmatest.WaitOne(t, b.CQ), a.QP.QPN())
 		wantRecv := verbs.WCRecv
 		if op == verbs.WRRDMAWriteWithImm {
 			wantRecv = verbs.WCRecvRDMAWithImm
@@ -414,6 +414,13 @@ func TestE2ESolicitedEvents(t *testing.T) {
 	rdmatest.WaitOne(t, b.CQ)
 	rdmatest.WaitOne(t, a.CQ)
 	noEvent("solicited SEND on a disarmed CQ")
+	if rdmatest.Hardware() != "" {
+		// rxe raises a solicited-only notification for solicited
+		// receives only, not for an error completion as the IBA asks
+		// (and goroce does), and completes the too-long SEND with
+		// REM_OP_ERR.
+		return
+	}
 
 	// Armed again, an error completion wakes: a SEND longer than the
 	// receive buffer fails the receive with LOC_LEN_ERR.

@@ -115,6 +115,7 @@ func bringUp(qp *verbs.QP, rqpn, rpsn, lpsn uint32, peer netip.Addr) error {
 // TestE2ETwoProcesses writes a pattern into another process's memory,
 // reads it back and runs a FETCH_AND_ADD there.
 func TestE2ETwoProcesses(t *testing.T) {
+	rdmatest.SkipOnHardware(t, "its helper process opens goroce devices")
 	if testing.Short() {
 		t.Skip("starts a second process")
 	}

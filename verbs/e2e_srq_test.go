@@ -103,6 +103,7 @@ func TestE2ESRQTraffic(t *testing.T) {
 		}
 		next[pi]++
 		n := int(wc.ImmData)
+		wc = rdmatest.ConnectedRecv(wc, peers[pi].QP.QPN())
 		if wc.ByteLen != uint32(n) || wc.QPNum != locals[pi].QP.QPN() || wc.SrcQP != peers[pi].QP.QPN() {
 			t.Fatalf("receive %+v for peer %d: want byte_len %d qp %d src_qp %d", wc, pi, n, locals[pi].QP.QPN(), peers[pi].QP.QPN())
 		}
@@ -111,6 +112,12 @@ func TestE2ESRQTraffic(t *testing.T) {
 		checkBytes(t, fmt.Sprintf("peer %d message %d", pi, seq), msg[8:n], want)
 	}
 	rdmatest.ExpectEmpty(t, cq)
+	if rdmatest.Hardware() != "" {
+		// The rest counts limit events with goroce's own counter
+		// (SRQLimitEvents); TestE2EBackendSRQLimitEvent takes the
+		// hardware's from GetAsyncEvent.
+		return
+	}
 
 	// The limit fired exactly once (fewer than 10 left) and disarmed.
 	attr, err := srq.Query()

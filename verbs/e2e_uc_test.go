@@ -74,7 +74,7 @@ func TestE2EUC(t *testing.T) {
 				if !recvs {
 					fence(id + 1000)
 				} else {
-					wc := rdmatest.WaitN(t, b.CQ, 1)[0]
+					wc := rdmatest.ConnectedRecv(rdmatest.WaitOne(t, b.CQ), a.QP.QPN())
 					want := verbs.WorkCompletion{WRID: id, Opcode: verbs.WCRecv, ByteLen: uint32(n), QPNum: b.QP.QPN(), SrcQP: a.QP.QPN()}
 					if op == verbs.WRRDMAWriteWithImm {
 						want.Opcode = verbs.WCRecvRDMAWithImm
@@ -108,6 +108,7 @@ func TestE2EUC(t *testing.T) {
 // counted), not RNR NAKed; the sender completed it; the next one, with a
 // receive posted, arrives.
 func TestE2EUCNoReceive(t *testing.T) {
+	rdmatest.SkipOnHardware(t, "it waits for the drop in goroce's counters (zero on hardware)")
 	a, b := newUCPair(t, verbs.MTU1024, rdmatest.EndOptions{})
 	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 3000)}})
 	if wc := rdmatest.WaitN(t, a.CQ, 1)[0]; wc.Status != verbs.WCSuccess {

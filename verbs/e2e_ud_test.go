@@ -158,6 +158,7 @@ func TestE2EUDTwoDestinations(t *testing.T) {
 // TestE2EUDQKey: a datagram with another Q_Key is dropped and counted; a
 // work request Q_Key with the high bit set sends the QP's own.
 func TestE2EUDQKey(t *testing.T) {
+	rdmatest.SkipOnHardware(t, "it waits for the Q_Key violation in goroce's counters (zero on hardware)")
 	a, b := newUDEnd(t, 1, rdmatest.EndOptions{}), newUDEnd(t, 2, rdmatest.EndOptions{})
 	ah := ahTo(t, a, b)
 	rdmatest.PostRecv(t, b.QP, verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{b.MR.SGE(0, 256)}})
@@ -182,6 +183,7 @@ func TestE2EUDQKey(t *testing.T) {
 // a receive buffer without room for the GRH and the payload completes with
 // LOC_LEN_ERR; a datagram finding no receive is dropped and counted.
 func TestE2EUDLimits(t *testing.T) {
+	rdmatest.SkipOnHardware(t, "it waits for the drop in goroce's counters (zero on hardware), and rxe refuses an over-MTU datagram later than at post")
 	a, b := newUDEnd(t, 1, rdmatest.EndOptions{}), newUDEnd(t, 2, rdmatest.EndOptions{})
 	ah := ahTo(t, a, b)
 	mtu := activeMTU(t, a.Dev)

@@ -74,6 +74,9 @@ type FaultCounters struct {
 // FaultCounters returns the counts of the faults injected so far; they are
 // zero on a device opened without faults.
 func (d *Device) FaultCounters() FaultCounters {
+	if d.hw != nil {
+		return FaultCounters{}
+	}
 	c := d.eng.netCounters()
 	return FaultCounters{
 		Dropped:    c.FaultDropped.Load(),

@@ -46,6 +46,8 @@ type MR struct {
 	// writes counts the remote stores into the region (RemoteWrites,
 	// remotewrite.go).
 	writes remoteWrites
+
+	hw hwMR // the hardware backend's registration; nil on a goroce device
 }
 
 // mrRegion is one registration of an MR, or one binding of a memory window
@@ -91,6 +93,9 @@ const (
 // "access"); AccessOnDemand (ErrNotSupported); a region longer than
 // MaxMRSize; the max_mr limit (ErrResourceLimit).
 func (pd *PD) RegMR(buf []byte, access AccessFlags) (*MR, error) {
+	if pd != nil && pd.hw != nil {
+		return pd.hw.regMR(pd, buf, access)
+	}
 	return pd.regMR("RegMR", buf, bufAddr(buf), access)
 }
 
@@ -99,6 +104,9 @@ func (pd *PD) RegMR(buf []byte, access AccessFlags) (*MR, error) {
 // The region [iova, iova+len(buf)) must not wrap around 2^64.
 func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access AccessFlags) (*MR, error) {
 	const op = "RegMRIOVA"
+	if pd != nil && pd.hw != nil {
+		return nil, hwUnsupported(op, "iova", "a caller-chosen IOVA")
+	}
 	if access&AccessZeroBased != 0 && iova != 0 {
 		return nil, errorf(op, "iova", ErrInvalidArgument, "%#x with a zero-based registration", iova)
 	}
@@ -179,7 +187,12 @@ func (mr *MR) LKey() uint32 { return mr.reg.Load().key }
 
 // RKey returns the remote key, which peers put in RDMA and atomic requests.
 // It equals LKey.
-func (mr *MR) RKey() uint32 { return mr.reg.Load().key }
+func (mr *MR) RKey() uint32 {
+	if mr.hw != nil {
+		return mr.hw.rkey()
+	}
+	return mr.reg.Load().key
+}
 
 // IOVA returns the address at which the region starts for peers and SGEs.
 func (mr *MR) IOVA() uint64 { return mr.reg.Load().iova }
@@ -213,6 +226,9 @@ func (mr *MR) SGE(offset, length int) SGE {
 // was already deregistered.
 func (mr *MR) Dereg() error {
 	const op = "DeregMR"
+	if mr.hw != nil {
+		return mr.hw.dereg(mr)
+	}
 	mr.mu.Lock()
 	if mr.dead {
 		mr.mu.Unlock()
@@ -280,6 +296,9 @@ func (mr *MR) Rereg(flags ReregFlags, pd *PD, buf []byte, access AccessFlags) er
 }
 
 func (mr *MR) rereg(op string, a ReregAttr) error {
+	if mr.hw != nil {
+		return hwUnsupported(op, "mr", "re-registration")
+	}
 	if a.Flags == 0 || a.Flags&^reregAll != 0 {
 		return errorf(op, "flags", ErrInvalidArgument, "%#x", int(a.Flags))
 	}

@@ -77,6 +77,9 @@ func (pd *PD) AllocMW(typ MWType) (*MW, error) {
 	if pd == nil {
 		return nil, newError(op, "pd", ErrInvalidArgument, "nil")
 	}
+	if pd.hw != nil {
+		return nil, hwUnsupported(op, "type", "memory windows")
+	}
 	if typ != MWType1 && typ != MWType2 {
 		return nil, errorf(op, "type", ErrInvalidArgument, "%v", typ)
 	}
@@ -202,6 +205,9 @@ func IncRKey(rkey uint32) uint32 { return rkey&^0xff | (rkey+1)&0xff }
 // window or a missing region.
 func (qp *QP) BindMW(mw *MW, bind MWBind) (uint32, error) {
 	const op = "BindMW"
+	if qp.hw != nil {
+		return 0, hwUnsupported(op, "mw", "memory windows")
+	}
 	switch {
 	case mw == nil:
 		return 0, newError(op, "mw", ErrInvalidArgument, "nil")

@@ -13,11 +13,16 @@ type PD struct {
 	mu     sync.Mutex
 	closed bool
 	users  int // MRs, QPs, SRQs, AHs (and later MWs) in this PD
+
+	hw hwPD // the hardware backend's; nil on a goroce device
 }
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).
 func (d *Device) AllocPD() (*PD, error) {
 	const op = "AllocPD"
+	if d.hw != nil {
+		return d.hw.allocPD(d)
+	}
 	if err := d.res.pd.acquire(op); err != nil {
 		return nil, err
 	}
@@ -50,6 +55,9 @@ func (pd *PD) Dealloc() error {
 	pd.closed = true
 	pd.mu.Unlock()
 	pd.dev.unregister(func() { delete(pd.dev.pds, pd) })
+	if pd.hw != nil {
+		return pd.hw.dealloc()
+	}
 	pd.dev.res.pd.release()
 	return nil
 }

@@ -3,6 +3,7 @@ package verbs
 import (
 	"errors"
 	"time"
+	"unsafe"
 
 	"github.com/goroce/goroce/internal/transport"
 )
@@ -44,6 +45,10 @@ func (qp *QP) PostSend(wr *SendWR) error {
 	if wr == nil {
 		return newError(op, "wr", ErrInvalidArgument, "nil")
 	}
+	if qp.hw != nil {
+		_, err := hwPostSend(qp, unsafe.Slice(wr, 1))
+		return err
+	}
 	info, err := qp.checkSendWR(op, wr)
 	if err != nil {
 		return err
@@ -67,6 +72,9 @@ func (qp *QP) PostSend(wr *SendWR) error {
 // allocate.
 func (qp *QP) PostSendList(wrs []SendWR) (int, error) {
 	const op = "PostSendList"
+	if qp.hw != nil {
+		return hwPostSend(qp, wrs)
+	}
 	qp.xmu.Lock()
 	defer qp.xmu.Unlock()
 	for i := range wrs {
@@ -328,6 +336,13 @@ func (qp *QP) convertSGL(sgl []SGE) []transport.SGE {
 // allocate.
 func (qp *QP) PostRecv(wr *RecvWR) error {
 	const op = "PostRecv"
+	if qp.hw != nil {
+		if wr == nil {
+			return newError(op, "wr", ErrInvalidArgument, "nil")
+		}
+		_, err := hwPostRecv(qp, unsafe.Slice(wr, 1))
+		return err
+	}
 	if err := qp.checkRecvWR(op, wr); err != nil {
 		return err
 	}

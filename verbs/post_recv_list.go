@@ -8,6 +8,9 @@ package verbs
 // is. PostRecvList does not allocate.
 func (qp *QP) PostRecvList(wrs []RecvWR) (int, error) {
 	const op = "PostRecvList"
+	if qp.hw != nil {
+		return hwPostRecv(qp, wrs)
+	}
 	for i := range wrs {
 		if err := qp.checkRecvWR(op, &wrs[i]); err != nil {
 			if i == 0 {

@@ -35,6 +35,9 @@ import (
 // PostSend and polls with CQ.Poll or CQ.Wait.
 func (qp *QP) PostSendWait(ctx context.Context, wr *SendWR) (WorkCompletion, error) {
 	const op = "PostSendWait"
+	if qp.hw != nil {
+		return WorkCompletion{}, hwUnsupported(op, "qp", "PostSendWait")
+	}
 	if wr == nil {
 		return WorkCompletion{}, newError(op, "wr", ErrInvalidArgument, "nil")
 	}

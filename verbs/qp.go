@@ -111,6 +111,8 @@ type QP struct {
 	deadline   time.Time // when the transport wants OnTimer; guarded by engine.tmu
 
 	folded bool // counters added to the device's totals; guarded by engine.cmu
+
+	hw hwQP // the hardware backend's; nil on a goroce device
 }
 
 // QPN returns the QP number.
@@ -120,7 +122,12 @@ func (qp *QP) QPN() uint32 { return qp.qpn }
 func (qp *QP) Type() QPType { return qp.qpType }
 
 // State returns the current state.
-func (qp *QP) State() QPState { return QPState(qp.state.Load()) }
+func (qp *QP) State() QPState {
+	if qp.hw != nil {
+		return qp.hw.state()
+	}
+	return QPState(qp.state.Load())
+}
 
 // Cap returns the QP's queue capacities.
 func (qp *QP) Cap() QPCap { return qp.cap }
@@ -156,6 +163,9 @@ func (qp *QP) Query(mask QPAttrMask) (QPAttr, QPInitAttr, error) {
 // discarded without completions, and the QP releases its CQs, SRQ and PD.
 func (qp *QP) Destroy() error {
 	const op = "DestroyQP"
+	if qp.hw != nil {
+		return qp.hw.destroy(qp)
+	}
 	qp.mu.Lock()
 	if qp.closed.Load() {
 		qp.mu.Unlock()

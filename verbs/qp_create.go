@@ -77,6 +77,9 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	if err != nil {
 		return nil, err
 	}
+	if pd.hw != nil {
+		return pd.hw.createQP(pd, &init)
+	}
 	rollback, err := pd.acquireQPResources(op, &init)
 	if err != nil {
 		return nil, err

@@ -190,6 +190,9 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	if unknown := mask &^ qpAttrKnown; unknown != 0 {
 		return errorf(op, "attr_mask", ErrNotSupported, "unknown bits %#x", uint32(unknown))
 	}
+	if qp.hw != nil {
+		return hwModify(qp, attr, mask)
+	}
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	if qp.closed.Load() {

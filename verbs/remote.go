@@ -40,7 +40,11 @@ const RemoteRegionSize = 16
 // length.
 func (mr *MR) Remote() RemoteRegion {
 	r := mr.reg.Load()
-	return RemoteRegion{Addr: r.iova, RKey: r.key, Length: uint64(len(r.buf))}
+	rr := RemoteRegion{Addr: r.iova, RKey: r.key, Length: uint64(len(r.buf))}
+	if mr.hw != nil {
+		rr.RKey = mr.hw.rkey()
+	}
+	return rr
 }
 
 // Remote describes the window's current binding for a peer: its first

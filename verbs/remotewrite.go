@@ -72,6 +72,9 @@ func (mr *MR) RemoteWrites() uint64 { return mr.writes.count.Load() }
 // a woken waiter wakes the next. Deregistering the region does not wake
 // waiters: their ctx must.
 func (mr *MR) WaitRemoteWrite(ctx context.Context, seen uint64) (uint64, error) {
+	if mr.hw != nil {
+		return 0, hwUnsupported("WaitRemoteWrite", "mr", "counting remote writes")
+	}
 	w := &mr.writes
 	if c := w.count.Load(); c != seen {
 		return c, nil

@@ -42,6 +42,9 @@ type PacketKeys struct {
 // drops the keys.
 func (qp *QP) SetPacketKeys(k *PacketKeys) error {
 	const op = "SetPacketKeys"
+	if qp.hw != nil {
+		return hwUnsupported(op, "qp", "packet sealing")
+	}
 	if qp.qpType != QPTypeRC && qp.qpType != QPTypeUC {
 		return newError(op, "qp_type", ErrNotSupported, "only connected (RC, UC) QPs seal their packets")
 	}

@@ -1,6 +1,9 @@
 package verbs
 
-import "sync"
+import (
+	"sync"
+	"unsafe"
+)
 
 // SRQInitAttr are the creation attributes of a shared receive queue (struct
 // ibv_srq_init_attr's attr).
@@ -43,6 +46,8 @@ type SRQ struct {
 
 	// limitEvents counts SRQ limit events (EventSRQLimitReached) raised.
 	limitEvents uint64
+
+	hw hwSRQ // the hardware backend's; nil on a goroce device
 }
 
 // CreateSRQ creates a shared receive queue (ibv_create_srq).
@@ -60,6 +65,9 @@ func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
 		return nil, errorf(op, "max_sge", ErrInvalidArgument, "%d outside 1..%d", attr.MaxSGE, d.attr.MaxSRQSGE)
 	case attr.SRQLimit < 0 || attr.SRQLimit > attr.MaxWR:
 		return nil, errorf(op, "srq_limit", ErrInvalidArgument, "%d outside 0..max_wr", attr.SRQLimit)
+	}
+	if pd.hw != nil {
+		return pd.hw.createSRQ(pd, &attr)
 	}
 	if err := pd.use(op); err != nil {
 		return nil, err
@@ -82,6 +90,9 @@ func (s *SRQ) PD() *PD { return s.pd }
 
 // Query returns the SRQ's attributes (ibv_query_srq).
 func (s *SRQ) Query() (SRQAttr, error) {
+	if s.hw != nil {
+		return s.hw.query()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -101,6 +112,9 @@ func (s *SRQ) Modify(attr *SRQAttr, mask SRQAttrMask) error {
 	const op = "ModifySRQ"
 	if attr == nil {
 		return newError(op, "srq_attr", ErrInvalidArgument, "nil")
+	}
+	if s.hw != nil && mask&^(SRQMaxWR|SRQLimit) == 0 {
+		return s.hw.modify(attr, mask)
 	}
 	if mask&^(SRQMaxWR|SRQLimit) != 0 {
 		return errorf(op, "srq_attr_mask", ErrInvalidArgument, "unknown bits %#x", uint32(mask&^(SRQMaxWR|SRQLimit)))
@@ -143,6 +157,13 @@ func (s *SRQ) Modify(attr *SRQAttr, mask SRQAttrMask) error {
 // The SGEs' keys are checked when a message arrives, as in hardware.
 func (s *SRQ) PostRecv(wr *RecvWR) error {
 	const op = "PostSRQRecv"
+	if s.hw != nil {
+		if wr == nil {
+			return newError(op, "wr", ErrInvalidArgument, "nil")
+		}
+		_, err := hwPostSRQRecv(s, unsafe.Slice(wr, 1))
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -170,6 +191,9 @@ func (s *SRQ) checkLimitLocked() {
 // QPs use it. Posted work requests are discarded.
 func (s *SRQ) Destroy() error {
 	const op = "DestroySRQ"
+	if s.hw != nil {
+		return s.hw.destroy(s)
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

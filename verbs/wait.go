@@ -104,6 +104,9 @@ const busyCtxRounds = 4096
 // It returns completions only when the CQ turned out not to be empty before
 // parking; after a wake-up it returns 0 and nil, and the caller polls again.
 func (cq *CQ) park(ctx context.Context, wc []WorkCompletion) (int, error) {
+	if cq.hw != nil {
+		return hwPark(cq, ctx, wc)
+	}
 	cq.mu.Lock()
 	switch {
 	case cq.closed:

@@ -17,6 +17,11 @@ static int gr_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_
 	return ibv_query_port(ctx, port, attr);
 }
 
+static int gr_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index, struct ibv_gid_entry *e)
+{
+	return ibv_query_gid_ex(ctx, port, index, e, 0);
+}
+
 static struct ibv_mr *gr_reg_mr(struct ibv_pd *pd, uintptr_t addr, size_t length, int access)
 {
 	return ibv_reg_mr(pd, (void *)addr, length, access);
@@ -75,6 +80,11 @@ static int gr_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 static uint32_t gr_wc_imm(const struct ibv_wc *wc)
 {
 	return ntohl(wc->imm_data);
+}
+
+static uint32_t gr_wc_inv(const struct ibv_wc *wc)
+{
+	return wc->invalidated_rkey;
 }
 
 static struct ibv_device *gr_device_at(struct ibv_device **list, int i)
@@ -144,8 +154,11 @@ const (
 	SendSignaled = C.IBV_SEND_SIGNALED
 	SendInline   = C.IBV_SEND_INLINE
 
+	GIDTypeRoCEv2 = C.IBV_GID_TYPE_ROCE_V2
+
 	WCSuccess     = C.IBV_WC_SUCCESS
 	WCWithImm     = C.IBV_WC_WITH_IMM
+	WCWithInv     = C.IBV_WC_WITH_INV
 	PortActive    = C.IBV_PORT_ACTIVE
 	LinkLayerEth  = C.IBV_LINK_LAYER_ETHERNET
 	MTU1024       = C.IBV_MTU_1024
@@ -248,15 +261,20 @@ func (d *Device) Close() error {
 	return errnoOf("ibv_close_device", C.ibv_close_device(d.ctx), nil)
 }
 
-// DeviceAttr is the part of struct ibv_device_attr goroce uses.
+// DeviceAttr is struct ibv_device_attr.
 type DeviceAttr struct {
-	FWVer                             string
-	NodeGUID                          uint64
-	MaxMRSize                         uint64
-	MaxQP, MaxQPWR, MaxSGE, MaxCQ     int
-	MaxCQE, MaxMR, MaxPD, MaxQPRdAtom int
-	AtomicCap                         int
-	PhysPortCnt                       int
+	FWVer                              string
+	NodeGUID, SysImageGUID             uint64 // as stored: the wire bytes in memory order
+	MaxMRSize, PageSizeCap             uint64
+	VendorID, VendorPartID, HWVer      uint32
+	DeviceCapFlags                     uint64
+	MaxQP, MaxQPWR, MaxSGE, MaxSGERD   int
+	MaxCQ, MaxCQE, MaxMR, MaxPD        int
+	MaxQPRdAtom, MaxQPInitRdAtom       int
+	MaxResRdAtom, AtomicCap, MaxMW     int
+	MaxAH, MaxSRQ, MaxSRQWR, MaxSRQSGE int
+	MaxPKeys, PhysPortCnt, NumCompVecs int
+	LocalCAAckDelay                    uint8
 }
 
 // Query returns the device's attributes (ibv_query_device).
@@ -266,16 +284,26 @@ func (d *Device) Query() (DeviceAttr, error) {
 		return DeviceAttr{}, err
 	}
 	return DeviceAttr{
-		FWVer: C.GoString(&a.fw_ver[0]), NodeGUID: uint64(a.node_guid), MaxMRSize: uint64(a.max_mr_size),
-		MaxQP: int(a.max_qp), MaxQPWR: int(a.max_qp_wr), MaxSGE: int(a.max_sge), MaxCQ: int(a.max_cq),
-		MaxCQE: int(a.max_cqe), MaxMR: int(a.max_mr), MaxPD: int(a.max_pd), MaxQPRdAtom: int(a.max_qp_rd_atom),
-		AtomicCap: int(a.atomic_cap), PhysPortCnt: int(a.phys_port_cnt),
+		FWVer: C.GoString(&a.fw_ver[0]), NodeGUID: uint64(a.node_guid), SysImageGUID: uint64(a.sys_image_guid),
+		MaxMRSize: uint64(a.max_mr_size), PageSizeCap: uint64(a.page_size_cap),
+		VendorID: uint32(a.vendor_id), VendorPartID: uint32(a.vendor_part_id), HWVer: uint32(a.hw_ver),
+		DeviceCapFlags: uint64(a.device_cap_flags),
+		MaxQP:          int(a.max_qp), MaxQPWR: int(a.max_qp_wr), MaxSGE: int(a.max_sge), MaxSGERD: int(a.max_sge_rd),
+		MaxCQ: int(a.max_cq), MaxCQE: int(a.max_cqe), MaxMR: int(a.max_mr), MaxPD: int(a.max_pd),
+		MaxQPRdAtom: int(a.max_qp_rd_atom), MaxQPInitRdAtom: int(a.max_qp_init_rd_atom),
+		MaxResRdAtom: int(a.max_res_rd_atom), AtomicCap: int(a.atomic_cap), MaxMW: int(a.max_mw),
+		MaxAH: int(a.max_ah), MaxSRQ: int(a.max_srq), MaxSRQWR: int(a.max_srq_wr), MaxSRQSGE: int(a.max_srq_sge),
+		MaxPKeys: int(a.max_pkeys), PhysPortCnt: int(a.phys_port_cnt), NumCompVecs: int(d.ctx.num_comp_vectors),
+		LocalCAAckDelay: uint8(a.local_ca_ack_delay),
 	}, nil
 }
 
 // PortAttr is the part of struct ibv_port_attr goroce uses.
 type PortAttr struct {
 	State, MaxMTU, ActiveMTU, GIDTblLen, LinkLayer int
+	PortCapFlags, MaxMsgSize                       uint32
+	PKeyTblLen                                     int
+	ActiveWidth, ActiveSpeed, PhysState            uint8
 }
 
 // QueryPort returns a port's attributes (ibv_query_port).
@@ -285,7 +313,21 @@ func (d *Device) QueryPort(port int) (PortAttr, error) {
 		return PortAttr{}, err
 	}
 	return PortAttr{State: int(a.state), MaxMTU: int(a.max_mtu), ActiveMTU: int(a.active_mtu),
-		GIDTblLen: int(a.gid_tbl_len), LinkLayer: int(a.link_layer)}, nil
+		GIDTblLen: int(a.gid_tbl_len), LinkLayer: int(a.link_layer), PortCapFlags: uint32(a.port_cap_flags),
+		MaxMsgSize: uint32(a.max_msg_sz), PKeyTblLen: int(a.pkey_tbl_len), ActiveWidth: uint8(a.active_width),
+		ActiveSpeed: uint8(a.active_speed), PhysState: uint8(a.phys_state)}, nil
+}
+
+// GIDEntry returns entry index of a port's GID table with its type
+// (ibv_query_gid_ex; IBV_GID_TYPE_ROCE_V1 or _V2 on RoCE).
+func (d *Device) GIDEntry(port, index int) ([16]byte, int, error) {
+	var e C.struct_ibv_gid_entry
+	var out [16]byte
+	if ret, err := C.gr_query_gid_ex(d.ctx, C.uint32_t(port), C.uint32_t(index), &e); ret != 0 {
+		return out, 0, errnoOf("ibv_query_gid_ex", ret, err)
+	}
+	copy(out[:], C.GoBytes(unsafe.Pointer(&e.gid), 16))
+	return out, int(e.gid_type), nil
 }
 
 // GID returns entry index of a port's GID table (ibv_query_gid).
@@ -355,6 +397,7 @@ func (mr *MR) Dereg() error { return errnoOf("ibv_dereg_mr", C.ibv_dereg_mr(mr.m
 type CQ struct {
 	cq  *C.struct_ibv_cq
 	wcs []C.struct_ibv_wc
+	ch  *C.struct_ibv_comp_channel // nil without one (channel.go)
 }
 
 // CreateCQ creates a completion queue of at least cqe entries.
@@ -366,8 +409,16 @@ func (d *Device) CreateCQ(cqe int) (*CQ, error) {
 	return &CQ{cq: cq, wcs: make([]C.struct_ibv_wc, 64)}, nil
 }
 
-// Destroy destroys the completion queue.
-func (cq *CQ) Destroy() error { return errnoOf("ibv_destroy_cq", C.ibv_destroy_cq(cq.cq), nil) }
+// Destroy destroys the completion queue, and its completion channel.
+func (cq *CQ) Destroy() error {
+	if err := errnoOf("ibv_destroy_cq", C.ibv_destroy_cq(cq.cq), nil); err != nil {
+		return err
+	}
+	if cq.ch != nil {
+		return errnoOf("ibv_destroy_comp_channel", C.ibv_destroy_comp_channel(cq.ch), nil)
+	}
+	return nil
+}
 
 // WC is a work completion.
 type WC struct {
@@ -380,6 +431,11 @@ type WC struct {
 	QPNum     uint32
 	SrcQP     uint32
 	Flags     int
+	InvRKey   uint32 // with IBV_WC_WITH_INV
+	PKeyIndex uint16
+	SLID      uint16
+	SL        uint8
+	DLIDBits  uint8
 }
 
 // Poll takes up to len(out) completions.
@@ -396,7 +452,8 @@ func (cq *CQ) Poll(out []WC) (int, error) {
 		w := &cq.wcs[i]
 		out[i] = WC{WRID: uint64(w.wr_id), Status: int(w.status), Opcode: int(w.opcode), VendorErr: uint32(w.vendor_err),
 			ByteLen: uint32(w.byte_len), Imm: uint32(C.gr_wc_imm(w)), QPNum: uint32(w.qp_num), SrcQP: uint32(w.src_qp),
-			Flags: int(w.wc_flags)}
+			Flags: int(w.wc_flags), InvRKey: uint32(C.gr_wc_inv(w)), PKeyIndex: uint16(w.pkey_index), SLID: uint16(w.slid),
+			SL: uint8(w.sl), DLIDBits: uint8(w.dlid_path_bits)}
 	}
 	return int(got), nil
 }
@@ -405,6 +462,7 @@ func (cq *CQ) Poll(out []WC) (int, error) {
 type QPInitAttr struct {
 	Type                   int
 	SendCQ, RecvCQ         *CQ
+	SRQ                    *SRQ // receives come from it; MaxRecvWR and MaxRecvSGE are ignored
 	MaxSendWR, MaxRecvWR   int
 	MaxSendSGE, MaxRecvSGE int
 	MaxInline              int
@@ -413,8 +471,9 @@ type QPInitAttr struct {
 
 // QP is a queue pair.
 type QP struct {
-	qp  *C.struct_ibv_qp
-	QPN uint32
+	qp     *C.struct_ibv_qp
+	QPN    uint32
+	sq, rq *workQueue // where work requests are built (wr.go)
 }
 
 // CreateQP creates a queue pair in RESET.
@@ -428,15 +487,37 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 	if a.SigAll {
 		ia.sq_sig_all = 1
 	}
+	if a.SRQ != nil {
+		ia.srq = a.SRQ.srq
+		ia.cap.max_recv_wr, ia.cap.max_recv_sge = 0, 0
+	}
+	sq, err := newSendQueue(a.MaxSendWR, a.MaxSendSGE)
+	if err != nil {
+		return nil, err
+	}
+	rq, err := newRecvQueue(a.MaxRecvWR, a.MaxRecvSGE)
+	if err != nil {
+		sq.free()
+		return nil, err
+	}
 	qp, err := C.ibv_create_qp(pd.pd, &ia)
 	if qp == nil {
+		sq.free()
+		rq.free()
 		return nil, nilErr("ibv_create_qp", err)
 	}
-	return &QP{qp: qp, QPN: uint32(qp.qp_num)}, nil
+	return &QP{qp: qp, QPN: uint32(qp.qp_num), sq: sq, rq: rq}, nil
 }
 
-// Destroy destroys the queue pair.
-func (qp *QP) Destroy() error { return errnoOf("ibv_destroy_qp", C.ibv_destroy_qp(qp.qp), nil) }
+// Destroy destroys the queue pair and frees its work request arrays.
+func (qp *QP) Destroy() error {
+	if err := errnoOf("ibv_destroy_qp", C.ibv_destroy_qp(qp.qp), nil); err != nil {
+		return err
+	}
+	qp.sq.free()
+	qp.rq.free()
+	return nil
+}
 
 // QPAttr is the part of struct ibv_qp_attr a connection sets; the address
 // vector is a RoCE one (global, the destination GID and the source GID
@@ -498,4 +579,15 @@ func (qp *QP) PostSend(w *SendWR) error {
 // PostRecv posts one receive work request of at most one SGE.
 func (qp *QP) PostRecv(wrID, addr uint64, length, lkey uint32) error {
 	return errnoOf("ibv_post_recv", C.gr_post_recv(qp.qp, C.uint64_t(wrID), C.uint64_t(addr), C.uint32_t(length), C.uint32_t(lkey)), nil)
+}
+
+// State returns the QP's current state (ibv_query_qp), which the device
+// changes on its own when a work request fails.
+func (qp *QP) State() (int, error) {
+	var a C.struct_ibv_qp_attr
+	var ia C.struct_ibv_qp_init_attr
+	if err := errnoOf("ibv_query_qp", C.ibv_query_qp(qp.qp, &a, C.IBV_QP_STATE, &ia), nil); err != nil {
+		return 0, err
+	}
+	return int(a.qp_state), nil
 }

@@ -96,7 +96,12 @@ type pingpongCtx struct {
 // arms the CQ with --events), so that the peer's first message finds a
 // receive whenever it comes.
 func newPingpongCtx(o *options, addr netip.Addr) (pp *pingpongCtx, err error) {
-	dev, err := verbs.Open(verbs.DeviceConfig{Name: o.ibDev, Addr: addr})
+	var dev *verbs.Device
+	if o.hw {
+		dev, err = verbs.OpenHardware(o.ibDev)
+	} else {
+		dev, err = verbs.Open(verbs.DeviceConfig{Name: o.ibDev, Addr: addr})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("couldn't open device %s on %v: %w", o.ibDev, addr, err)
 	}

@@ -71,6 +71,9 @@
 //	-c, --chk             validate the received data
 //	    --bind=ADDR       IP address of the local device
 //	    --counters        print the device's counters at the end
+//	    --hw              -d names a kernel RDMA device (rxe0, mlx5_0), opened
+//	                      through libibverbs (verbs.OpenHardware; a build with
+//	                      -tags goroce_ibverbs): the same program on hardware
 //
 // A goroce device is opened on an IP address, which is also its GID and the
 // source of its RoCEv2 packets. Without --bind the client uses the address

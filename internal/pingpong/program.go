@@ -93,6 +93,7 @@ type options struct {
 	chk       bool
 	bind      netip.Addr // invalid if not given
 	counters  bool       // print the device's counters at the end
+	hw        bool       // ibDev is a kernel RDMA device (verbs.OpenHardware)
 }
 
 func (o *options) server() bool { return o.host == "" }
@@ -129,7 +130,9 @@ func usage(t Transport) string {
 		"  -c, --chk              validate received buffer\n" +
 		"      --bind=<addr>      IP address of the local device (default: the\n" +
 		"                         address the TCP connection uses)\n" +
-		"      --counters         print the device's counters at the end\n")
+		"      --counters         print the device's counters at the end\n" +
+		"      --hw               -d names a kernel RDMA device (rxe0, mlx5_0), opened\n" +
+		"                         through libibverbs (a build with -tags goroce_ibverbs)\n")
 	return b.String()
 }
 
@@ -172,6 +175,7 @@ func parseArgs(t Transport, args []string) (*options, error) {
 	fs.BoolVar(&o.chk, "chk", false, "")
 	fs.StringVar(&bind, "bind", "", "")
 	fs.BoolVar(&o.counters, "counters", false, "")
+	fs.BoolVar(&o.hw, "hw", false, "")
 
 	var positional []string
 	for {

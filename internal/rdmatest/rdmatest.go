@@ -7,12 +7,21 @@
 // Every object is destroyed with its device at the end of the test. The
 // device-free part of the harness (addresses, WaitFor, leak checks, error
 // matching) is in testkit, for packages that verbs imports.
+//
+// With GOROCE_TEST_BACKEND=hw:NAME in the environment (and a binary built
+// with -tags goroce_ibverbs), OpenDevice and the ends open the kernel RDMA
+// device NAME (verbs.OpenHardware) instead of goroce devices: every end
+// is on that one device, and QPs connected to each other meet through it
+// (on rxe, through the kernel's loopback). A test that needs what only a
+// goroce device has (a DeviceConfig, fault injection) skips, saying so;
+// others call SkipOnHardware with their reason.
 package rdmatest
 
 import (
 	"fmt"
 	"net/netip"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,11 +35,62 @@ import (
 // and closes it at the end of the test.
 func OpenDevice(t testing.TB, cfg verbs.DeviceConfig) *verbs.Device {
 	t.Helper()
-	return openWith(t, verbs.Open, cfg)
+	return openWith(t, nil, cfg)
 }
 
+// BackendEnv names the environment variable that selects the backend the
+// tests run on: unset or "soft" for goroce devices, "hw:NAME" for the
+// kernel RDMA device NAME.
+const BackendEnv = "GOROCE_TEST_BACKEND"
+
+// Hardware returns the name of the RDMA device the tests run on, or ""
+// when they run on goroce devices.
+func Hardware() string {
+	name, ok := strings.CutPrefix(os.Getenv(BackendEnv), "hw:")
+	if !ok {
+		return ""
+	}
+	return name
+}
+
+// SkipOnHardware skips the test when it runs on a hardware device, with
+// why it cannot apply there.
+func SkipOnHardware(t testing.TB, why string) {
+	t.Helper()
+	if hw := Hardware(); hw != "" {
+		t.Skipf("%s=hw:%s: %s", BackendEnv, hw, why)
+	}
+}
+
+// openHardware opens the device of Hardware, unless the test asks for
+// what only a goroce device has.
+func openHardware(t testing.TB, cfg verbs.DeviceConfig, faults bool) *verbs.Device {
+	t.Helper()
+	if faults {
+		SkipOnHardware(t, "the test injects faults into a goroce device")
+	}
+	cfg.Addr, cfg.Name = netip.Addr{}, ""
+	if !reflect.ValueOf(cfg).IsZero() {
+		SkipOnHardware(t, fmt.Sprintf("the test configures a goroce device (%+v)", cfg))
+	}
+	d, err := verbs.OpenHardware(Hardware())
+	if err != nil {
+		t.Fatalf("opening the RDMA device %q: %v", Hardware(), err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+// openWith opens a device with open (nil: verbs.Open), or the hardware
+// device (openHardware).
 func openWith(t testing.TB, open func(verbs.DeviceConfig) (*verbs.Device, error), cfg verbs.DeviceConfig) *verbs.Device {
 	t.Helper()
+	if Hardware() != "" {
+		return openHardware(t, cfg, open != nil)
+	}
+	if open == nil {
+		open = verbs.Open
+	}
 	if !cfg.Addr.IsValid() {
 		cfg.Addr = testkit.Addr(1)
 	}
@@ -156,11 +216,7 @@ func NewEnd(t testing.TB, o EndOptions) *End {
 	if o.Addr.IsValid() {
 		cfg.Addr = o.Addr
 	}
-	open := o.Open
-	if open == nil {
-		open = verbs.Open
-	}
-	e := &End{Dev: openWith(t, open, cfg)}
+	e := &End{Dev: openWith(t, o.Open, cfg)}
 	e.PD = PD(t, e.Dev)
 	var ch *verbs.CompChannel
 	if o.Channel {
@@ -244,10 +300,49 @@ type Peer struct {
 	PSN uint32 // the first PSN it sends: this QP's rq_psn
 }
 
+// GIDIndex is the index of the GID QPs of d send from: 1 on a goroce
+// device (the GID of its address), and on a hardware device the first
+// RoCE v2 GID of an IPv4 address, as perftest's -x picks one (rxe lists
+// every address of its interface, RoCE v1 and v2, link-local IPv6 first).
+func GIDIndex(d *verbs.Device) int {
+	if Hardware() == "" {
+		return 1
+	}
+	for _, e := range d.GIDTable() {
+		if e.Type == verbs.GIDTypeRoCEv2 && !e.GID.IsZero() && e.GID.Addr().Is4() {
+			return e.Index
+		}
+	}
+	return 1
+}
+
+// ConnectedRecv returns a receive completion of a connected (RC or UC) QP
+// whose peer is peerQPN as a goroce device reports it, for comparison:
+// struct ibv_wc's src_qp is defined for UD only, and rxe leaves it 0 on
+// connected QPs and sets IBV_WC_GRH there (every RoCE packet has a GRH),
+// where goroce reports the peer QP and no GRH flag. On goroce devices wc is
+// returned as it is.
+func ConnectedRecv(wc verbs.WorkCompletion, peerQPN uint32) verbs.WorkCompletion {
+	if Hardware() != "" {
+		wc.SrcQP = peerQPN
+		wc.WCFlags &^= verbs.WCGRH
+	}
+	return wc
+}
+
+// localize rewrites the source GID index 1 of a transition's address
+// vector, goroce's address GID, as the one of the QP's device.
+func localize(qp *verbs.QP, s *Transition) {
+	if s.Mask&verbs.QPAttrAV != 0 && s.Attr.AHAttr.SGIDIndex == 1 {
+		s.Attr.AHAttr.SGIDIndex = GIDIndex(qp.PD().Device())
+	}
+}
+
 // PeerOf describes qp as a peer that starts sending at psn.
 func PeerOf(t testing.TB, qp *verbs.QP, psn uint32) Peer {
 	t.Helper()
-	gid, err := qp.PD().Device().QueryGID(1, 1)
+	d := qp.PD().Device()
+	gid, err := d.QueryGID(1, GIDIndex(d))
 	if err != nil {
 		t.Fatalf("QueryGID: %v", err)
 	}
@@ -296,6 +391,7 @@ func Transitions(typ verbs.QPType, l Link, psn uint32, peer Peer) [3]Transition 
 // testing.TB, for a helper process that has none to fail.
 func BringUp(qp *verbs.QP, l Link, psn uint32, peer Peer) error {
 	for _, s := range Transitions(qp.Type(), l, psn, peer) {
+		localize(qp, &s)
 		if err := qp.Modify(&s.Attr, s.Mask); err != nil {
 			return err
 		}
@@ -306,6 +402,7 @@ func BringUp(qp *verbs.QP, l Link, psn uint32, peer Peer) error {
 // Modify applies s to qp.
 func Modify(t testing.TB, qp *verbs.QP, s Transition) {
 	t.Helper()
+	localize(qp, &s)
 	if err := qp.Modify(&s.Attr, s.Mask); err != nil {
 		t.Fatalf("Modify to %v (mask %v) from %v: %v", s.Attr.QPState, s.Mask, qp.State(), err)
 	}

@@ -105,3 +105,25 @@ func TestEndOptions(t *testing.T) {
 	_, err = e.PD.CreateSRQ(verbs.SRQInitAttr{})
 	WantError(t, err, verbs.ErrInvalidArgument, "max_wr")
 }
+
+// TestBackendEnv: GOROCE_TEST_BACKEND selects the hardware device by name,
+// and ConnectedRecv adjusts completions on hardware only.
+func TestBackendEnv(t *testing.T) {
+	wc := verbs.WorkCompletion{SrcQP: 0, WCFlags: verbs.WCGRH | verbs.WCWithImm}
+	for _, tc := range []struct {
+		env, want string
+		adjusted  verbs.WorkCompletion
+	}{
+		{"", "", wc},
+		{"soft", "", wc},
+		{"hw:rxe0", "rxe0", verbs.WorkCompletion{SrcQP: 7, WCFlags: verbs.WCWithImm}},
+	} {
+		t.Setenv(BackendEnv, tc.env)
+		if got := Hardware(); got != tc.want {
+			t.Errorf("%s=%q: Hardware() = %q, want %q", BackendEnv, tc.env, got, tc.want)
+		}
+		if got := ConnectedRecv(wc, 7); got != tc.adjusted {
+			t.Errorf("%s=%q: ConnectedRecv = %+v, want %+v", BackendEnv, tc.env, got, tc.adjusted)
+		}
+	}
+}

@@ -2,11 +2,15 @@
 # test/hw/run.sh: the hardware backend's tests against Linux's rxe.
 #
 # Builds the tests of internal/ibverbs (goroce's binding to rdma-core's
-# libibverbs, issue 20) with cgo and -tags goroce_ibverbs on this host
-# (Debian bookworm's libibverbs-dev, as in the VM), boots the rxe VM of
-# ../shared/rxe-vm, and runs the test binary there against rxe0, through
-# the VM's 9p share. The host's kernel has no RDMA support, so on the host
-# these tests skip; here none may skip or fail.
+# libibverbs, issue 20) and of package verbs with cgo and -tags
+# goroce_ibverbs on this host (Debian bookworm's libibverbs-dev, as in the
+# VM), boots the rxe VM of ../shared/rxe-vm, and runs the test binaries
+# there against rxe0, through the VM's 9p share. The host's kernel has no
+# RDMA support, so on the host the ibverbs tests skip; here none may skip
+# or fail. The verbs tests run their end-to-end tests (HW_VERBS_RUN, a
+# -test.run pattern) with GOROCE_TEST_BACKEND=hw:rxe0: their ends are QPs
+# of rxe0 connected to each other (internal/rdmatest). Those that need
+# what only a goroce device has skip, naming it; none may fail.
 #
 #   sudo test/hw/run.sh                    # about 2 minutes with the VM image built
 #
@@ -33,9 +37,16 @@ if ! dpkg -s libibverbs-dev >/dev/null 2>&1; then
 		die "apt-get install libibverbs-dev failed (see $OUT/apt.log)"
 fi
 
-log "building the ibverbs tests (cgo, -tags goroce_ibverbs)"
-(cd "$ROOT" && CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$OUT/ibverbs.test" ./internal/ibverbs) ||
+log "building the ibverbs and verbs tests (cgo, -tags goroce_ibverbs)"
+(cd "$ROOT" && CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$OUT/ibverbs.test" ./internal/ibverbs &&
+	CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$OUT/verbs.test" ./verbs &&
+	for t in pingpong uc-pingpong srq-pingpong; do
+		CGO_ENABLED=1 go build -tags goroce_ibverbs -o "$OUT/goroce-$t" ./cmd/goroce-$t || exit 1
+	done) ||
 	die "build failed"
+# The VM emulates its processor (TCG): the end-to-end tests, not the
+# software device's unit tests, which the host runs.
+VERBS_RUN=${HW_VERBS_RUN:-'^Test(E2E|RCLoopback|RemoteRegionOneSided|PostSendList|QPEx|WaitRDMAWrite)'}
 
 log "building the VM image (idempotent)"
 "$VM" build >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log" >&2; die "rxe-vm.sh build failed"; }
@@ -50,10 +61,16 @@ trap cleanup EXIT
 log "vm0 ready"
 
 mkdir -p "$SHARE/goroce-hw"
-cp "$OUT/ibverbs.test" "$SHARE/goroce-hw/"
+cp "$OUT/ibverbs.test" "$OUT/verbs.test" "$OUT"/goroce-*pingpong "$SHARE/goroce-hw/"
+cp "$ROOT/test/hw/pingpong-vm.sh" "$SHARE/goroce-hw/"
 "$VM" exec vm0 --timeout 600 -- \
 	'cd /host/goroce-hw && GOROCE_IBV_DEVICE=rxe0 ./ibverbs.test -test.v -test.count=1' >"$OUT/tests.log" 2>&1
 rc=$?
+"$VM" exec vm0 --timeout 1200 -- \
+	"cd /host/goroce-hw && GOROCE_TEST_BACKEND=hw:rxe0 ./verbs.test -test.v -test.count=1 -test.timeout=1100s -test.run '$VERBS_RUN'" >"$OUT/verbs.log" 2>&1
+vrc=$?
+"$VM" exec vm0 --timeout 600 -- 'cd /host/goroce-hw && sh ./pingpong-vm.sh' >"$OUT/pingpong.log" 2>&1
+prc=$?
 rm -rf "$SHARE/goroce-hw"
 grep -E '^(=== RUN|--- |PASS|FAIL|ok)' "$OUT/tests.log" | grep -v '^=== RUN' >&2
 if [ $rc -ne 0 ] || grep -q -- '--- FAIL' "$OUT/tests.log"; then
@@ -65,4 +82,26 @@ if grep -q -- '--- SKIP' "$OUT/tests.log"; then
 fi
 passed=$(grep -c -- '--- PASS' "$OUT/tests.log")
 [ "$passed" -gt 0 ] || die "no test passed (log $OUT/tests.log)"
-log "$passed passed against rxe0, 0 failed, 0 skipped"
+log "ibverbs: $passed passed against rxe0, 0 failed, 0 skipped"
+
+# verbs: subtests count as tests; a skip must name the backend.
+grep -E -- '--- (PASS|FAIL|SKIP)' "$OUT/verbs.log" >&2
+if [ $vrc -ne 0 ] || grep -q -- '--- FAIL' "$OUT/verbs.log"; then
+	tail -60 "$OUT/verbs.log" >&2
+	die "verbs FAILED against rxe0 (rc $vrc; log $OUT/verbs.log)"
+fi
+vpass=$(grep -c -- '--- PASS' "$OUT/verbs.log")
+vskip=$(grep -c -- '--- SKIP' "$OUT/verbs.log")
+[ "$vpass" -gt 0 ] || die "no verbs test passed (log $OUT/verbs.log)"
+# go test -v prints a skip's reason on the line before its --- SKIP.
+if grep -B1 -- '--- SKIP' "$OUT/verbs.log" | grep -v -- '--- SKIP' | grep -v -- '^--$' | grep -vq 'GOROCE_TEST_BACKEND=hw:rxe0'; then
+	die "a verbs test skipped for another reason than the backend (log $OUT/verbs.log)"
+fi
+log "verbs on rxe0: $vpass passed, $vskip skipped (each naming the backend), 0 failed"
+
+# The pingpong tools, built with the tag, between two processes on rxe0.
+cat "$OUT/pingpong.log" >&2
+if [ $prc -ne 0 ] || [ "$(grep -c 'on rxe0: ok' "$OUT/pingpong.log")" -ne 3 ]; then
+	die "the pingpongs FAILED on rxe0 (rc $prc; log $OUT/pingpong.log)"
+fi
+log "goroce-{,uc-,srq-}pingpong --hw on rxe0: 3 of 3 passed"

@@ -1,0 +1,410 @@
+//go:build linux && cgo && goroce_ibverbs
+
+package verbs
+
+// The hardware backend (OpenHardware): a Device and its PDs, MRs and CQs
+// on rdma-core's libibverbs, through internal/ibverbs. QPs, SRQs and AHs
+// are in hw_ibverbs_qp.go.
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/netip"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/goroce/goroce/internal/ibverbs"
+)
+
+// hwError turns a libibverbs error (wrapping an errno) into this
+// package's: the errno picks the sentinel.
+func hwError(op string, err error) error {
+	var errno syscall.Errno
+	sentinel := ErrInvalidArgument
+	if errors.As(err, &errno) {
+		switch errno {
+		case syscall.ENOMEM, syscall.EAGAIN:
+			sentinel = ErrNoMemory
+		case syscall.EBUSY:
+			sentinel = ErrBusy
+		case syscall.EOPNOTSUPP, syscall.ENOSYS:
+			sentinel = ErrNotSupported
+		}
+	}
+	return newError(op, "", sentinel, err.Error())
+}
+
+// AllocBuffer maps n bytes (rounded up to pages) outside the Go heap, for
+// buffers to register on a hardware device: the garbage collector never
+// frees or moves them, so RegMR need not pin them. FreeBuffer unmaps one,
+// after its MR is deregistered.
+func AllocBuffer(n int) ([]byte, error) {
+	if n <= 0 {
+		return nil, errorf("AllocBuffer", "length", ErrInvalidArgument, "%d", n)
+	}
+	b, err := ibverbs.Alloc(n)
+	if err != nil {
+		return nil, hwError("AllocBuffer", err)
+	}
+	return b, nil
+}
+
+// FreeBuffer unmaps a buffer from AllocBuffer (and only those); it must no
+// longer be registered.
+func FreeBuffer(b []byte) error {
+	if err := ibverbs.Free(b); err != nil {
+		return hwError("FreeBuffer", err)
+	}
+	return nil
+}
+
+type ibvDevice struct {
+	dev *ibverbs.Device
+	mu  sync.Mutex
+	mrs map[*MR]struct{} // guarded by mu; the other objects are in Device's registries
+	// cqs and srqs find the objects of asynchronous events by their
+	// handles; guarded by mu.
+	cqs  map[uintptr]*CQ
+	srqs map[uintptr]*SRQ
+
+	// The asynchronous event descriptor (a dup, in Go's poller), read by
+	// one GetAsyncEvent at a time.
+	asyncWaiting chan struct{}
+	asyncFile    *os.File
+	asyncConn    syscall.RawConn
+	asyncClosed  atomic.Bool // set by close before it closes asyncFile
+}
+
+// openHardware opens the device and reads its attributes, port 1 and GID
+// table once, as a goroce device fixes its own at Open.
+func openHardware(name string) (*Device, error) {
+	const op = "OpenHardware"
+	dev, err := ibverbs.Open(name)
+	if err != nil {
+		if errors.Is(err, ibverbs.ErrNoDevice) {
+			return nil, newError(op, "name", ErrInvalidArgument, err.Error())
+		}
+		return nil, hwError(op, err)
+	}
+	d, err := hwDescribe(dev)
+	if err != nil {
+		_ = dev.Close()
+		return nil, hwError(op, err)
+	}
+	h := &ibvDevice{dev: dev, mrs: make(map[*MR]struct{}), cqs: make(map[uintptr]*CQ), srqs: make(map[uintptr]*SRQ),
+		asyncWaiting: make(chan struct{}, 1)}
+	if err := h.openAsync(); err != nil {
+		_ = dev.Close()
+		return nil, hwError(op, err)
+	}
+	d.hw = h
+	return d, nil
+}
+
+// openAsync puts a dup of the device's asynchronous event descriptor in
+// Go's poller.
+func (h *ibvDevice) openAsync() error {
+	fd, err := h.dev.AsyncFd()
+	if err != nil {
+		return err
+	}
+	if fd, err = syscall.Dup(fd); err != nil {
+		return err
+	}
+	h.asyncFile = os.NewFile(uintptr(fd), "async-event")
+	if h.asyncConn, err = h.asyncFile.SyscallConn(); err != nil {
+		_ = h.asyncFile.Close()
+		return err
+	}
+	return nil
+}
+
+// asyncEvent waits in Go's poller for the device's next asynchronous
+// event, until ctx ends or the device is closed.
+func (h *ibvDevice) asyncEvent(d *Device, ctx context.Context) (AsyncEvent, error) {
+	const op = "GetAsyncEvent"
+	select {
+	case h.asyncWaiting <- struct{}{}:
+	case <-ctx.Done():
+		return AsyncEvent{}, ctx.Err()
+	}
+	defer func() { <-h.asyncWaiting }()
+	stop := context.AfterFunc(ctx, func() { _ = h.asyncFile.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	for {
+		if err := ctx.Err(); err != nil {
+			return AsyncEvent{}, err
+		}
+		_ = h.asyncFile.SetReadDeadline(time.Time{})
+		var ev ibverbs.AsyncEvent
+		var evErr error
+		err := h.asyncConn.Read(func(uintptr) bool {
+			var got bool
+			ev, got, evErr = h.dev.TakeAsyncEvent()
+			return got || evErr != nil
+		})
+		switch {
+		case evErr != nil:
+			return AsyncEvent{}, hwError(op, evErr)
+		case err == nil:
+			return h.event(d, ev), nil
+		case h.asyncClosed.Load():
+			return AsyncEvent{}, closedError(op, "device") // a closing file's error
+		case !errors.Is(err, os.ErrDeadlineExceeded):
+			return AsyncEvent{}, hwError(op, err)
+		}
+		// A deadline: this ctx's (checked above), or a stale one.
+	}
+}
+
+// event finds the objects of an asynchronous event.
+func (h *ibvDevice) event(d *Device, e ibverbs.AsyncEvent) AsyncEvent {
+	ev := AsyncEvent{Type: AsyncEventType(e.Type), PortNum: e.Port}
+	h.mu.Lock()
+	ev.CQ, ev.SRQ = h.cqs[e.CQ], h.srqs[e.SRQ]
+	h.mu.Unlock()
+	if e.QPN != 0 {
+		if v, ok := d.qps.Load(e.QPN); ok {
+			ev.QP = v.(*QP)
+		}
+	}
+	return ev
+}
+
+// track records (or, with nil, forgets) the object of a CQ or SRQ handle.
+func (h *ibvDevice) trackCQ(handle uintptr, cq *CQ) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if cq == nil {
+		delete(h.cqs, handle)
+	} else if h.cqs != nil {
+		h.cqs[handle] = cq
+	}
+}
+
+func (h *ibvDevice) trackSRQ(handle uintptr, s *SRQ) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s == nil {
+		delete(h.srqs, handle)
+	} else if h.srqs != nil {
+		h.srqs[handle] = s
+	}
+}
+
+// hwDescribe builds the Device that presents dev.
+func hwDescribe(dev *ibverbs.Device) (*Device, error) {
+	a, err := dev.Query()
+	if err != nil {
+		return nil, err
+	}
+	pa, err := dev.QueryPort(1)
+	if err != nil {
+		return nil, err
+	}
+	var addr netip.Addr
+	gids := make([]GIDEntry, pa.GIDTblLen)
+	for i := range gids {
+		gids[i] = GIDEntry{Index: i, Port: 1}
+		g, typ, err := dev.GIDEntry(1, i)
+		if err != nil {
+			continue // an unpopulated entry
+		}
+		gids[i].GID, gids[i].Type = g, GIDType(typ)
+		if ga := GID(g).Addr(); !addr.IsValid() && typ == ibverbs.GIDTypeRoCEv2 && ga.Is4() {
+			addr = ga
+		}
+	}
+	return &Device{
+		name:    dev.Name,
+		addr:    addr,
+		udpPort: DefaultUDPPort,
+		attr: DeviceAttr{
+			FWVer: a.FWVer, NodeGUID: GUID(hostToWire(a.NodeGUID)), SysImageGUID: GUID(hostToWire(a.SysImageGUID)),
+			MaxMRSize: a.MaxMRSize, PageSizeCap: a.PageSizeCap, VendorID: a.VendorID, VendorPartID: a.VendorPartID,
+			HWVer: a.HWVer, MaxQP: a.MaxQP, MaxQPWR: a.MaxQPWR, DeviceCapFlags: DeviceCapFlags(a.DeviceCapFlags),
+			MaxSGE: a.MaxSGE, MaxSGERD: a.MaxSGERD, MaxCQ: a.MaxCQ, MaxCQE: a.MaxCQE, MaxMR: a.MaxMR,
+			MaxPD: a.MaxPD, MaxQPRdAtom: a.MaxQPRdAtom, MaxQPInitRdAtom: a.MaxQPInitRdAtom,
+			MaxResRdAtom: a.MaxResRdAtom, AtomicCap: AtomicCap(a.AtomicCap), MaxMW: a.MaxMW, MaxAH: a.MaxAH,
+			MaxSRQ: a.MaxSRQ, MaxSRQWR: a.MaxSRQWR, MaxSRQSGE: a.MaxSRQSGE, MaxPKeys: a.MaxPKeys,
+			LocalCAAckDelay: a.LocalCAAckDelay, PhysPortCnt: a.PhysPortCnt,
+			// libibverbs does not report it: the provider refuses
+			// at CreateQP what it cannot inline.
+			MaxInlineData: math.MaxInt32,
+		},
+		port: PortAttr{
+			State: PortState(pa.State), MaxMTU: MTU(pa.MaxMTU), ActiveMTU: MTU(pa.ActiveMTU),
+			GIDTblLen: pa.GIDTblLen, PortCapFlags: PortCapFlags(pa.PortCapFlags), MaxMsgSize: pa.MaxMsgSize,
+			PKeyTblLen: pa.PKeyTblLen, ActiveWidth: PortWidth(pa.ActiveWidth), ActiveSpeed: PortSpeed(pa.ActiveSpeed),
+			PhysState: PhysPortState(pa.PhysState), LinkLayer: LinkLayer(pa.LinkLayer),
+		},
+		mtu:            newActiveMTU(addr, MTU(pa.ActiveMTU)),
+		gids:           gids,
+		numCompVectors: max(1, a.NumCompVecs),
+		pds:            make(map[*PD]struct{}),
+		cqs:            make(map[*CQ]struct{}),
+		channels:       make(map[*CompChannel]struct{}),
+		srqs:           make(map[*SRQ]struct{}),
+		ahs:            make(map[*AH]struct{}),
+	}, nil
+}
+
+// hostToWire reads a GUID libibverbs stores in wire order (big-endian
+// bytes in memory) as the number GUID means.
+func hostToWire(v uint64) uint64 {
+	b := (*[8]byte)(unsafe.Pointer(&v))
+	var out uint64
+	for _, x := range b {
+		out = out<<8 | uint64(x)
+	}
+	return out
+}
+
+// close destroys the device's objects as Device.Close does on goroce:
+// QPs, SRQs, address handles, memory regions, CQs, PDs, then the device.
+func (h *ibvDevice) close(d *Device) error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return closedError("Close", "device")
+	}
+	d.closed = true
+	pds, cqs, chans, srqs, ahs := d.pds, d.cqs, d.channels, d.srqs, d.ahs
+	d.pds, d.cqs, d.channels, d.srqs, d.ahs = nil, nil, nil, nil, nil
+	d.mu.Unlock()
+	d.qps.Range(func(_, v any) bool {
+		_ = v.(*QP).Destroy()
+		return true
+	})
+	for s := range srqs {
+		_ = s.Destroy()
+	}
+	for ah := range ahs {
+		_ = ah.Destroy()
+	}
+	h.mu.Lock()
+	mrs := h.mrs
+	h.mrs = nil
+	h.mu.Unlock()
+	for mr := range mrs {
+		_ = mr.Dereg()
+	}
+	for cq := range cqs {
+		_ = cq.Destroy()
+	}
+	for ch := range chans {
+		_ = ch.Destroy()
+	}
+	for pd := range pds {
+		_ = pd.Dealloc()
+	}
+	// Wake a GetAsyncEvent, and wait for it to leave the device.
+	h.asyncClosed.Store(true)
+	_ = h.asyncFile.Close()
+	h.asyncWaiting <- struct{}{}
+	defer func() { <-h.asyncWaiting }()
+	if err := h.dev.Close(); err != nil {
+		return hwError("Close", err)
+	}
+	return nil
+}
+
+type ibvPD struct{ pd *ibverbs.PD }
+
+func (h *ibvDevice) allocPD(d *Device) (*PD, error) {
+	const op = "AllocPD"
+	p, err := h.dev.AllocPD()
+	if err != nil {
+		return nil, hwError(op, err)
+	}
+	pd := &PD{dev: d, id: pdIDs.Add(1), hw: &ibvPD{pd: p}}
+	if err := d.register(op, func() { d.pds[pd] = struct{}{} }); err != nil {
+		_ = p.Dealloc()
+		return nil, err
+	}
+	return pd, nil
+}
+
+func (p *ibvPD) dealloc() error {
+	if err := p.pd.Dealloc(); err != nil {
+		return hwError("DeallocPD", err)
+	}
+	return nil
+}
+
+// ibvMR is a registration; pin keeps a Go heap buffer in place until
+// Dereg (a no-op for memory outside the heap, such as AllocBuffer's).
+type ibvMR struct {
+	mr  *ibverbs.MR
+	pin runtime.Pinner
+}
+
+// regMR registers buf in place. The buffer's first byte is pinned, which
+// pins the whole heap object the slice lies in.
+func (p *ibvPD) regMR(pd *PD, buf []byte, access AccessFlags) (*MR, error) {
+	const op = "RegMR"
+	if err := validateMRAccess(op, access); err != nil {
+		return nil, err
+	}
+	if len(buf) == 0 {
+		return nil, newError(op, "length", ErrInvalidArgument, "empty region")
+	}
+	if access&AccessZeroBased != 0 {
+		return nil, hwUnsupported(op, "access", "ZERO_BASED")
+	}
+	if err := pd.use(op); err != nil {
+		return nil, err
+	}
+	h := &ibvMR{}
+	h.pin.Pin(unsafe.SliceData(buf))
+	r, err := p.pd.RegMR(buf, int(access))
+	if err != nil {
+		h.pin.Unpin()
+		pd.unuse()
+		return nil, hwError(op, err)
+	}
+	h.mr = r
+	mr := &MR{dev: pd.dev, hw: h}
+	mr.reg.Store(newRegion(mr, r.LKey, pd, buf, r.Addr, access))
+	hd := pd.dev.hw.(*ibvDevice)
+	hd.mu.Lock()
+	if hd.mrs == nil {
+		hd.mu.Unlock()
+		_ = r.Dereg()
+		h.pin.Unpin()
+		pd.unuse()
+		return nil, closedError(op, "device")
+	}
+	hd.mrs[mr] = struct{}{}
+	hd.mu.Unlock()
+	return mr, nil
+}
+
+func (h *ibvMR) rkey() uint32 { return h.mr.RKey }
+
+func (h *ibvMR) dereg(mr *MR) error {
+	const op = "DeregMR"
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	if mr.dead {
+		return closedError(op, "mr")
+	}
+	if err := h.mr.Dereg(); err != nil {
+		return hwError(op, err)
+	}
+	h.pin.Unpin()
+	mr.dead = true
+	r := mr.reg.Load()
+	r.pd.unuse()
+	hd := mr.dev.hw.(*ibvDevice)
+	hd.mu.Lock()
+	delete(hd.mrs, mr)
+	hd.mu.Unlock()
+	return nil
+}
