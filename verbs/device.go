@@ -437,8 +437,14 @@ const MaxReceiveQueues = 256
 
 // ReceiveQueues returns how many sockets receive the device's packets,
 // each on its own goroutine (DeviceConfig.ReceiveQueues): 1 where the
-// platform cannot spread flows over sockets.
-func (d *Device) ReceiveQueues() int { return len(d.eng.rxqs) }
+// platform cannot spread flows over sockets, 0 on a hardware device
+// (OpenHardware: the NIC receives).
+func (d *Device) ReceiveQueues() int {
+	if d.eng == nil {
+		return 0
+	}
+	return len(d.eng.rxqs)
+}
 
 // UDPPort returns the UDP port the device binds.
 func (d *Device) UDPPort() uint16 { return d.udpPort }

@@ -182,3 +182,19 @@ func TestE2EBackendSRQLimitEvent(t *testing.T) {
 		t.Fatal("Close did not wake GetAsyncEvent")
 	}
 }
+
+// TestE2EBackendReceiveQueues: a software device reports its receive
+// sockets, a hardware one none (the NIC receives), and neither panics.
+func TestE2EBackendReceiveQueues(t *testing.T) {
+	a, _ := rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{})
+	n := a.Dev.ReceiveQueues()
+	if rdmatest.Hardware() != "" {
+		if n != 0 {
+			t.Fatalf("a hardware device reports %d receive queues, want 0", n)
+		}
+		return
+	}
+	if n < 1 {
+		t.Fatalf("a software device reports %d receive queues, want at least 1", n)
+	}
+}
