@@ -519,6 +519,29 @@ func (d *Device) sgid(index int) (GID, bool) {
 	return d.gids[index].GID, true
 }
 
+// deviceObjects are the objects a device keeps for Close to destroy.
+type deviceObjects struct {
+	pds      map[*PD]struct{}
+	cqs      map[*CQ]struct{}
+	channels map[*CompChannel]struct{}
+	srqs     map[*SRQ]struct{}
+	ahs      map[*AH]struct{}
+}
+
+// markClosed marks the device closed and hands its objects to the caller
+// (Close, on either backend), or fails if it was closed already.
+func (d *Device) markClosed() (deviceObjects, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return deviceObjects{}, closedError("Close", "device")
+	}
+	d.closed = true
+	o := deviceObjects{d.pds, d.cqs, d.channels, d.srqs, d.ahs}
+	d.pds, d.cqs, d.channels, d.srqs, d.ahs = nil, nil, nil, nil, nil
+	return o, nil
+}
+
 // Close destroys every object of the device (QPs, SRQs, address handles,
 // memory regions, CQs, completion channels, PDs, in that order) and closes
 // it. Blocked GetEvent calls return ErrClosed. Deregistration waits for
@@ -528,15 +551,11 @@ func (d *Device) Close() error {
 	if d.hw != nil {
 		return d.hw.close(d)
 	}
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return closedError("Close", "device")
+	o, err := d.markClosed()
+	if err != nil {
+		return err
 	}
-	d.closed = true
-	pds, cqs, chans, srqs, ahs := d.pds, d.cqs, d.channels, d.srqs, d.ahs
-	d.pds, d.cqs, d.channels, d.srqs, d.ahs = nil, nil, nil, nil, nil
-	d.mu.Unlock()
+	pds, cqs, chans, srqs, ahs := o.pds, o.cqs, o.channels, o.srqs, o.ahs
 	// The connection manager lets go first, while QP 1 can still tell
 	// the peers of its connections (it disconnects them as the kernel's
 	// CM does when an ID is destroyed).

@@ -269,15 +269,11 @@ func hostToWire(v uint64) uint64 {
 // close destroys the device's objects as Device.Close does on goroce:
 // QPs, SRQs, address handles, memory regions, CQs, PDs, then the device.
 func (h *ibvDevice) close(d *Device) error {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return closedError("Close", "device")
+	o, err := d.markClosed()
+	if err != nil {
+		return err
 	}
-	d.closed = true
-	pds, cqs, chans, srqs, ahs := d.pds, d.cqs, d.channels, d.srqs, d.ahs
-	d.pds, d.cqs, d.channels, d.srqs, d.ahs = nil, nil, nil, nil, nil
-	d.mu.Unlock()
+	pds, cqs, chans, srqs, ahs := o.pds, o.cqs, o.channels, o.srqs, o.ahs
 	d.qps.Range(func(_, v any) bool {
 		_ = v.(*QP).Destroy()
 		return true

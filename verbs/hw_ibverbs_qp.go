@@ -178,19 +178,27 @@ func (h *ibvQP) postSend(qp *QP, wrs []SendWR) (int, error) {
 	case QPStateReset, QPStateInit, QPStateRTR:
 		return 0, errorf(op, "qp_state", ErrInvalidState, "cannot post sends in %v", state)
 	}
-	slots := h.qp.SendSlots()
+	return postInChunks(op, len(wrs), h.qp.SendSlots(),
+		func(slot, i int) error { return h.setSend(op, qp, slot, &wrs[i]) }, h.qp.PostSends)
+}
+
+// postInChunks posts n work requests through a queue's slots, at most
+// slots at a time: fill(slot, i) converts request i into the slot (or
+// refuses it) and post(k) posts the first k slots. It returns how many
+// were posted; the one after them was refused, or failed to post.
+func postInChunks(op string, n, slots int, fill func(slot, i int) error, post func(int) (int, error)) (int, error) {
 	done := 0
-	for done < len(wrs) {
+	for done < n {
 		k := 0
 		var refused error
-		for ; k < slots && done+k < len(wrs); k++ {
-			if refused = h.setSend(op, qp, k, &wrs[done+k]); refused != nil {
+		for ; k < slots && done+k < n; k++ {
+			if refused = fill(k, done+k); refused != nil {
 				break
 			}
 		}
 		if k > 0 {
-			n, err := h.qp.PostSends(k)
-			done += n
+			m, err := post(k)
+			done += m
 			if err != nil {
 				return done, hwError(op, err)
 			}
@@ -263,33 +271,16 @@ func (h *ibvQP) postRecv(qp *QP, wrs []RecvWR) (int, error) {
 // postRecvSlots posts wrs through a queue's receive slots, in chunks.
 func postRecvSlots(op string, wrs []RecvWR, maxSGE, slots int, set func(int, uint64, []ibverbs.SGE) error,
 	post func(int) (int, error)) (int, error) {
-	done := 0
-	for done < len(wrs) {
-		k := 0
-		var refused error
-		for ; k < slots && done+k < len(wrs); k++ {
-			w := &wrs[done+k]
-			if len(w.SGList) > maxSGE {
-				refused = errorf(op, "num_sge", ErrInvalidArgument, "%d exceeds max_recv_sge %d", len(w.SGList), maxSGE)
-				break
-			}
-			if err := set(k, w.WRID, sgesOf(w.SGList)); err != nil {
-				refused = hwError(op, err)
-				break
-			}
+	return postInChunks(op, len(wrs), slots, func(slot, i int) error {
+		w := &wrs[i]
+		if len(w.SGList) > maxSGE {
+			return errorf(op, "num_sge", ErrInvalidArgument, "%d exceeds max_recv_sge %d", len(w.SGList), maxSGE)
 		}
-		if k > 0 {
-			n, err := post(k)
-			done += n
-			if err != nil {
-				return done, hwError(op, err)
-			}
+		if err := set(slot, w.WRID, sgesOf(w.SGList)); err != nil {
+			return hwError(op, err)
 		}
-		if refused != nil {
-			return done, refused
-		}
-	}
-	return done, nil
+		return nil
+	}, post)
 }
 
 func (h *ibvQP) destroy(qp *QP) error {

@@ -18,18 +18,6 @@ static int gr_nonblock(int fd)
 // gr_take_event takes one event of the channel without blocking (its fd is
 // non-blocking) and acknowledges it at once: 1 for an event, 0 for none
 // (EAGAIN), -1 with errno on failure.
-static int gr_take_event(struct ibv_comp_channel *ch)
-{
-	struct ibv_cq *cq;
-	void *ctx;
-
-	if (ibv_get_cq_event(ch, &cq, &ctx)) {
-		return errno == EAGAIN ? 0 : -1;
-	}
-	ibv_ack_cq_events(cq, 1);
-	return 1;
-}
-
 // gr_take_cq_event is gr_take_event for a channel shared by CQs: it
 // returns the CQ's address as a handle in *cq.
 static int gr_take_cq_event(struct ibv_comp_channel *ch, uintptr_t *handle)
@@ -43,6 +31,13 @@ static int gr_take_cq_event(struct ibv_comp_channel *ch, uintptr_t *handle)
 	ibv_ack_cq_events(cq, 1);
 	*handle = (uintptr_t)cq;
 	return 1;
+}
+
+static int gr_take_event(struct ibv_comp_channel *ch)
+{
+	uintptr_t handle;
+
+	return gr_take_cq_event(ch, &handle);
 }
 
 static int gr_req_notify(struct ibv_cq *cq, int solicited)
