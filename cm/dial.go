@@ -47,6 +47,9 @@ func dial(ctx context.Context, address string, qp *verbs.QP, p *Params) (*Conn, 
 	if s := qp.State(); s != verbs.QPStateReset && s != verbs.QPStateInit {
 		return nil, fmt.Errorf("QP %#x is in %v, want RESET or INIT: %w", qp.QPN(), s, verbs.ErrInvalidState)
 	}
+	if qp.PD().Device().Hardware() {
+		return hwDial(ctx, address, qp, p)
+	}
 	cp, err := p.connParam()
 	if err != nil {
 		return nil, err

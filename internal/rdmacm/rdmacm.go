@@ -48,6 +48,25 @@ static const char *gr_device_name(struct rdma_cm_id *id)
 	return ibv_get_device_name(id->verbs->device);
 }
 
+// gr_addr copies a sockaddr's address (16 bytes, IPv4 in the first 4)
+// and port; it returns 4, 6, or 0 for another family.
+static int gr_addr(struct sockaddr *sa, uint8_t *ip, uint16_t *port)
+{
+	if (sa->sa_family == AF_INET) {
+		struct sockaddr_in *s = (struct sockaddr_in *)sa;
+		memcpy(ip, &s->sin_addr, 4);
+		*port = ntohs(s->sin_port);
+		return 4;
+	}
+	if (sa->sa_family == AF_INET6) {
+		struct sockaddr_in6 *s = (struct sockaddr_in6 *)sa;
+		memcpy(ip, &s->sin6_addr, 16);
+		*port = ntohs(s->sin6_port);
+		return 6;
+	}
+	return 0;
+}
+
 static void gr_dgid(struct ibv_qp_attr *a, uint8_t *out) { memcpy(out, a->ah_attr.grh.dgid.raw, 16); }
 */
 import "C"
@@ -161,7 +180,10 @@ type ConnParam struct {
 	SRQ                bool
 }
 
-// Event is a struct rdma_cm_event, copied out and acknowledged.
+// Event is a struct rdma_cm_event, copied out and acknowledged. Param is
+// from this side's point of view, as the kernel reports it: for a
+// request, ResponderResources is what the peer's initiator depth asks
+// this side to serve.
 type Event struct {
 	Type   EventType
 	Status int // a negative errno, or a REJ's reason
@@ -295,6 +317,24 @@ func (id *ID) DeviceName() string {
 	return C.GoString(n)
 }
 
+func addrOf(sa *C.struct_sockaddr) netip.AddrPort {
+	var ip [16]byte
+	var port C.uint16_t
+	switch C.gr_addr(sa, (*C.uint8_t)(unsafe.Pointer(&ip[0])), &port) {
+	case 4:
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip[:4])), uint16(port))
+	case 6:
+		return netip.AddrPortFrom(netip.AddrFrom16(ip), uint16(port))
+	}
+	return netip.AddrPort{}
+}
+
+// LocalAddr is the ID's source address and port (rdma_get_local_addr).
+func (id *ID) LocalAddr() netip.AddrPort { return addrOf(C.rdma_get_local_addr(id.id)) }
+
+// PeerAddr is the peer's address and port (rdma_get_peer_addr).
+func (id *ID) PeerAddr() netip.AddrPort { return addrOf(C.rdma_get_peer_addr(id.id)) }
+
 // LocalPort is the ID's bound port (rdma_get_src_port): a listener
 // bound to port 0 learns the one it got.
 func (id *ID) LocalPort() uint16 { return uint16(C.ntohs(C.rdma_get_src_port(id.id))) }
@@ -378,6 +418,23 @@ func (id *ID) Destroy() error {
 	id.ch.mu.Unlock()
 	r, err := C.rdma_destroy_id(id.id)
 	return errnoOf("rdma_destroy_id", r, err)
+}
+
+// Migrate moves the ID, and its future events, to channel to
+// (rdma_migrate_id): a request's ID leaves its listener's channel.
+func (id *ID) Migrate(to *EventChannel) error {
+	r, err := C.rdma_migrate_id(id.id, to.ch)
+	if err := errnoOf("rdma_migrate_id", r, err); err != nil {
+		return err
+	}
+	id.ch.mu.Lock()
+	delete(id.ch.ids, id.id)
+	id.ch.mu.Unlock()
+	to.mu.Lock()
+	to.ids[id.id] = id
+	to.mu.Unlock()
+	id.ch = to
+	return nil
 }
 
 // InitQPAttr returns the attributes, and their mask, that move the ID's QP

@@ -136,6 +136,9 @@ func TestConnectSendWriteDisconnect(t *testing.T) {
 		t.Fatalf("request's IDs: listen %p (want %p), id %p", req.Listen, l, req.ID)
 	}
 	defer req.ID.Destroy()
+	if got, want := req.ID.PeerAddr(), cid.LocalAddr(); got != want || got.Addr() != a {
+		t.Fatalf("request's peer address %v, the client's %v (device address %v)", got, want, a)
+	}
 	if !bytes.HasPrefix(req.Param.PrivateData, []byte("hello")) {
 		t.Fatalf("request's private data %q", req.Param.PrivateData)
 	}
@@ -145,7 +148,7 @@ func TestConnectSendWriteDisconnect(t *testing.T) {
 	moveQP(t, req.ID, se.QP, verbs.QPStateRTR)
 	moveQP(t, req.ID, se.QP, verbs.QPStateRTS)
 	check(t, "Accept", req.ID.Accept(&ConnParam{PrivateData: []byte("welcome"), QPNum: se.QP.QPN(),
-		ResponderResources: req.Param.InitiatorDepth, InitiatorDepth: req.Param.ResponderResources, RNRRetryCount: 7}))
+		ResponderResources: req.Param.ResponderResources, InitiatorDepth: req.Param.InitiatorDepth, RNRRetryCount: 7}))
 
 	resp := expect(t, cch, EventConnectResponse)
 	if !bytes.HasPrefix(resp.Param.PrivateData, []byte("welcome")) {

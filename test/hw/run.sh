@@ -3,7 +3,8 @@
 #
 # Builds the tests of internal/ibverbs and internal/rdmacm (goroce's
 # bindings to rdma-core's libibverbs and librdmacm, issue 20; the rdmacm
-# tests connect through rxe0's address, HW_VM_IP) and of package verbs with cgo and -tags
+# tests, and package cm's TestHardware*, connect through rxe0's address,
+# HW_VM_IP) and of package verbs with cgo and -tags
 # goroce_ibverbs on this host (Debian bookworm's libibverbs-dev, as in the
 # VM), boots the rxe VM of ../shared/rxe-vm, and runs the test binaries
 # there against rxe0, through the VM's 9p share. The host's kernel has no
@@ -59,6 +60,7 @@ log "building the ibverbs and verbs tests (cgo, -tags goroce_ibverbs)"
 (cd "$ROOT" && CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$OUT/ibverbs.test" ./internal/ibverbs &&
 	CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$OUT/verbs.test" ./verbs &&
 	CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$OUT/rdmacm.test" ./internal/rdmacm &&
+	CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$OUT/cm.test" ./cm &&
 	for t in pingpong uc-pingpong srq-pingpong; do
 		CGO_ENABLED=1 go build -tags goroce_ibverbs -o "$OUT/goroce-$t" ./cmd/goroce-$t || exit 1
 	done) ||
@@ -80,11 +82,12 @@ trap cleanup EXIT
 log "vm0 ready"
 
 mkdir -p "$SHARE/goroce-hw"
-cp "$OUT/ibverbs.test" "$OUT/verbs.test" "$OUT/rdmacm.test" "$OUT"/goroce-*pingpong "$SHARE/goroce-hw/"
+cp "$OUT/ibverbs.test" "$OUT/verbs.test" "$OUT/rdmacm.test" "$OUT/cm.test" "$OUT"/goroce-*pingpong "$SHARE/goroce-hw/"
 cp "$ROOT/test/hw/pingpong-vm.sh" "$SHARE/goroce-hw/"
 "$VM" exec vm0 --timeout 600 -- \
 	"cd /host/goroce-hw && GOROCE_IBV_DEVICE=rxe0 ./ibverbs.test -test.v -test.count=1 &&
-	 GOROCE_RDMACM_ADDR=$VM_IP ./rdmacm.test -test.v -test.count=1" >"$OUT/tests.log" 2>&1
+	 GOROCE_RDMACM_ADDR=$VM_IP ./rdmacm.test -test.v -test.count=1 &&
+	 GOROCE_RDMACM_ADDR=$VM_IP ./cm.test -test.v -test.count=1 -test.run '^TestHardware'" >"$OUT/tests.log" 2>&1
 rc=$?
 "$VM" exec vm0 --timeout 1200 -- \
 	"cd /host/goroce-hw && GOROCE_TEST_BACKEND=hw:rxe0 ./verbs.test -test.v -test.count=1 -test.timeout=1100s -test.run '$VERBS_RUN'" >"$OUT/verbs.log" 2>&1
@@ -102,7 +105,7 @@ if grep -q -- '--- SKIP' "$OUT/tests.log"; then
 fi
 passed=$(grep -c -- '--- PASS' "$OUT/tests.log")
 [ "$passed" -gt 0 ] || die "no test passed (log $OUT/tests.log)"
-log "ibverbs and rdmacm: $passed passed against rxe0, 0 failed, 0 skipped"
+log "ibverbs, rdmacm and cm's hardware path: $passed passed against rxe0, 0 failed, 0 skipped"
 
 # verbs: subtests count as tests; a skip must name the backend.
 grep -E -- '--- (PASS|FAIL|SKIP)' "$OUT/verbs.log" >&2
