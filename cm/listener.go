@@ -32,8 +32,10 @@ type ListenConfig struct {
 
 // Listen listens for connection requests on address with the default
 // configuration: "ip:port" on the goroce device of this process bound to
-// ip (ErrNoDevice if none), ":port" on every goroce device of the
-// process, those opened later included. Port 0 picks a free port (see
+// ip, or else, in a build with the goroce_ibverbs tag, on the kernel RDMA
+// device that has ip (see "Kernel RDMA devices"; ErrNoDevice if neither),
+// ":port" on every goroce device of the process, those opened later
+// included. Port 0 picks a free port (see
 // Listener.Addr).
 func Listen(address string) (*Listener, error) {
 	return ListenConfig{}.Listen(context.Background(), address)
