@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 	"syscall"
 	"time"
 
@@ -199,6 +200,11 @@ func hwConnect(ctx context.Context, ch *rdmacm.EventChannel, id *rdmacm.ID, dst 
 type hwConn struct {
 	ch *rdmacm.EventChannel
 	id *rdmacm.ID
+
+	// mu orders Close's Disconnect before the watcher's Destroy: after
+	// that the cm_id is freed memory.
+	mu   sync.Mutex
+	gone bool
 }
 
 func newHWConn(ch *rdmacm.EventChannel, id *rdmacm.ID, qp *verbs.QP, remote RemoteInfo, local netip.AddrPort) *Conn {
@@ -226,7 +232,9 @@ func (c *Conn) hwWatch() {
 				// The peer's DREQ: the QP to ERR, and the DREP.
 				c.end(fmt.Errorf("cm: connection to %v: %w", c.remote.Addr, ErrDisconnected))
 				_ = qpToErr(c.qp)
+				c.hw.mu.Lock()
 				_ = c.hw.id.Disconnect()
+				c.hw.mu.Unlock()
 			}
 			break
 		}
@@ -235,7 +243,10 @@ func (c *Conn) hwWatch() {
 			break
 		}
 	}
+	c.hw.mu.Lock()
+	c.hw.gone = true
 	_ = c.hw.id.Destroy()
+	c.hw.mu.Unlock()
 	_ = c.hw.ch.Close()
 }
 
@@ -246,9 +257,13 @@ func (c *Conn) hwClose() error {
 	c.closing = true
 	c.mu.Unlock()
 	err := qpToErr(c.qp)
-	if derr := c.hw.id.Disconnect(); derr != nil && err == nil && !errors.Is(derr, syscall.EINVAL) {
-		err = derr // EINVAL: the peer's DREQ came first
+	c.hw.mu.Lock()
+	if !c.hw.gone {
+		if derr := c.hw.id.Disconnect(); derr != nil && err == nil && !errors.Is(derr, syscall.EINVAL) {
+			err = derr // EINVAL: the peer's DREQ came first
+		}
 	}
+	c.hw.mu.Unlock()
 	c.end(net.ErrClosed)
 	if err != nil {
 		return fmt.Errorf("cm: close: %w", err)

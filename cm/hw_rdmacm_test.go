@@ -50,14 +50,12 @@ func hwEnd(t *testing.T, name string) *rdmatest.End {
 	}})
 }
 
-// TestHardwareConnSendWriteClose connects two QPs of the device with Dial
-// and Accept, private data both ways, moves data with SEND and WRITE, and
-// disconnects.
-func TestHardwareConnSendWriteClose(t *testing.T) {
+// hwPair connects two QPs of the device with Dial and Accept, with
+// private data both ways, and checks what each side learnt.
+func hwPair(t *testing.T, ctx context.Context) (cc, sc *Conn, ce, se *rdmatest.End) {
+	t.Helper()
 	l, name := hwListenTest(t)
-	ce, se := hwEnd(t, name), hwEnd(t, name)
-	ctx, cancel := context.WithTimeout(context.Background(), testkit.Timeout)
-	defer cancel()
+	ce, se = hwEnd(t, name), hwEnd(t, name)
 	type result struct {
 		c   *Conn
 		err error
@@ -85,7 +83,7 @@ func TestHardwareConnSendWriteClose(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	sc := r.c
+	sc = r.c
 	if !bytes.HasPrefix(cc.Remote().PrivateData, []byte("welcome")) || cc.Remote().QPN != se.QP.QPN() {
 		t.Fatalf("client's view of the server: %+v", cc.Remote())
 	}
@@ -95,6 +93,15 @@ func TestHardwareConnSendWriteClose(t *testing.T) {
 	if ce.QP.State() != verbs.QPStateRTS || se.QP.State() != verbs.QPStateRTS {
 		t.Fatalf("QPs in %v and %v", ce.QP.State(), se.QP.State())
 	}
+	return cc, sc, ce, se
+}
+
+// TestHardwareConnSendWriteClose moves data with SEND and WRITE on a
+// connection of the device, and disconnects from the active side.
+func TestHardwareConnSendWriteClose(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Timeout)
+	defer cancel()
+	cc, sc, ce, se := hwPair(t, ctx)
 
 	// The client's SEND may arrive before the receive: RNR retries
 	// (infinite by default) cover it.
@@ -131,6 +138,30 @@ func TestHardwareConnSendWriteClose(t *testing.T) {
 	}
 	if se.QP.State() != verbs.QPStateErr || ce.QP.State() != verbs.QPStateErr {
 		t.Fatalf("QPs after the disconnect in %v and %v", ce.QP.State(), se.QP.State())
+	}
+}
+
+// TestHardwareServerClose disconnects from the passive side.
+func TestHardwareServerClose(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Timeout)
+	defer cancel()
+	cc, sc, ce, se := hwPair(t, ctx)
+	if err := sc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-cc.Done():
+	case <-ctx.Done():
+		t.Fatal("the client did not see the disconnect")
+	}
+	if !errors.Is(cc.Err(), ErrDisconnected) || !errors.Is(sc.Err(), net.ErrClosed) {
+		t.Fatalf("client's Err %v, server's %v", cc.Err(), sc.Err())
+	}
+	if se.QP.State() != verbs.QPStateErr || ce.QP.State() != verbs.QPStateErr {
+		t.Fatalf("QPs after the disconnect in %v and %v", ce.QP.State(), se.QP.State())
+	}
+	if err := cc.Close(); err != nil { // after the peer's: nothing left to do
+		t.Fatal(err)
 	}
 }
 
