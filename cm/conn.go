@@ -14,7 +14,8 @@ import (
 // connected to the peer's. Its ID's events go to a handler instead of a
 // queue: no goroutine per connection watches the peer.
 type Conn struct {
-	id     *ID
+	id     *ID     // nil on a kernel RDMA device
+	hw     *hwConn // librdmacm's side on a kernel RDMA device, else nil
 	qp     *verbs.QP
 	remote RemoteInfo
 	local  netip.AddrPort
@@ -127,6 +128,10 @@ func (c *Conn) release() {
 func (c *Conn) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
+		if c.hw != nil {
+			err = c.hwClose()
+			return
+		}
 		c.mu.Lock()
 		c.closing = true
 		c.mu.Unlock()

@@ -29,6 +29,9 @@ import (
 // that); ctx's error when ctx ends first (the peer is then sent a REJ).
 // After a failure the QP may be in ERR (rdma_cm moves it there on a
 // rejection or a timeout): move it to RESET before another attempt.
+//
+// A QP of a kernel RDMA device (verbs.OpenHardware) is connected through
+// librdmacm (see "Kernel RDMA devices").
 func Dial(ctx context.Context, address string, qp *verbs.QP, p *Params) (*Conn, error) {
 	c, err := dial(ctx, address, qp, p)
 	if err != nil {
@@ -46,6 +49,9 @@ func dial(ctx context.Context, address string, qp *verbs.QP, p *Params) (*Conn, 
 	}
 	if s := qp.State(); s != verbs.QPStateReset && s != verbs.QPStateInit {
 		return nil, fmt.Errorf("QP %#x is in %v, want RESET or INIT: %w", qp.QPN(), s, verbs.ErrInvalidState)
+	}
+	if qp.PD().Device().Hardware() {
+		return hwDial(ctx, address, qp, p)
 	}
 	cp, err := p.connParam()
 	if err != nil {

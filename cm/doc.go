@@ -91,6 +91,20 @@
 // connection's timewait ends: devices hand QPNs out in sequence from a
 // random start, and wrap only after 2^24 QPs.
 //
+// # Kernel RDMA devices
+//
+// Built with cgo and the goroce_ibverbs tag, the net-like API also connects
+// QPs of kernel RDMA devices (verbs.OpenHardware: a NIC, rxe) through the
+// kernel's rdma_cm and librdmacm: Dial from such a QP, and Listen on an
+// address no goroce device of the process has but a kernel device does,
+// return the same Listener, Request and Conn. The QP stays the
+// application's; it moves with rdma_init_qp_attr's attributes (min_rnr_timer
+// this package's). Private data, Reject's, Close and the peer's disconnect
+// work as on goroce; SelectiveRepeat and Security return
+// verbs.ErrNotSupported; UD, wildcard listeners and the event API stay on
+// goroce devices. One goroutine per such connection, parked in Go's poller,
+// watches its events.
+//
 // # Devices and addresses
 //
 // Every goroce device opened in the process gets the CM (an agent with

@@ -32,8 +32,10 @@ type ListenConfig struct {
 
 // Listen listens for connection requests on address with the default
 // configuration: "ip:port" on the goroce device of this process bound to
-// ip (ErrNoDevice if none), ":port" on every goroce device of the
-// process, those opened later included. Port 0 picks a free port (see
+// ip, or else, in a build with the goroce_ibverbs tag, on the kernel RDMA
+// device that has ip (see "Kernel RDMA devices"; ErrNoDevice if neither),
+// ":port" on every goroce device of the process, those opened later
+// included. Port 0 picks a free port (see
 // Listener.Addr).
 func Listen(address string) (*Listener, error) {
 	return ListenConfig{}.Listen(context.Background(), address)
@@ -60,6 +62,14 @@ func (lc ListenConfig) Listen(ctx context.Context, address string) (*Listener, e
 			break
 		}
 	}
+	if errors.Is(err, ErrNoDevice) && ps == PortSpaceTCP {
+		// Not a goroce device's address: a kernel RDMA device's?
+		if l, herr := hwListen(addrs, lc.Backlog); l != nil || herr != nil {
+			_ = id.Destroy()
+			_ = ch.Close()
+			return l, herr
+		}
+	}
 	if err == nil {
 		err = id.Listen(lc.Backlog)
 	}
@@ -75,6 +85,7 @@ func (lc ListenConfig) Listen(ctx context.Context, address string) (*Listener, e
 type Listener struct {
 	ch   *EventChannel
 	id   *ID
+	hw   *hwListener // on a kernel RDMA device: librdmacm's listener, and ch and id nil
 	addr netip.AddrPort
 
 	accept    sync.Mutex // one Accept at a time takes a request and moves it
@@ -94,6 +105,9 @@ func (l *Listener) Addr() netip.AddrPort { return l.addr }
 func (l *Listener) Accept(ctx context.Context) (*Request, error) {
 	l.accept.Lock()
 	defer l.accept.Unlock()
+	if l.hw != nil {
+		return l.hwAccept(ctx)
+	}
 	for {
 		if l.removed.Load() {
 			return nil, fmt.Errorf("cm: accept on %v: %w", l.addr, ErrDeviceRemoved)
@@ -152,6 +166,10 @@ func (l *Listener) pending() int {
 func (l *Listener) Close() error {
 	err := fmt.Errorf("cm: close listener %v: %w", l.addr, net.ErrClosed)
 	l.closeOnce.Do(func() {
+		if l.hw != nil {
+			err = l.hwClose()
+			return
+		}
 		l.closed.Store(true)
 		err = l.id.Destroy()
 		if cerr := l.ch.Close(); err == nil {
@@ -167,6 +185,7 @@ func (l *Listener) Close() error {
 type Request struct {
 	id       *ID
 	ch       *EventChannel
+	hw       *hwRequest // on a kernel RDMA device: librdmacm's request, and id and ch nil
 	remote   RemoteInfo
 	ud       bool
 	answered atomic.Bool
@@ -191,6 +210,10 @@ func (r *Request) claim(op string) error {
 
 // release destroys the request's ID and channel.
 func (r *Request) release() {
+	if r.hw != nil {
+		r.hwRelease()
+		return
+	}
 	_ = r.id.Destroy()
 	_ = r.ch.Close()
 }
@@ -210,7 +233,13 @@ func (r *Request) Accept(ctx context.Context, qp *verbs.QP, p *Params) (*Conn, e
 	if err := r.claim("accept"); err != nil {
 		return nil, err
 	}
-	c, err := r.accept(ctx, qp, p)
+	var c *Conn
+	var err error
+	if r.hw != nil {
+		c, err = r.hwAccept(ctx, qp, p)
+	} else {
+		c, err = r.accept(ctx, qp, p)
+	}
 	if err != nil {
 		r.release()
 		return nil, fmt.Errorf("cm: accept request from %v: %w", r.remote.Addr, explainReject(err))
@@ -280,6 +309,9 @@ func (r *Request) AcceptUD(qp *verbs.QP, privateData []byte) error {
 func (r *Request) Reject(privateData []byte) error {
 	if err := r.claim("reject"); err != nil {
 		return err
+	}
+	if r.hw != nil {
+		return r.hwReject(privateData)
 	}
 	defer r.release()
 	return r.id.Reject(privateData)

@@ -46,6 +46,10 @@ import "context"
 //     address to use (see GIDTable), not index 1 as on goroce.
 func OpenHardware(name string) (*Device, error) { return openHardware(name) }
 
+// Hardware reports whether d is a kernel RDMA device opened through
+// OpenHardware: package cm connects its QPs through librdmacm.
+func (d *Device) Hardware() bool { return d.hw != nil }
+
 // The hardware backend's objects. A Device, PD, MR, CQ, QP, SRQ or AH
 // opened through OpenHardware carries one of these (hw_ibverbs.go, under
 // the goroce_ibverbs tag); a software object carries nil, so the software

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # test/hw/run.sh: the hardware backend's tests against Linux's rxe.
 #
-# Builds the tests of internal/ibverbs (goroce's binding to rdma-core's
-# libibverbs, issue 20) and of package verbs with cgo and -tags
+# Builds the tests of internal/ibverbs and internal/rdmacm (goroce's
+# bindings to rdma-core's libibverbs and librdmacm, issue 20; the rdmacm
+# tests, and package cm's TestHardware*, connect through rxe0's address,
+# HW_VM_IP) and of package verbs with cgo and -tags
 # goroce_ibverbs on this host (Debian bookworm's libibverbs-dev, as in the
 # VM), boots the rxe VM of ../shared/rxe-vm, and runs the test binaries
 # there against rxe0, through the VM's 9p share. The host's kernel has no
@@ -26,20 +28,39 @@ CACHE=${RXE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rxe-vm}
 SHARE=$CACHE/vms/vm0/share
 OUT=$(mktemp -d /tmp/goroce-hw.XXXXXX)
 
+# skips_name_backend LOG: every test that LOG (go test -v) says skipped
+# gave the backend (GOROCE_TEST_BACKEND=hw:rxe0) in its output; prints
+# those that did not.
+skips_name_backend() {
+	go tool test2json <"$1" | python3 -c '
+import collections, json, sys
+out, bad = collections.defaultdict(str), []
+for line in sys.stdin:
+    e = json.loads(line)
+    t = e.get("Test")
+    if t and e["Action"] == "output":
+        out[t] += e["Output"]
+    elif t and e["Action"] == "skip" and "GOROCE_TEST_BACKEND=hw:rxe0" not in out[t]:
+        bad.append(t)
+print("\n".join(bad), file=sys.stderr)
+sys.exit(1 if bad else 0)'
+}
 log() { printf '[hw %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "$*"; exit 1; }
 
 [ -x "$VM" ] || die "harness not found: $VM (set RXE_VM_DIR)"
-if ! dpkg -s libibverbs-dev >/dev/null 2>&1; then
-	log "installing libibverbs-dev"
-	DEBIAN_FRONTEND=noninteractive apt-get install -y libibverbs-dev >"$OUT/apt.log" 2>&1 ||
-		{ apt-get update >>"$OUT/apt.log" 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y libibverbs-dev >>"$OUT/apt.log" 2>&1; } ||
-		die "apt-get install libibverbs-dev failed (see $OUT/apt.log)"
+if ! dpkg -s libibverbs-dev librdmacm-dev >/dev/null 2>&1; then
+	log "installing libibverbs-dev librdmacm-dev"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y libibverbs-dev librdmacm-dev >"$OUT/apt.log" 2>&1 ||
+		{ apt-get update >>"$OUT/apt.log" 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y libibverbs-dev librdmacm-dev >>"$OUT/apt.log" 2>&1; } ||
+		die "apt-get install libibverbs-dev librdmacm-dev failed (see $OUT/apt.log)"
 fi
 
 log "building the ibverbs and verbs tests (cgo, -tags goroce_ibverbs)"
 (cd "$ROOT" && CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$OUT/ibverbs.test" ./internal/ibverbs &&
 	CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$OUT/verbs.test" ./verbs &&
+	CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$OUT/rdmacm.test" ./internal/rdmacm &&
+	CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$OUT/cm.test" ./cm &&
 	for t in pingpong uc-pingpong srq-pingpong; do
 		CGO_ENABLED=1 go build -tags goroce_ibverbs -o "$OUT/goroce-$t" ./cmd/goroce-$t || exit 1
 	done) ||
@@ -61,10 +82,12 @@ trap cleanup EXIT
 log "vm0 ready"
 
 mkdir -p "$SHARE/goroce-hw"
-cp "$OUT/ibverbs.test" "$OUT/verbs.test" "$OUT"/goroce-*pingpong "$SHARE/goroce-hw/"
+cp "$OUT/ibverbs.test" "$OUT/verbs.test" "$OUT/rdmacm.test" "$OUT/cm.test" "$OUT"/goroce-*pingpong "$SHARE/goroce-hw/"
 cp "$ROOT/test/hw/pingpong-vm.sh" "$SHARE/goroce-hw/"
 "$VM" exec vm0 --timeout 600 -- \
-	'cd /host/goroce-hw && GOROCE_IBV_DEVICE=rxe0 ./ibverbs.test -test.v -test.count=1' >"$OUT/tests.log" 2>&1
+	"cd /host/goroce-hw && GOROCE_IBV_DEVICE=rxe0 ./ibverbs.test -test.v -test.count=1 &&
+	 GOROCE_RDMACM_ADDR=$VM_IP ./rdmacm.test -test.v -test.count=1 &&
+	 GOROCE_RDMACM_ADDR=$VM_IP ./cm.test -test.v -test.count=1 -test.run '^TestHardware'" >"$OUT/tests.log" 2>&1
 rc=$?
 "$VM" exec vm0 --timeout 1200 -- \
 	"cd /host/goroce-hw && GOROCE_TEST_BACKEND=hw:rxe0 ./verbs.test -test.v -test.count=1 -test.timeout=1100s -test.run '$VERBS_RUN'" >"$OUT/verbs.log" 2>&1
@@ -82,7 +105,7 @@ if grep -q -- '--- SKIP' "$OUT/tests.log"; then
 fi
 passed=$(grep -c -- '--- PASS' "$OUT/tests.log")
 [ "$passed" -gt 0 ] || die "no test passed (log $OUT/tests.log)"
-log "ibverbs: $passed passed against rxe0, 0 failed, 0 skipped"
+log "ibverbs, rdmacm and cm's hardware path: $passed passed against rxe0, 0 failed, 0 skipped"
 
 # verbs: subtests count as tests; a skip must name the backend.
 grep -E -- '--- (PASS|FAIL|SKIP)' "$OUT/verbs.log" >&2
@@ -93,8 +116,10 @@ fi
 vpass=$(grep -c -- '--- PASS' "$OUT/verbs.log")
 vskip=$(grep -c -- '--- SKIP' "$OUT/verbs.log")
 [ "$vpass" -gt 0 ] || die "no verbs test passed (log $OUT/verbs.log)"
-# go test -v prints a skip's reason on the line before its --- SKIP.
-if grep -B1 -- '--- SKIP' "$OUT/verbs.log" | grep -v -- '--- SKIP' | grep -v -- '^--$' | grep -vq 'GOROCE_TEST_BACKEND=hw:rxe0'; then
+# A skip's reason is in its test's output, which test2json attributes
+# (the line before a --- SKIP is not it: a parent's subtests are reported
+# after the parent's own line).
+if ! skips_name_backend "$OUT/verbs.log"; then
 	die "a verbs test skipped for another reason than the backend (log $OUT/verbs.log)"
 fi
 log "verbs on rxe0: $vpass passed, $vskip skipped (each naming the backend), 0 failed"
