@@ -54,14 +54,11 @@ import "fmt"
 // non-blocking, for Go's poller: after ReqNotify, the descriptor becomes
 // readable when a completion arrives, and TakeEvent consumes the event.
 func (d *Device) CreateCQWithChannel(cqe int) (*CQ, error) {
-	ch, err := C.ibv_create_comp_channel(d.ctx)
-	if ch == nil {
-		return nil, nilErr("ibv_create_comp_channel", err)
+	c, err := d.CreateCompChannel()
+	if err != nil {
+		return nil, err
 	}
-	if ret, err := C.gr_nonblock(ch.fd); ret != 0 {
-		C.ibv_destroy_comp_channel(ch)
-		return nil, errnoOf("fcntl O_NONBLOCK", ret, err)
-	}
+	ch := c.ch
 	cq, err := C.ibv_create_cq(d.ctx, C.int(cqe), nil, ch, 0)
 	if cq == nil {
 		C.ibv_destroy_comp_channel(ch)
