@@ -229,9 +229,11 @@ func (c *Conn) hwWatch() {
 			if closing {
 				c.end(net.ErrClosed)
 			} else {
-				// The peer's DREQ: the QP to ERR, and the DREP.
-				c.end(fmt.Errorf("cm: connection to %v: %w", c.remote.Addr, ErrDisconnected))
+				// The peer's DREQ: the QP to ERR, and the DREP. Done
+				// closes after the QP is in ERR, as on goroce devices
+				// (TestHardwareConnSendWriteClose saw it still RTS).
 				_ = qpToErr(c.qp)
+				c.end(fmt.Errorf("cm: connection to %v: %w", c.remote.Addr, ErrDisconnected))
 				c.hw.mu.Lock()
 				_ = c.hw.id.Disconnect()
 				c.hw.mu.Unlock()
