@@ -114,15 +114,25 @@ func (h *ibvDevice) openAsync() error {
 	if err != nil {
 		return err
 	}
-	if fd, err = syscall.Dup(fd); err != nil {
-		return err
+	h.asyncFile, h.asyncConn, err = pollerFile(fd, "async-event")
+	return err
+}
+
+// pollerFile puts a dup of a libibverbs descriptor (non-blocking) in Go's
+// poller, so that a goroutine waiting on it holds no thread; the caller
+// keeps the original, and closes the file before destroying its owner.
+func pollerFile(fd int, name string) (*os.File, syscall.RawConn, error) {
+	dup, err := syscall.Dup(fd)
+	if err != nil {
+		return nil, nil, err
 	}
-	h.asyncFile = os.NewFile(uintptr(fd), "async-event")
-	if h.asyncConn, err = h.asyncFile.SyscallConn(); err != nil {
-		_ = h.asyncFile.Close()
-		return err
+	f := os.NewFile(uintptr(dup), name)
+	conn, err := f.SyscallConn()
+	if err != nil {
+		_ = f.Close()
+		return nil, nil, err
 	}
-	return nil
+	return f, conn, nil
 }
 
 // asyncEvent waits in Go's poller for the device's next asynchronous

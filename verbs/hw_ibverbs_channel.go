@@ -35,14 +35,8 @@ func (h *ibvDevice) createChannel(d *Device) (*CompChannel, error) {
 	if err != nil {
 		return nil, hwError(op, err)
 	}
-	fd, err := syscall.Dup(c.Fd())
-	if err != nil {
-		_ = c.Destroy()
-		return nil, hwError(op, err)
-	}
-	hc := &ibvChannel{dev: h, c: c, waiting: make(chan struct{}, 1), file: os.NewFile(uintptr(fd), "comp-channel")}
-	if hc.conn, err = hc.file.SyscallConn(); err != nil {
-		_ = hc.file.Close()
+	hc := &ibvChannel{dev: h, c: c, waiting: make(chan struct{}, 1)}
+	if hc.file, hc.conn, err = pollerFile(c.Fd(), "comp-channel"); err != nil {
 		_ = c.Destroy()
 		return nil, hwError(op, err)
 	}

@@ -46,15 +46,8 @@ func (h *ibvDevice) createCQ(d *Device, cqe int, ch *CompChannel) (*CQ, error) {
 	if err != nil {
 		return nil, hwError(op, err)
 	}
-	fd, err := syscall.Dup(c.Fd())
-	if err != nil {
-		_ = c.Destroy()
-		return nil, hwError(op, err)
-	}
-	hc := &ibvCQ{cqe: cqe, cq: c, wcs: make([]ibverbs.WC, 64), waiting: make(chan struct{}, 1),
-		file: os.NewFile(uintptr(fd), "cq-channel")}
-	if hc.conn, err = hc.file.SyscallConn(); err != nil {
-		_ = hc.file.Close()
+	hc := &ibvCQ{cqe: cqe, cq: c, wcs: make([]ibverbs.WC, 64), waiting: make(chan struct{}, 1)}
+	if hc.file, hc.conn, err = pollerFile(c.Fd(), "cq-channel"); err != nil {
 		_ = c.Destroy()
 		return nil, hwError(op, err)
 	}
