@@ -46,13 +46,18 @@ type CQ struct {
 	head     int // oldest completion
 	count    int // completions in the ring
 	arm      cqArm
-	overruns uint64         // completions dropped because the ring was full
-	overrun  bool           // the CQ overran: it is in error and accepts nothing
-	users    int            // QPs sending or receiving into this CQ
-	wait     cqWait         // goroutines blocked in Wait (wait.go)
-	sink     CompletionSink // takes completions in place of ring (cq_sink.go)
-	claims   []*cqClaim     // PostSendWait calls waiting for their completion (postwait.go)
-	claimSeq uint64
+	overruns uint64             // completions dropped because the ring was full
+	overrun  bool               // the CQ overran: it is in error and accepts nothing
+	users    int                // QPs sending or receiving into this CQ
+	wait     cqWait             // goroutines blocked in Wait (wait.go)
+	sink     CompletionSink     // takes completions in place of ring (cq_sink.go)
+	notifier CompletionNotifier // sink's, if it implements it
+	// eventDue: a receive batch's completion satisfied the arm and the
+	// event waits for the batch's end; notifyQueued: the CQ is in that
+	// batch's list (push, notifyDue).
+	eventDue, notifyQueued bool
+	claims                 []*cqClaim // PostSendWait calls waiting for their completion (postwait.go)
+	claimSeq               uint64
 
 	// Completion-channel state, guarded by ch.mu.
 	evPending   int  // events queued on the channel for this CQ
@@ -171,7 +176,18 @@ func (cq *CQ) Poll(wc []WorkCompletion) (int, error) {
 // true if the CQ refused it: the ring was full, or was full once before
 // (the CQ is in error, see CQ). The first overrun raises EventCQErr. push
 // never allocates.
-func (cq *CQ) push(wc WorkCompletion, solicited bool) (overflow bool) {
+//
+// batch is the receive queue whose batch produced the completion, nil
+// for one made elsewhere (a post, Modify, a timer). The notifications
+// of a batch's completions (the completion channel's event, a sink's
+// NotifyCompletions) wait until the batch has sent its replies
+// (notifyAfterBatch): a NIC sends the ACK of a message before the CPU
+// hears of its completion, so an application woken by the event cannot
+// answer before that ACK leaves. perftest's ib_send_lat -e, which waits
+// for its send and its receive completions on one channel, takes the
+// peer's next message arriving before the ACK of its own for an event
+// without a completion. Pollers see the completion at once, as before.
+func (cq *CQ) push(batch *rxQueue, wc WorkCompletion, solicited bool) (overflow bool) {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if cq.closed {
@@ -199,13 +215,47 @@ func (cq *CQ) push(wc WorkCompletion, solicited bool) (overflow bool) {
 	// A solicited-only request is also satisfied by an unsuccessful
 	// completion (the IBA's Request Completion Notification rule), so a
 	// consumer sleeping on solicited events learns of errors.
-	if cq.arm == armNext || cq.arm == armSolicited && (solicited || wc.Status != WCSuccess) {
+	event := cq.arm == armNext || cq.arm == armSolicited && (solicited || wc.Status != WCSuccess)
+	if event {
 		cq.arm = armNone
-		if cq.ch != nil {
-			cq.ch.notify(cq)
+	}
+	event = event && cq.ch != nil
+	switch {
+	case !event && cq.notifier == nil:
+	case batch != nil:
+		cq.eventDue = cq.eventDue || event
+		if !cq.notifyQueued {
+			cq.notifyQueued = true
+			batch.notify = append(batch.notify, cq)
 		}
+	default:
+		cq.notifyLocked(event)
 	}
 	return false
+}
+
+// notifyLocked raises the CQ's completion event if event, and lets its
+// sink raise its own. The caller holds mu.
+func (cq *CQ) notifyLocked(event bool) {
+	if event {
+		cq.ch.notify(cq)
+	}
+	if cq.notifier != nil {
+		cq.notifier.NotifyCompletions()
+	}
+}
+
+// notifyDue raises what a receive batch's completions owe the CQ's
+// consumers (push), once the batch has sent its replies.
+func (cq *CQ) notifyDue() {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	cq.notifyQueued = false
+	event := cq.eventDue
+	cq.eventDue = false
+	if !cq.closed {
+		cq.notifyLocked(event)
+	}
 }
 
 // overrunCount returns how many completions were dropped on a full ring.

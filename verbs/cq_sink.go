@@ -20,6 +20,21 @@ type CompletionSink interface {
 	DeliverCompletion(wc WorkCompletion) bool
 }
 
+// CompletionNotifier is implemented by a CompletionSink that raises its
+// own completion notifications (goroce-nic: the arm flag its client sets
+// in the shared ring, and the client's channel). The CQ calls
+// NotifyCompletions, with its lock held, after the completions that
+// DeliverCompletion took: at once for a completion made by a verb or a
+// timer, and for those a receive batch made once that batch has sent its
+// replies, so that an application woken by the notification cannot answer
+// a message before its ACK has left (a NIC sends the ACK before the CPU
+// learns of the completion). A sink that notifies from DeliverCompletion
+// instead lets the answer overtake the ACK. The same rules as for
+// DeliverCompletion apply: it must not block nor call the CQ's methods.
+type CompletionNotifier interface {
+	NotifyCompletions()
+}
+
 // SetSink makes s take the CQ's completions from now on (nil gives them
 // back to the CQ's ring). Completions already in the ring stay there for
 // Poll; with a sink, Poll and Wait find only those. The CQ's notification
@@ -35,5 +50,6 @@ func (cq *CQ) SetSink(s CompletionSink) error {
 		return closedError("SetSinkCQ", "cq")
 	}
 	cq.sink = s
+	cq.notifier, _ = s.(CompletionNotifier)
 	return nil
 }

@@ -94,13 +94,19 @@ func transportFault(err error) error {
 // (transport.Ref).
 func (r *mrRegion) Release() { r.release() }
 
-// cqSink is a CQ as the transport's completion queue.
-type cqSink CQ
+// qpCQ is a CQ as one QP's transport sees it: it knows the QP, so that
+// the completions of a packet that a receive batch handles notify their
+// consumers only after that batch's replies are sent (QP.rxBatch).
+type qpCQ struct {
+	cq *CQ
+	qp *QP
+}
 
 // Push adds a completion; false (a full CQ) makes the transport move the QP
-// to the error state.
-func (s *cqSink) Push(c *transport.Completion) bool {
-	return !(*CQ)(s).push(WorkCompletion{
+// to the error state. The transport calls it with the QP's xmu held, which
+// guards rxBatch.
+func (s *qpCQ) Push(c *transport.Completion) bool {
+	return !s.cq.push(s.qp.rxBatch, WorkCompletion{
 		WRID:            c.WRID,
 		Status:          c.Status,
 		Opcode:          c.Opcode,

@@ -31,6 +31,9 @@ import (
 //  5. EndBatch, after each batch and every 64 packets of a long one, sends
 //     each pending QP's packets and then the batch's replies from the
 //     device's port (engine_send.go, steps 4 and 5).
+//  6. Then it raises the completion events (and a sink's notifications)
+//     of the batch's completions, which pollers have seen since step 2:
+//     the ACK of a message leaves before anyone is woken to answer it.
 
 // rxQueue is one receive queue of the device (DeviceConfig.ReceiveQueues):
 // a socket of the device's receive group, the goroutine serving it, and
@@ -80,6 +83,9 @@ type rxQueue struct {
 	// others lists the other queues' batches the current EndBatch took
 	// replies into, to flush with its own.
 	others []*replyBatch
+	// notify lists the CQs whose consumers the batch's completions
+	// notify once its replies are sent (CQ.push).
+	notify []*CQ
 }
 
 // homeReplies returns the reply batch of qp's home queue, the one its
@@ -147,7 +153,9 @@ func (q *rxQueue) HandlePacket(p *wire.Packet, from netip.AddrPort, info netio.R
 		// The notification point: a queue on the way was congested.
 		qp.tq.MarkCE(now, qp.outputLocked())
 	}
+	qp.rxBatch = q
 	qp.tq.HandlePacket(p, now, qp.outputLocked())
+	qp.rxBatch = nil
 	raceSync()
 	q.transmitAfterBatch(qp)
 }
@@ -274,6 +282,17 @@ func (q *rxQueue) EndBatch() {
 		q.others[i] = nil
 	}
 	q.others = q.others[:0]
+	q.notifyAfterBatch()
+}
+
+// notifyAfterBatch raises the completion notifications that the batch's
+// packets caused, now that their replies have left (step 6).
+func (q *rxQueue) notifyAfterBatch() {
+	for i, cq := range q.notify {
+		cq.notifyDue()
+		q.notify[i] = nil
+	}
+	q.notify = q.notify[:0]
 }
 
 // flushReplies sends the replies taken since the last flush by every

@@ -16,7 +16,9 @@ import (
 
 // Push adds a completion as the device would (CQ, async and Wait tests:
 // completions without traffic); it reports whether the CQ refused it.
-func (cq *CQ) Push(wc WorkCompletion, solicited bool) (overflow bool) { return cq.push(wc, solicited) }
+func (cq *CQ) Push(wc WorkCompletion, solicited bool) (overflow bool) {
+	return cq.push(nil, wc, solicited)
+}
 
 // OverrunCount is the number of completions a full CQ dropped.
 func (cq *CQ) OverrunCount() uint64 { return cq.overrunCount() }

@@ -223,7 +223,7 @@ func (qp *QP) postSendLocked(op string, wr *SendWR, info opcodeInfo) error {
 	}
 	if state == QPStateSQE {
 		// The send queue is in error: new work flushes (IBA 10.8.3.5).
-		qp.sendCQ.push(WorkCompletion{WRID: wr.WRID, Status: WCWRFlushErr, Opcode: info.wc, QPNum: qp.qpn}, false)
+		qp.sendCQ.push(nil, WorkCompletion{WRID: wr.WRID, Status: WCWRFlushErr, Opcode: info.wc, QPNum: qp.qpn}, false)
 		return nil
 	}
 	w := transport.SendWQE{

@@ -85,9 +85,17 @@ type QP struct {
 	// lkey and rkey the transport resolved: the packets of one message
 	// use the same key, and a key's code never changes.
 	localKey, remoteKey keyMemo
-	inline              []byte         // inline data gathering scratch
-	peer                netip.AddrPort // the remote device, from the AV (RTR on)
-	sender              *netio.Sender  // our UDP source port for this connection
+	inline              []byte // inline data gathering scratch
+	// rxBatch is the receive queue whose batch is handling one of the
+	// QP's packets, while it does (HandlePacket): the completions that
+	// packet produces notify their consumers after the batch's replies
+	// are sent (rxQueue.notifyAfterBatch). nil otherwise.
+	rxBatch *rxQueue
+	// sendSink and recvSink are the QP's CQs as its transport sees
+	// them (qpCQ).
+	sendSink, recvSink qpCQ
+	peer               netip.AddrPort // the remote device, from the AV (RTR on)
+	sender             *netio.Sender  // our UDP source port for this connection
 	// corked counts the QP's transmissions waiting in the doorbell or
 	// being sent by its flusher (doorbell.go); it rises under xmu.
 	corked atomic.Int32

@@ -223,6 +223,8 @@ func newQP(pd *PD, init *QPInitAttr, c QPCap) *QP {
 // with: its number and capacities, and the verbs objects they reach
 // through the adapters of datapath.go.
 func (qp *QP) transportConfig() transport.Config {
+	qp.sendSink = qpCQ{cq: qp.sendCQ, qp: qp}
+	qp.recvSink = qpCQ{cq: qp.recvCQ, qp: qp}
 	c := qp.cap
 	cfg := transport.Config{
 		Type:        qp.qpType,
@@ -232,8 +234,8 @@ func (qp *QP) transportConfig() transport.Config {
 		MaxSGE:      max(c.MaxSendSGE, c.MaxRecvSGE),
 		MaxInline:   c.MaxInlineData,
 		Memory:      (*qpMemory)(qp),
-		SendCQ:      (*cqSink)(qp.sendCQ),
-		RecvCQ:      (*cqSink)(qp.recvCQ),
+		SendCQ:      &qp.sendSink,
+		RecvCQ:      &qp.recvSink,
 		SQSigAll:    qp.sqSigAll,
 		AtomicLocks: &qp.dev.eng.atomics,
 		// The state an application queries after polling an error

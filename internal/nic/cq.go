@@ -85,6 +85,10 @@ type cqObj struct {
 	hdr     *nicproto.CQHdr
 	cqes    []nicproto.CQE
 	entries uint64
+	// due: completions were delivered since the last NotifyCompletions;
+	// dueSolicited: one of them satisfies a solicited-only arm. Guarded
+	// by mu.
+	due, dueSolicited bool
 }
 
 func newCQRing(entries int) (*ring, error) {
@@ -276,6 +280,8 @@ func (c *cqObj) DeliverCompletion(wc verbs.WorkCompletion) bool {
 	if wc.Solicited {
 		e.Solicited = 1
 	}
+	c.due = true
+	c.dueSolicited = c.dueSolicited || wc.Solicited || wc.Status != verbs.WCSuccess
 	switch {
 	case wc.WCFlags&verbs.WCWithImm != 0:
 		e.ImmData = bits.ReverseBytes32(wc.ImmData) // ibv_wc.imm_data is big-endian
@@ -283,25 +289,32 @@ func (c *cqObj) DeliverCompletion(wc verbs.WorkCompletion) bool {
 		e.ImmData = wc.InvalidatedRKey
 	}
 	atomic.StoreUint64(&c.hdr.Prod, c.hdr.Prod+1)
-	c.notify(&wc)
 	return true
 }
 
-// notify reports a completion event if the application armed the CQ for
-// it: any completion for GR_ARM_NEXT, a solicited or unsuccessful one for
-// GR_ARM_SOLICITED (the IBA's rule, as verbs.CQ.ReqNotify). The ring's
-// producer index is published before arm is read, and the shim arms before
-// it polls, so either the event fires or the poll sees the entry.
-func (c *cqObj) notify(wc *verbs.WorkCompletion) {
-	if c.ch == nil {
+// NotifyCompletions reports a completion event for the completions
+// delivered since the last call if the application armed the CQ for them:
+// any completion for GR_ARM_NEXT, a solicited or unsuccessful one for
+// GR_ARM_SOLICITED (the IBA's rule, as verbs.CQ.ReqNotify). The verbs CQ
+// calls it once the receive batch that made them has sent its replies
+// (verbs.CompletionNotifier), so the application cannot answer a message
+// before its ACK leaves. The ring's producer index is published before arm
+// is read, and the shim arms before it polls, so either the event fires or
+// the poll sees the entry.
+func (c *cqObj) NotifyCompletions() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	solicited := c.dueSolicited
+	if !c.due || c.ch == nil || c.r.mem == nil {
 		return
 	}
+	c.due, c.dueSolicited = false, false
 	for {
 		arm := atomic.LoadUint32(&c.hdr.Arm)
 		switch {
 		case arm == 0:
 			return
-		case arm == nicproto.ArmSolicited && !wc.Solicited && wc.Status == verbs.WCSuccess:
+		case arm == nicproto.ArmSolicited && !solicited:
 			return
 		}
 		if atomic.CompareAndSwapUint32(&c.hdr.Arm, arm, 0) {

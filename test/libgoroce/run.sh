@@ -165,6 +165,12 @@ perf() {
 for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw; do perf $t -n 2000; done
 for t in ib_write_lat ib_read_lat ib_send_lat; do perf $t -n 1000; done
 for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw; do perf $t -q 4 -n 1000; done
+# Completion events (-e): ib_send_lat waits for its send and its receive
+# completions on one channel and takes every event for the CQ it expects,
+# so the ACK of each message must leave before the event of its receive
+# wakes the peer (verbs.CompletionNotifier).
+perf ib_send_lat -e -n 1000
+perf ib_send_bw -e -n 2000
 if [ "${GOROCE_TEST_QUICK:-0}" != 1 ]; then
 	for t in ib_write_bw ib_read_bw ib_send_bw; do perf $t -a -n 100; done
 	for t in ib_write_lat ib_read_lat ib_send_lat; do perf $t -a -n 100; done
