@@ -26,6 +26,8 @@ func hwDial(context.Context, string, *verbs.QP, *Params) (*Conn, error) { return
 
 func hwListen([]netip.AddrPort, int) (*Listener, error) { return nil, nil }
 
+func hwHasAddr([]netip.AddrPort) bool { return false }
+
 func (c *Conn) hwClose() error { return errNoRDMACM }
 
 func (l *Listener) hwAccept(context.Context) (*Request, error) { return nil, errNoRDMACM }

@@ -184,7 +184,11 @@ func hwConnect(ctx context.Context, ch *rdmacm.EventChannel, id *rdmacm.ID, dst 
 	if err != nil {
 		return nil, err
 	}
-	for _, s := range []verbs.QPState{verbs.QPStateRTR, verbs.QPStateRTS} {
+	// INIT again once the CM knows the connection, as librdmacm's
+	// ucma_modify_qp_rtr does: before, rdma_init_qp_attr gives no remote
+	// rights (the kernel has no IB CM ID yet); now it gives the
+	// responder resources' READ and atomic rights.
+	for _, s := range []verbs.QPState{verbs.QPStateInit, verbs.QPStateRTR, verbs.QPStateRTS} {
 		if err := hwMove(id, qp, s, p); err != nil {
 			_ = id.Reject(nil)
 			return nil, fmt.Errorf("%w: %w", ErrConnect, err)
@@ -312,6 +316,30 @@ func hwListen(addrs []netip.AddrPort, backlog int) (*Listener, error) {
 	return nil, nil
 }
 
+// hwHasAddr reports whether one of addrs belongs to a kernel RDMA device.
+func hwHasAddr(addrs []netip.AddrPort) bool {
+	ch, err := rdmacm.NewEventChannel()
+	if err != nil {
+		return false
+	}
+	defer ch.Close()
+	for _, ap := range addrs {
+		if !ap.Addr().IsValid() || ap.Addr().IsUnspecified() {
+			continue
+		}
+		id, err := ch.CreateID()
+		if err != nil {
+			return false
+		}
+		found := id.BindAddr(netip.AddrPortFrom(ap.Addr(), 0)) == nil && id.DeviceName() != ""
+		_ = id.Destroy()
+		if found {
+			return true
+		}
+	}
+	return false
+}
+
 func (l *Listener) hwAccept(ctx context.Context) (*Request, error) {
 	for {
 		if l.closed.Load() {
@@ -388,11 +416,10 @@ func (r *Request) hwAccept(ctx context.Context, qp *verbs.QP, p *Params) (*Conn,
 	// Within the peer's asks (librdmacm refuses more).
 	cp.ResponderResources = min(cp.ResponderResources, r.hw.offer.ResponderResources)
 	cp.InitiatorDepth = min(cp.InitiatorDepth, r.hw.offer.InitiatorDepth)
-	states := []verbs.QPState{verbs.QPStateRTR, verbs.QPStateRTS}
-	if qp.State() == verbs.QPStateReset {
-		states = append([]verbs.QPState{verbs.QPStateInit}, states...)
-	}
-	for _, s := range states {
+	// INIT even from INIT, as on goroce devices (connectQP): the
+	// connection's rights (rdma_init_qp_attr's access flags) replace
+	// those the QP came with; its posted receives stay.
+	for _, s := range []verbs.QPState{verbs.QPStateInit, verbs.QPStateRTR, verbs.QPStateRTS} {
 		if err := hwMove(r.hw.id, qp, s, p); err != nil {
 			_ = r.hw.id.Reject(nil)
 			_ = qpToErr(qp)

@@ -62,6 +62,11 @@ func (lc ListenConfig) Listen(ctx context.Context, address string) (*Listener, e
 			break
 		}
 	}
+	if errors.Is(err, ErrNoDevice) && ps == PortSpaceUDP && hwHasAddr(addrs) {
+		_ = id.Destroy()
+		_ = ch.Close()
+		return nil, fmt.Errorf("cm: listen %s: %w", address, errHardwareUD)
+	}
 	if errors.Is(err, ErrNoDevice) && ps == PortSpaceTCP {
 		// Not a goroce device's address: a kernel RDMA device's?
 		if l, herr := hwListen(addrs, lc.Backlog); l != nil || herr != nil {
