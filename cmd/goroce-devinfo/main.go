@@ -1,8 +1,7 @@
 // Command goroce-devinfo prints the attributes of a goroce RDMA device (or,
 // with --hw, of a kernel one) the way rdma-core's ibv_devinfo prints those
-// of a kernel device: the same
-// field names, values and tab layout, so that scripts and eyes used to
-// ibv_devinfo read it unchanged.
+// of a kernel device: the same field names, values and tab layout, so that
+// scripts and eyes used to ibv_devinfo read it unchanged.
 //
 // A goroce device is not found in a system list: a program opens one on an IP
 // address (the address its GID table and its RoCEv2 traffic use). So the
