@@ -161,12 +161,6 @@ type UDService struct {
 	PrivateData []byte
 }
 
-// errHardwareUD is DialUD's, and a UD listener's, error on a kernel RDMA
-// device: the SIDR exchange would go through librdmacm's UDP port space
-// (RDMA_PS_UDP IDs, whose established event carries the address handle
-// and the service's QP and Q_Key), which internal/rdmacm does not bind.
-var errHardwareUD = fmt.Errorf("UD services (SIDR) on a kernel RDMA device: not through librdmacm yet: %w", verbs.ErrNotSupported)
-
 // DialUD asks the listener at address (a ListenConfig with PortSpaceUDP)
 // for its UD service with a SIDR_REQ carrying p's private data (at most
 // MaxUDConnectPrivateData), from qp's device; qp, a UD QP, is moved to RTS
@@ -185,7 +179,7 @@ func dialUD(ctx context.Context, address string, qp *verbs.QP, p *Params) (*UDSe
 		return nil, fmt.Errorf("DialUD needs a UD QP: %w", verbs.ErrInvalidArgument)
 	}
 	if qp.PD().Device().Hardware() {
-		return nil, errHardwareUD
+		return hwDialUD(ctx, address, qp, p)
 	}
 	var pd []byte
 	if p != nil {
