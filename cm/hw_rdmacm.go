@@ -371,8 +371,12 @@ func (r *Request) hwRelease() {
 }
 
 func (r *Request) hwReject(privateData []byte) error {
-	if len(privateData) > MaxRejectPrivateData {
-		return fmt.Errorf("cm: reject: %d bytes of private data, at most %d: %w", len(privateData), MaxRejectPrivateData, verbs.ErrInvalidArgument)
+	limit := MaxRejectPrivateData
+	if r.ud {
+		limit = MaxUDAcceptPrivateData // a SIDR_REP's
+	}
+	if len(privateData) > limit {
+		return fmt.Errorf("cm: reject: %d bytes of private data, at most %d: %w", len(privateData), limit, verbs.ErrInvalidArgument)
 	}
 	defer r.hwRelease()
 	return r.hw.id.Reject(privateData)
