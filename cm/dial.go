@@ -178,6 +178,9 @@ func dialUD(ctx context.Context, address string, qp *verbs.QP, p *Params) (*UDSe
 	if qp == nil || qp.Type() != verbs.QPTypeUD {
 		return nil, fmt.Errorf("DialUD needs a UD QP: %w", verbs.ErrInvalidArgument)
 	}
+	if qp.PD().Device().Hardware() {
+		return hwDialUD(ctx, address, qp, p)
+	}
 	var pd []byte
 	if p != nil {
 		pd = p.PrivateData

@@ -100,9 +100,10 @@
 // return the same Listener, Request and Conn. The QP stays the
 // application's; it moves with rdma_init_qp_attr's attributes (min_rnr_timer
 // this package's). Private data, Reject's, Close and the peer's disconnect
-// work as on goroce; SelectiveRepeat and Security return
-// verbs.ErrNotSupported; UD, wildcard listeners and the event API stay on
-// goroce devices. One goroutine per such connection, parked in Go's poller,
+// work as on goroce; so do UD services (DialUD, a ListenConfig with
+// PortSpaceUDP, AcceptUD), through librdmacm's UDP port space.
+// SelectiveRepeat and Security return verbs.ErrNotSupported; wildcard
+// listeners and the event API stay on goroce devices. One goroutine per such connection, parked in Go's poller,
 // watches its events.
 //
 // # Devices and addresses

@@ -24,7 +24,13 @@ var errNoRDMACM = fmt.Errorf("a kernel RDMA device needs a build with -tags goro
 
 func hwDial(context.Context, string, *verbs.QP, *Params) (*Conn, error) { return nil, errNoRDMACM }
 
-func hwListen([]netip.AddrPort, int) (*Listener, error) { return nil, nil }
+func hwListen([]netip.AddrPort, int, bool) (*Listener, error) { return nil, nil }
+
+func hwDialUD(context.Context, string, *verbs.QP, *Params) (*UDService, error) {
+	return nil, errNoRDMACM
+}
+
+func (r *Request) hwAcceptUD(*verbs.QP, []byte) error { return errNoRDMACM }
 
 func (c *Conn) hwClose() error { return errNoRDMACM }
 

@@ -184,7 +184,11 @@ func hwConnect(ctx context.Context, ch *rdmacm.EventChannel, id *rdmacm.ID, dst 
 	if err != nil {
 		return nil, err
 	}
-	for _, s := range []verbs.QPState{verbs.QPStateRTR, verbs.QPStateRTS} {
+	// INIT again once the CM knows the connection, as librdmacm's
+	// ucma_modify_qp_rtr does: before, rdma_init_qp_attr gives no remote
+	// rights (the kernel has no IB CM ID yet); now it gives the
+	// responder resources' READ and atomic rights.
+	for _, s := range []verbs.QPState{verbs.QPStateInit, verbs.QPStateRTR, verbs.QPStateRTS} {
 		if err := hwMove(id, qp, s, p); err != nil {
 			_ = id.Reject(nil)
 			return nil, fmt.Errorf("%w: %w", ErrConnect, err)
@@ -277,11 +281,12 @@ func (c *Conn) hwClose() error {
 type hwListener struct {
 	ch *rdmacm.EventChannel
 	id *rdmacm.ID
+	ud bool // UDP port space: its requests are SIDR requests
 }
 
 // hwListen listens on the first of addrs that belongs to a kernel RDMA
-// device; (nil, nil) when none does.
-func hwListen(addrs []netip.AddrPort, backlog int) (*Listener, error) {
+// device, in the UDP port space if ud; (nil, nil) when none does.
+func hwListen(addrs []netip.AddrPort, backlog int, ud bool) (*Listener, error) {
 	if backlog == 0 {
 		backlog = DefaultBacklog
 	}
@@ -293,7 +298,11 @@ func hwListen(addrs []netip.AddrPort, backlog int) (*Listener, error) {
 		if !ap.Addr().IsValid() || ap.Addr().IsUnspecified() {
 			continue
 		}
-		id, err := ch.CreateID()
+		create := ch.CreateID
+		if ud {
+			create = ch.CreateUDID
+		}
+		id, err := create()
 		if err != nil {
 			break
 		}
@@ -306,7 +315,7 @@ func hwListen(addrs []netip.AddrPort, backlog int) (*Listener, error) {
 			_ = ch.Close()
 			return nil, fmt.Errorf("cm: listen %v: %w", ap, err)
 		}
-		return &Listener{addr: netip.AddrPortFrom(ap.Addr(), id.LocalPort()), hw: &hwListener{ch: ch, id: id}}, nil
+		return &Listener{addr: netip.AddrPortFrom(ap.Addr(), id.LocalPort()), hw: &hwListener{ch: ch, id: id, ud: ud}}, nil
 	}
 	_ = ch.Close()
 	return nil, nil
@@ -335,7 +344,8 @@ func (l *Listener) hwAccept(ctx context.Context) (*Request, error) {
 			_ = ch.Close()
 			continue // the request died meanwhile
 		}
-		return &Request{remote: hwRemote(ev.ID.PeerAddr(), ev.Param), hw: &hwRequest{ch: ch, id: ev.ID, offer: ev.Param}}, nil
+		return &Request{remote: hwRemote(ev.ID.PeerAddr(), ev.Param), ud: l.hw.ud,
+			hw: &hwRequest{ch: ch, id: ev.ID, offer: ev.Param}}, nil
 	}
 }
 
@@ -361,8 +371,12 @@ func (r *Request) hwRelease() {
 }
 
 func (r *Request) hwReject(privateData []byte) error {
-	if len(privateData) > MaxRejectPrivateData {
-		return fmt.Errorf("cm: reject: %d bytes of private data, at most %d: %w", len(privateData), MaxRejectPrivateData, verbs.ErrInvalidArgument)
+	limit := MaxRejectPrivateData
+	if r.ud {
+		limit = MaxUDAcceptPrivateData // a SIDR_REP's
+	}
+	if len(privateData) > limit {
+		return fmt.Errorf("cm: reject: %d bytes of private data, at most %d: %w", len(privateData), limit, verbs.ErrInvalidArgument)
 	}
 	defer r.hwRelease()
 	return r.hw.id.Reject(privateData)
@@ -388,11 +402,10 @@ func (r *Request) hwAccept(ctx context.Context, qp *verbs.QP, p *Params) (*Conn,
 	// Within the peer's asks (librdmacm refuses more).
 	cp.ResponderResources = min(cp.ResponderResources, r.hw.offer.ResponderResources)
 	cp.InitiatorDepth = min(cp.InitiatorDepth, r.hw.offer.InitiatorDepth)
-	states := []verbs.QPState{verbs.QPStateRTR, verbs.QPStateRTS}
-	if qp.State() == verbs.QPStateReset {
-		states = append([]verbs.QPState{verbs.QPStateInit}, states...)
-	}
-	for _, s := range states {
+	// INIT even from INIT, as on goroce devices (connectQP): the
+	// connection's rights (rdma_init_qp_attr's access flags) replace
+	// those the QP came with; its posted receives stay.
+	for _, s := range []verbs.QPState{verbs.QPStateInit, verbs.QPStateRTR, verbs.QPStateRTS} {
 		if err := hwMove(r.hw.id, qp, s, p); err != nil {
 			_ = r.hw.id.Reject(nil)
 			_ = qpToErr(qp)
@@ -409,4 +422,102 @@ func (r *Request) hwAccept(ctx context.Context, qp *verbs.QP, p *Params) (*Conn,
 		return nil, err
 	}
 	return newHWConn(r.hw.ch, r.hw.id, qp, r.remote, r.hw.id.LocalAddr()), nil
+}
+
+// hwReadyUD moves a UD QP to RTS for id, as librdmacm's ucma_init_ud_qp
+// does: INIT with rdma_init_qp_attr's P_Key index, port and Q_Key (the
+// ID's, RDMA_UDP_QKEY), then RTR and RTS, which take nothing else.
+func hwReadyUD(id *rdmacm.ID, qp *verbs.QP) error {
+	if s := qp.State(); s != verbs.QPStateReset && s != verbs.QPStateInit {
+		return fmt.Errorf("UD QP %#x is in %v, want RESET or INIT: %w", qp.QPN(), s, verbs.ErrInvalidState)
+	}
+	a, mask, err := id.InitQPAttr(verbs.QPStateInit)
+	if err != nil {
+		return err
+	}
+	if err := qp.Modify(a, mask); err != nil {
+		return err
+	}
+	if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTR}, verbs.QPAttrState); err != nil {
+		return err
+	}
+	return qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS}, verbs.QPAttrState|verbs.QPAttrSQPSN)
+}
+
+// hwDialUD is DialUD from a UD QP of a hardware device: a SIDR request
+// through an ID of librdmacm's UDP port space.
+func hwDialUD(ctx context.Context, address string, qp *verbs.QP, p *Params) (*UDService, error) {
+	if err := hwUnsupported(p); err != nil {
+		return nil, err
+	}
+	var pd []byte
+	if p != nil {
+		pd = p.PrivateData
+	}
+	if len(pd) > MaxUDConnectPrivateData {
+		return nil, fmt.Errorf("%d bytes of private data, at most %d: %w", len(pd), MaxUDConnectPrivateData, verbs.ErrInvalidArgument)
+	}
+	addrs, err := resolveAddress(ctx, address)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := rdmacm.NewEventChannel()
+	if err != nil {
+		return nil, err
+	}
+	defer ch.Close()
+	id, err := ch.CreateUDID()
+	if err != nil {
+		return nil, err
+	}
+	defer id.Destroy()
+	if err := id.ResolveAddr(netip.AddrPort{}, addrs[0], resolveTimeout); err != nil {
+		return nil, err
+	}
+	if _, err := hwWait(ctx, ch, rdmacm.EventAddrResolved); err != nil {
+		return nil, err
+	}
+	if err := hwCheckDevice(id, qp); err != nil {
+		return nil, err
+	}
+	if err := id.ResolveRoute(resolveTimeout); err != nil {
+		return nil, err
+	}
+	if _, err := hwWait(ctx, ch, rdmacm.EventRouteResolved); err != nil {
+		return nil, err
+	}
+	if err := hwReadyUD(id, qp); err != nil {
+		return nil, err
+	}
+	if err := id.Connect(&rdmacm.ConnParam{PrivateData: pd, QPNum: qp.QPN()}); err != nil {
+		return nil, err
+	}
+	ev, err := hwWait(ctx, ch, rdmacm.EventEstablished)
+	if err != nil && ev.Type == rdmacm.EventUnreachable && ev.Status > 0 {
+		// A SIDR_REP whose status is not success: the kernel reports
+		// it as unreachable, with the SIDR status.
+		return nil, &RejectError{Reason: RejectReason(ev.Status), PrivateData: ev.Param.PrivateData}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &UDService{Addr: id.PeerAddr(), QPN: ev.UD.QPNum, QKey: ev.UD.QKey, AH: ev.UD.AH, PrivateData: ev.Param.PrivateData}, nil
+}
+
+// hwAcceptUD answers a SIDR request with qp, moved to RTS with the
+// request ID's Q_Key, and privateData.
+func (r *Request) hwAcceptUD(qp *verbs.QP, privateData []byte) error {
+	if !qp.PD().Device().Hardware() {
+		return fmt.Errorf("cm: accept UD request from %v: a request on a kernel RDMA device needs a QP of it (verbs.OpenHardware): %w", r.remote.Addr, verbs.ErrInvalidArgument)
+	}
+	if len(privateData) > MaxUDAcceptPrivateData {
+		return fmt.Errorf("cm: accept UD request from %v: %d bytes of private data, at most %d: %w", r.remote.Addr, len(privateData), MaxUDAcceptPrivateData, verbs.ErrInvalidArgument)
+	}
+	if err := hwCheckDevice(r.hw.id, qp); err != nil {
+		return err
+	}
+	if err := hwReadyUD(r.hw.id, qp); err != nil {
+		return fmt.Errorf("cm: accept UD request from %v: %w", r.remote.Addr, err)
+	}
+	return r.hw.id.Accept(&rdmacm.ConnParam{PrivateData: privateData, QPNum: qp.QPN()})
 }

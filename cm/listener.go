@@ -62,9 +62,9 @@ func (lc ListenConfig) Listen(ctx context.Context, address string) (*Listener, e
 			break
 		}
 	}
-	if errors.Is(err, ErrNoDevice) && ps == PortSpaceTCP {
+	if errors.Is(err, ErrNoDevice) && (ps == PortSpaceTCP || ps == PortSpaceUDP) {
 		// Not a goroce device's address: a kernel RDMA device's?
-		if l, herr := hwListen(addrs, lc.Backlog); l != nil || herr != nil {
+		if l, herr := hwListen(addrs, lc.Backlog, ps == PortSpaceUDP); l != nil || herr != nil {
 			_ = id.Destroy()
 			_ = ch.Close()
 			return l, herr
@@ -295,6 +295,9 @@ func (r *Request) AcceptUD(qp *verbs.QP, privateData []byte) error {
 	defer r.release()
 	if qp == nil {
 		return fmt.Errorf("cm: accept UD request from %v: nil QP: %w", r.remote.Addr, verbs.ErrInvalidArgument)
+	}
+	if r.hw != nil {
+		return r.hwAcceptUD(qp, privateData)
 	}
 	if err := r.id.SetQP(qp); err != nil {
 		return err

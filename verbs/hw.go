@@ -46,6 +46,12 @@ import "context"
 //     address to use (see GIDTable), not index 1 as on goroce.
 func OpenHardware(name string) (*Device, error) { return openHardware(name) }
 
+// HardwareDevices lists the names of the kernel's RDMA devices
+// (ibv_get_device_list), those OpenHardware opens; a kernel without RDMA
+// support has none. Without the backend (see OpenHardware) it returns an
+// error wrapping ErrNotSupported that names the tag.
+func HardwareDevices() ([]string, error) { return hardwareDevices() }
+
 // Hardware reports whether d is a kernel RDMA device opened through
 // OpenHardware: package cm connects its QPs through librdmacm.
 func (d *Device) Hardware() bool { return d.hw != nil }

@@ -253,6 +253,8 @@ func hwDescribe(dev *ibverbs.Device) (*Device, error) {
 			GIDTblLen: pa.GIDTblLen, PortCapFlags: PortCapFlags(pa.PortCapFlags), MaxMsgSize: pa.MaxMsgSize,
 			PKeyTblLen: pa.PKeyTblLen, ActiveWidth: PortWidth(pa.ActiveWidth), ActiveSpeed: PortSpeed(pa.ActiveSpeed),
 			PhysState: PhysPortState(pa.PhysState), LinkLayer: LinkLayer(pa.LinkLayer),
+			BadPKeyCntr: pa.BadPKeyCntr, QKeyViolCntr: pa.QKeyViolCntr, LID: pa.LID, SMLID: pa.SMLID, LMC: pa.LMC,
+			MaxVLNum: pa.MaxVLNum, SMSL: pa.SMSL, SubnetTimeout: pa.SubnetTimeout, InitTypeReply: pa.InitTypeReply,
 		},
 		mtu:            newActiveMTU(addr, MTU(pa.ActiveMTU)),
 		gids:           gids,

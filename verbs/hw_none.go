@@ -7,6 +7,9 @@ import "context"
 // openHardware is OpenHardware in a build without the libibverbs backend.
 func openHardware(string) (*Device, error) { return nil, errNoBackend("OpenHardware") }
 
+// hardwareDevices is HardwareDevices in a build without the backend.
+func hardwareDevices() ([]string, error) { return nil, errNoBackend("HardwareDevices") }
+
 // AllocBuffer returns n bytes of memory for registered buffers. Without
 // the hardware backend it is an ordinary Go slice: goroce devices copy in
 // and out of registered memory under their own locks and need no pinning.

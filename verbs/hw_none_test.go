@@ -18,3 +18,11 @@ func TestOpenHardwareWithoutBackend(t *testing.T) {
 		t.Fatalf("OpenHardware: %v, %v; want ErrNotSupported naming goroce_ibverbs", d, err)
 	}
 }
+
+// TestHardwareDevicesWithoutBackend: listing needs the backend too.
+func TestHardwareDevicesWithoutBackend(t *testing.T) {
+	names, err := verbs.HardwareDevices()
+	if names != nil || !errors.Is(err, verbs.ErrNotSupported) || !strings.Contains(err.Error(), "goroce_ibverbs") {
+		t.Fatalf("HardwareDevices: %v, %v; want ErrNotSupported naming goroce_ibverbs", names, err)
+	}
+}

@@ -1,7 +1,7 @@
-// Command goroce-devinfo prints the attributes of a goroce RDMA device the
-// way rdma-core's ibv_devinfo prints those of a kernel device: the same
-// field names, values and tab layout, so that scripts and eyes used to
-// ibv_devinfo read it unchanged.
+// Command goroce-devinfo prints the attributes of a goroce RDMA device (or,
+// with --hw, of a kernel one) the way rdma-core's ibv_devinfo prints those
+// of a kernel device: the same field names, values and tab layout, so that
+// scripts and eyes used to ibv_devinfo read it unchanged.
 //
 // A goroce device is not found in a system list: a program opens one on an IP
 // address (the address its GID table and its RoCEv2 traffic use). So the
@@ -21,6 +21,15 @@
 //	-v, --verbose        print all the attributes, limits and GID table
 //	    --bind=ADDR      IP address the device binds (default 127.0.0.1)
 //	    --udp-port=PORT  UDP port the device binds (default 4791)
+//	    --hw             -d names a kernel RDMA device (rxe0, mlx5_0), opened
+//	                     through libibverbs; without -d, every one
+//
+// With --hw (a binary built with cgo and -tags goroce_ibverbs) it prints
+// the kernel's RDMA devices instead, through libibverbs, as ibv_devinfo
+// does: every device, or -d's; -l lists their names:
+//
+//	goroce-devinfo --hw                 # every kernel RDMA device
+//	goroce-devinfo --hw -d rxe0 -v
 //
 // Opening the device binds its UDP socket, as any goroce program does, for
 // the moment it takes to print; --udp-port picks another port when a program
@@ -40,6 +49,7 @@ import (
 	"net/netip"
 	"os"
 
+	"github.com/goroce/goroce/internal/tooldev"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -63,6 +73,8 @@ type options struct {
 	ibPort  int // 0: every port
 	list    bool
 	verbose bool
+	hw      bool // kernel RDMA devices (tooldev)
+	nameSet bool // -d was given
 }
 
 const usageText = `Usage: goroce-devinfo             print the ca attributes
@@ -75,6 +87,9 @@ Options:
   -v, --verbose          print all the attributes of the device
       --bind=<addr>      IP address the device binds (default 127.0.0.1)
       --udp-port=<port>  UDP port the device binds (default 4791)
+      --hw               -d names a kernel RDMA device (rxe0, mlx5_0), opened
+                         through libibverbs (a build with -tags goroce_ibverbs);
+                         without -d, every kernel RDMA device
 `
 
 // parseArgs parses the command line. A request for help returns
@@ -98,12 +113,17 @@ func parseArgs(args []string) (*options, error) {
 	for _, n := range []string{"v", "verbose"} {
 		fs.BoolVar(&o.verbose, n, false, "")
 	}
+	fs.BoolVar(&o.hw, tooldev.Flag, false, "")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	if err := tooldev.GorocOnly(fs, o.hw, "bind", "udp-port"); err != nil {
+		return nil, err
+	}
+	o.nameSet = tooldev.Given(fs, "d", "ib-dev")
 	switch {
 	case o.ibPort == allPorts:
 		o.ibPort = 0
@@ -139,15 +159,56 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 
-	dev, err := verbs.Open(verbs.DeviceConfig{Name: o.name, Addr: o.addr, Port: o.udpPort})
+	names := []string{o.name}
+	if o.hw && !o.nameSet {
+		// ibv_devinfo without -d: every device.
+		if names, err = verbs.HardwareDevices(); err != nil {
+			fmt.Fprintf(stderr, "goroce-devinfo: %v\n", err)
+			return exitNoDevice
+		}
+	}
+	w := bufio.NewWriter(stdout)
+	defer w.Flush()
+	if o.list && o.hw {
+		fmt.Fprintf(w, "%d HCA%s found:\n", len(names), plural(len(names)))
+		for _, n := range names {
+			fmt.Fprintf(w, "\t%s\n", n)
+		}
+		fmt.Fprintln(w)
+		return exitOK
+	}
+	if len(names) == 0 {
+		fmt.Fprintln(stderr, "No IB devices found")
+		return exitNoDevice
+	}
+	for _, name := range names {
+		if code := show(w, stderr, o, name); code != exitOK {
+			return code
+		}
+	}
+	return exitOK
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// show opens the device name and prints it (-l: its name only); it
+// returns the exit status.
+func show(w *bufio.Writer, stderr io.Writer, o *options, name string) int {
+	dev, err := tooldev.Open(o.hw, name, verbs.DeviceConfig{Addr: o.addr, Port: o.udpPort}, verbs.Open)
 	if err != nil {
-		fmt.Fprintf(stderr, "goroce-devinfo: cannot open device %s on %v: %v\n", o.name, o.addr, err)
+		if o.hw {
+			fmt.Fprintf(stderr, "goroce-devinfo: cannot open device %s: %v\n", name, err)
+		} else {
+			fmt.Fprintf(stderr, "goroce-devinfo: cannot open device %s on %v: %v\n", name, o.addr, err)
+		}
 		return exitNoDevice
 	}
 	defer dev.Close()
-
-	w := bufio.NewWriter(stdout)
-	defer w.Flush()
 	if o.list {
 		// One device: the one opened on the address.
 		fmt.Fprintf(w, "1 HCA found:\n\t%s\n\n", dev.Name())
@@ -155,6 +216,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	attr := dev.Query()
 	if o.ibPort != 0 && o.ibPort > attr.PhysPortCnt {
+		w.Flush()
 		fmt.Fprintln(stderr, "Invalid port requested for device")
 		return exitBadPort
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/goroce/goroce/internal/oob"
+	"github.com/goroce/goroce/internal/tooldev"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -100,6 +101,8 @@ type config struct {
 	outs       int // 0: the device maximum
 	gidIndex   int
 	ibDev      string
+	hw         bool // -d names a kernel RDMA device (tooldev)
+	gidAuto    bool // --hw without -x: the GID index is picked for the device
 	bidir      bool
 	atomicType string
 	inline     int
@@ -167,8 +170,19 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	}
 
 	c.setDefaults(size, iters, txDepth)
+	if err := tooldev.GorocOnly(fs, c.hw, goroceOnlyFlags...); err != nil {
+		return nil, err
+	}
+	c.gidAuto = c.hw && !tooldev.Given(fs, "x", "gid-index")
 	return c, c.validate(loopAddrs)
 }
+
+// goroceOnlyFlags configure or report what only a goroce device has: a
+// kernel device (--hw) refuses them rather than ignore them. (-m is the
+// device's MTU on goroce, the path MTU on a kernel device; --busy-poll
+// spins this program's loops on either.)
+var goroceOnlyFlags = []string{"udp-port", "receive-queues", "no-ecn", "rtt-cc", "rtt-target",
+	"selective-repeat", "psk-file", "counters", "drop", "mark-ce"}
 
 // defineFlags defines the flags on fs, each under perftest's short name,
 // long name or both. Those whose default depends on the test (-s, -n, -t)
@@ -201,8 +215,9 @@ func (c *config) defineFlags(fs *flag.FlagSet, size, iters, txDepth *int, loopAd
 	both(&c.postList, "l", "post_list", 1, "post lists of this many send work requests at once (bandwidth tests)")
 	both(&c.outs, "o", "outs", 0, "outstanding RDMA READs/atomics (default the device maximum)")
 	both(&c.qpTimeout, "u", "qp-timeout", defQPTimeout, "QP timeout: retransmission after 4.096 usec * 2^timeout (0..31)")
-	both(&c.gidIndex, "x", "gid-index", 1, "GID index of the local port (goroce: 1, the GID of the bound address)")
+	both(&c.gidIndex, "x", "gid-index", 1, "GID index of the local port (goroce: 1, the GID of the bound address; with --hw default the RoCE v2 GID of the local address, else of the first IPv4 one)")
 	both(&c.ibDev, "d", "ib-dev", verbs.DefaultDeviceName, "device name")
+	both(&c.hw, "", tooldev.Flag, false, strings.ReplaceAll(tooldev.Usage, "\n", " "))
 	both(&c.bidir, "b", "bidirectional", false, "traffic in both directions (bandwidth tests)")
 	both(&c.atomicType, "A", "atomic_type", "FETCH_AND_ADD", "CMP_AND_SWAP or FETCH_AND_ADD")
 	both(&c.inline, "I", "inline_size", 0, "send WRITEs and SENDs up to this size inline")
@@ -338,7 +353,9 @@ func (c *config) checkValues() error {
 		return fmt.Errorf("-l %d: a post list holds at least one work request", c.postList)
 	case c.postList > 1 && c.test.lat:
 		return errors.New("-l: post lists are for bandwidth tests")
-	case c.gidIndex != 1:
+	case c.hw && c.gidIndex < 0:
+		return fmt.Errorf("-x %d: not a GID index", c.gidIndex)
+	case !c.hw && c.gidIndex != 1:
 		// Index 0 is a link-local GID derived from the node GUID: no
 		// address the device sends from or receives on.
 		return fmt.Errorf("-x %d: a goroce port carries traffic on GID index 1 only (0 is its link-local GID)", c.gidIndex)

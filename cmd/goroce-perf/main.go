@@ -82,6 +82,16 @@
 // each data QP through the cm, which chooses their PSNs, path MTU and READ
 // depths (see rdmacm.go). The server needs --bind, its device's address.
 //
+// --hw (a binary built with cgo and -tags goroce_ibverbs) runs on the
+// kernel RDMA device -d names (rxe0, mlx5_0) instead of a goroce device,
+// through libibverbs (and librdmacm with -R), as perftest does: -x then
+// defaults to the RoCE v2 GID of the local address (else the first of an
+// IPv4 address), -m is the path MTU (at most the port's active one), and
+// the flags that configure a goroce device (--udp-port, --receive-queues,
+// --no-ecn, --rtt-cc, --rtt-target, --selective-repeat, --psk-file,
+// --counters, --drop, --mark-ce) are refused. ib_write_lat looks at memory
+// between polls there: the NIC does not report remote writes.
+//
 // Not supported yet: XRC, DC and SRD (-c), -R with UC or UD, -D in
 // ib_send_* and ib_write_lat (both sides must stop together).
 //

@@ -378,6 +378,9 @@ func TestBadInput(t *testing.T) {
 		{"plot reference without label", []string{"write_lat", "--plot", "x.svg", "--plot-ref", "x.txt"}, 2, "LABEL=FILE"},
 		{"plot reference missing", []string{"write_lat", "--plot", "x.svg", "--plot-ref", "udp=/nonexistent/x.txt"}, 2, "no such file"},
 		{"duration of a send test", []string{"send_bw", "-D", "2"}, 2, "use -n"},
+		{"goroce-only flag on a kernel device", []string{"write_bw", "--hw", "-d", "rxe0", "--udp-port", "5000"}, 2, "--udp-port: goroce devices only, not with --hw"},
+		{"counters of a kernel device", []string{"write_bw", "--hw", "--counters"}, 2, "--counters: goroce devices only"},
+		{"GID index on a kernel device", []string{"write_bw", "--hw", "-x", "-2"}, 2, "-x -2: not a GID index"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, errs := runCmd(t, 30*time.Second, tc.args...)

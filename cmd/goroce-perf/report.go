@@ -223,7 +223,7 @@ func (s *side) printBanner() {
 	}
 	s.printf(" Mtu             : %d[B]\n", s.mtu.Bytes())
 	s.printf(" Link type       : Ethernet\n")
-	s.printf(" GID index       : %d\n", cfg.gidIndex)
+	s.printf(" GID index       : %d\n", s.gidIndex)
 	if t.verb == verbRead || t.verb == verbAtomic {
 		s.printf(" Outstand reads  : %d\n", s.outs)
 	} else {

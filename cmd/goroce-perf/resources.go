@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/oob"
+	"github.com/goroce/goroce/internal/tooldev"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -19,10 +20,10 @@ func (s *side) openDevice() error {
 		ReceiveQueues: s.cfg.rxQueues,
 		CongestionControl: verbs.CongestionControl{NoECN: s.cfg.noECN, RTT: s.cfg.rttCC,
 			RTTTarget: time.Duration(s.cfg.rttTarget) * time.Microsecond}}
-	if s.cfg.mtu != 0 {
+	if s.cfg.mtu != 0 && !s.cfg.hw {
 		cfg.MTU = verbs.MTUFromBytes(s.cfg.mtu)
 	}
-	dev, err := openDevice(cfg)
+	dev, err := tooldev.Open(s.cfg.hw, s.cfg.ibDev, cfg, openDevice)
 	if err != nil {
 		return err
 	}
@@ -32,6 +33,21 @@ func (s *side) openDevice() error {
 		return err
 	}
 	s.mtu = pa.ActiveMTU
+	if s.cfg.hw && s.cfg.mtu != 0 {
+		// A kernel device's MTU is its link's: -m is the path MTU,
+		// which perftest's check_mtu refuses above the active one.
+		m := verbs.MTUFromBytes(s.cfg.mtu)
+		if m > pa.ActiveMTU {
+			return fmt.Errorf("-m %d: above %s's active MTU %d", s.cfg.mtu, dev.Name(), pa.ActiveMTU.Bytes())
+		}
+		s.mtu = m
+	}
+	s.gidIndex = s.cfg.gidIndex
+	if s.cfg.gidAuto {
+		if s.gidIndex, err = tooldev.GIDIndex(dev, s.addr); err != nil {
+			return err
+		}
+	}
 	return checkLimits(s.cfg, dev)
 }
 
@@ -131,7 +147,7 @@ func (s *side) initResources() error {
 			return err
 		}
 	}
-	gid, err := s.dev.QueryGID(1, cfg.gidIndex)
+	gid, err := s.dev.QueryGID(1, s.gidIndex)
 	if err != nil {
 		return err
 	}
@@ -172,7 +188,7 @@ func (s *side) connect() error {
 		if err := qp.Modify(&verbs.QPAttr{
 			QPState: verbs.QPStateRTR, PathMTU: s.mtu, DestQPNum: r.QPN, RQPSN: r.PSN,
 			MaxDestRdAtomic: da.MaxQPRdAtom, MinRNRTimer: defMinRNRTimer,
-			AHAttr: verbs.AddressVector{DGID: verbs.GID(r.GID), SGIDIndex: s.cfg.gidIndex, HopLimit: defHopLimit,
+			AHAttr: verbs.AddressVector{DGID: verbs.GID(r.GID), SGIDIndex: s.gidIndex, HopLimit: defHopLimit,
 				IsGlobal: true, PortNum: 1, UDPPort: uint16(s.cfg.udpPort)},
 			SelectiveRepeat: s.cfg.sr,
 		}, mask); err != nil {
@@ -192,7 +208,7 @@ func (s *side) connect() error {
 
 // pathTo is the address vector toward the peer's QP i (ctx_modify_qp_to_rtr).
 func (s *side) pathTo(i int) verbs.AddressVector {
-	return verbs.AddressVector{DGID: verbs.GID(s.remote[i].GID), SGIDIndex: s.cfg.gidIndex, HopLimit: defHopLimit,
+	return verbs.AddressVector{DGID: verbs.GID(s.remote[i].GID), SGIDIndex: s.gidIndex, HopLimit: defHopLimit,
 		IsGlobal: true, PortNum: 1, UDPPort: uint16(s.cfg.udpPort)}
 }
 

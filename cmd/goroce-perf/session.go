@@ -28,18 +28,19 @@ type side struct {
 	pc   *oob.PerftestConn
 	addr netip.Addr // the device's address
 
-	dev   *verbs.Device
-	pd    *verbs.PD
-	cq    *verbs.CQ // send completions
-	rcq   *verbs.CQ // receive completions
-	qps   []*verbs.QP
-	ahs   []*verbs.AH // UD: one per QP, toward the peer's QP
-	buf   []byte
-	mr    *verbs.MR
-	slot  int // perftest's BUFF_SIZE: bytes per QP and direction
-	mtu   verbs.MTU
-	outs  int // max_rd_atomic: READs/atomics in flight per QP
-	agree oob.PerftestAgreement
+	dev      *verbs.Device
+	pd       *verbs.PD
+	cq       *verbs.CQ // send completions
+	rcq      *verbs.CQ // receive completions
+	qps      []*verbs.QP
+	ahs      []*verbs.AH // UD: one per QP, toward the peer's QP
+	buf      []byte
+	mr       *verbs.MR
+	slot     int // perftest's BUFF_SIZE: bytes per QP and direction
+	mtu      verbs.MTU
+	gidIndex int // the GID sent from: -x, or picked for a kernel device
+	outs     int // max_rd_atomic: READs/atomics in flight per QP
+	agree    oob.PerftestAgreement
 
 	local, remote []oob.Dest
 

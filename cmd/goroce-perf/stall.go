@@ -14,6 +14,10 @@ type stall struct {
 	last  time.Time
 	spins int
 	busy  bool // --busy-poll: never yield or sleep
+	// lookWrites: the device cannot tell when a peer's store lands
+	// (MR.WaitRemoteWrite on a kernel device, whose NIC writes memory
+	// behind the runtime's back): waitWrite looks again after idle.
+	lookWrites bool
 
 	// wctx bounds the waits of waitCQ; it is renewed every waitSlice,
 	// so one context serves many waits.
@@ -27,7 +31,7 @@ const stallTimeout = 10 * time.Second
 
 // newStall returns the progress tracker of a traffic loop, busy-polling
 // with --busy-poll.
-func (s *side) newStall() stall { return stall{busy: s.cfg.busyPoll} }
+func (s *side) newStall() stall { return stall{busy: s.cfg.busyPoll, lookWrites: s.dev.Hardware()} }
 
 func (st *stall) progress() { st.last, st.spins = time.Now(), 0 }
 
@@ -64,11 +68,11 @@ const idleSleep = time.Microsecond
 // notice a stall or an interrupt within a few milliseconds.
 const busyCheckRounds = 1 << 14
 
-// waitWrite waits, unless busy polling (then it is idle), until the
-// count of remote stores into mr differs from seen. It fails after
-// stallTimeout without progress, or when ctx ends.
+// waitWrite waits, unless busy polling or on a kernel device (then it is
+// idle), until the count of remote stores into mr differs from seen. It
+// fails after stallTimeout without progress, or when ctx ends.
 func (st *stall) waitWrite(ctx context.Context, mr *verbs.MR, seen uint64, what string) error {
-	if st.busy {
+	if st.busy || st.lookWrites {
 		return st.idle(ctx, what)
 	}
 	return st.sliced(ctx, what, func(c context.Context) error {

@@ -20,7 +20,7 @@ func runClient(ctx context.Context, cfg *config, lg *logger) error {
 			return err
 		}
 	}
-	dev, err := verbs.Open(verbs.DeviceConfig{Addr: src, Port: uint16(cfg.udpPort)})
+	dev, err := openDevice(cfg, src)
 	if err != nil {
 		return err
 	}

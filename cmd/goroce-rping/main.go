@@ -22,7 +22,10 @@
 //
 // goroce is a device of this process, bound to an address: the server's
 // is -a (rping's default, every address, has no goroce equivalent), the
-// client's -I, or the address the kernel's routing picks toward -a.
+// client's -I, or the address the kernel's routing picks toward -a. With
+// --hw (a binary built with cgo and -tags goroce_ibverbs) the device is
+// instead the kernel RDMA device (rxe0, mlx5_0) whose GID table has that
+// address, and package cm connects through librdmacm, as rping does.
 // -q (rping: the program moves its own QP) changes nothing here: goroce's
 // cm always connects a QP the program created.
 //
@@ -44,6 +47,9 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+
+	"github.com/goroce/goroce/internal/tooldev"
+	"github.com/goroce/goroce/verbs"
 )
 
 func main() {
@@ -75,7 +81,8 @@ type config struct {
 	debug          bool
 	persistent     bool
 	tos            int
-	udpPort        int // goroce's: the devices' RoCEv2 port (tests)
+	udpPort        int  // goroce's: the devices' RoCEv2 port (tests)
+	hw             bool // the kernel RDMA device of the address (tooldev)
 }
 
 func parseArgs(args []string, stderr io.Writer) (*config, error) {
@@ -97,11 +104,15 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.tos, "t", 0, "type of service (IP traffic class) of the connection")
 	fs.Bool("q", false, "use self-created, self-modified QP (always so with goroce)")
 	fs.IntVar(&c.udpPort, "udp-port", 4791, "RoCEv2 UDP port of the device (goroce peers only)")
+	fs.BoolVar(&c.hw, tooldev.Flag, false, "run on the kernel RDMA device (rxe0, mlx5_0) that has the address, opened through libibverbs and connected through librdmacm (a build with -tags goroce_ibverbs)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if err := tooldev.GorocOnly(fs, c.hw, "udp-port"); err != nil {
+		return nil, err
 	}
 	switch {
 	case c.server == c.client:
@@ -154,6 +165,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// openDevice opens the device on addr: a goroce device bound to it, or
+// with --hw the kernel RDMA device that has it.
+func openDevice(cfg *config, addr netip.Addr) (*verbs.Device, error) {
+	if cfg.hw {
+		return tooldev.OpenAddr(addr)
+	}
+	return verbs.Open(verbs.DeviceConfig{Addr: addr, Port: uint16(cfg.udpPort)})
 }
 
 // routeSource is the address the kernel's routing sends from toward dst:

@@ -13,7 +13,7 @@ import (
 // runServer listens on -a and serves one client (-P: every client, each
 // on its own goroutine, until interrupted).
 func runServer(ctx context.Context, cfg *config, lg *logger) error {
-	dev, err := verbs.Open(verbs.DeviceConfig{Addr: cfg.addr, Port: uint16(cfg.udpPort)})
+	dev, err := openDevice(cfg, cfg.addr)
 	if err != nil {
 		return err
 	}

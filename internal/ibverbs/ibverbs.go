@@ -304,6 +304,11 @@ type PortAttr struct {
 	PortCapFlags, MaxMsgSize                       uint32
 	PKeyTblLen                                     int
 	ActiveWidth, ActiveSpeed, PhysState            uint8
+	// The InfiniBand fields ibv_devinfo prints (LIDs and SM's are 0 on
+	// RoCE).
+	BadPKeyCntr, QKeyViolCntr                         uint32
+	LID, SMLID                                        uint16
+	LMC, MaxVLNum, SMSL, SubnetTimeout, InitTypeReply uint8
 }
 
 // QueryPort returns a port's attributes (ibv_query_port).
@@ -315,7 +320,10 @@ func (d *Device) QueryPort(port int) (PortAttr, error) {
 	return PortAttr{State: int(a.state), MaxMTU: int(a.max_mtu), ActiveMTU: int(a.active_mtu),
 		GIDTblLen: int(a.gid_tbl_len), LinkLayer: int(a.link_layer), PortCapFlags: uint32(a.port_cap_flags),
 		MaxMsgSize: uint32(a.max_msg_sz), PKeyTblLen: int(a.pkey_tbl_len), ActiveWidth: uint8(a.active_width),
-		ActiveSpeed: uint8(a.active_speed), PhysState: uint8(a.phys_state)}, nil
+		ActiveSpeed: uint8(a.active_speed), PhysState: uint8(a.phys_state),
+		BadPKeyCntr: uint32(a.bad_pkey_cntr), QKeyViolCntr: uint32(a.qkey_viol_cntr), LID: uint16(a.lid),
+		SMLID: uint16(a.sm_lid), LMC: uint8(a.lmc), MaxVLNum: uint8(a.max_vl_num), SMSL: uint8(a.sm_sl),
+		SubnetTimeout: uint8(a.subnet_timeout), InitTypeReply: uint8(a.init_type_reply)}, nil
 }
 
 // GIDEntry returns entry index of a port's GID table with its type

@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/goroce/goroce/internal/oob"
+	"github.com/goroce/goroce/internal/tooldev"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -75,6 +76,7 @@ type pingpongCtx struct {
 	local   []address   // one per QP
 
 	pageSize int
+	gidIndex int // the GID sent from: -g, or picked for the device
 	payload  int // offset of the message received in buf: GRHSize with UD, else 0
 	sendOff  int // offset of the message sent: payload, but apart with SRQ
 	msgLen   int // the message size
@@ -96,22 +98,22 @@ type pingpongCtx struct {
 // arms the CQ with --events), so that the peer's first message finds a
 // receive whenever it comes.
 func newPingpongCtx(o *options, addr netip.Addr) (pp *pingpongCtx, err error) {
-	var dev *verbs.Device
-	if o.hw {
-		dev, err = verbs.OpenHardware(o.ibDev)
-	} else {
-		dev, err = verbs.Open(verbs.DeviceConfig{Name: o.ibDev, Addr: addr})
-	}
+	dev, err := tooldev.Open(o.hw, o.ibDev, verbs.DeviceConfig{Addr: addr}, verbs.Open)
 	if err != nil {
 		return nil, fmt.Errorf("couldn't open device %s on %v: %w", o.ibDev, addr, err)
 	}
 	t := o.transport
-	pp = &pingpongCtx{opts: o, dev: dev, pageSize: os.Getpagesize(), fill: fillByte, refill: 1}
+	pp = &pingpongCtx{opts: o, dev: dev, pageSize: os.Getpagesize(), fill: fillByte, refill: 1, gidIndex: o.gidIndex}
 	defer func() {
 		if err != nil {
 			dev.Close() // and everything created on it
 		}
 	}()
+	if o.gidAuto {
+		if pp.gidIndex, err = tooldev.GIDIndex(dev, addr); err != nil {
+			return nil, err
+		}
+	}
 	port, err := dev.QueryPort(o.ibPort)
 	if err != nil {
 		return nil, fmt.Errorf("couldn't get port info: %w", err)
@@ -141,9 +143,9 @@ func newPingpongCtx(o *options, addr netip.Addr) (pp *pingpongCtx, err error) {
 	if t == SRQ {
 		pp.sendOff = recvLen
 	}
-	gid, err := dev.QueryGID(o.ibPort, o.gidIndex)
+	gid, err := dev.QueryGID(o.ibPort, pp.gidIndex)
 	if err != nil {
-		return nil, fmt.Errorf("can't read sgid of index %d: %w", o.gidIndex, err)
+		return nil, fmt.Errorf("can't read sgid of index %d: %w", pp.gidIndex, err)
 	}
 	// A channel also when polling: see poll.
 	if pp.channel, err = dev.CreateCompChannel(); err != nil {
@@ -321,7 +323,7 @@ func (pp *pingpongCtx) connect(remote []address) error {
 			RQPSN:     r.PSN,
 			AHAttr: verbs.AddressVector{
 				DGID:      remote[0].GID,
-				SGIDIndex: o.gidIndex,
+				SGIDIndex: pp.gidIndex,
 				HopLimit:  hopLimit,
 				SL:        uint8(o.sl),
 				IsGlobal:  true,
@@ -366,7 +368,7 @@ func (pp *pingpongCtx) connectUD(remote address) error {
 	}
 	ah, err := pp.pd.CreateAH(verbs.AddressVector{
 		DGID:      remote.GID,
-		SGIDIndex: o.gidIndex,
+		SGIDIndex: pp.gidIndex,
 		HopLimit:  hopLimitUD,
 		SL:        uint8(o.sl),
 		IsGlobal:  true,

@@ -67,10 +67,13 @@
 //	-n, --iters=N         round trips (1000)
 //	-l, --sl=SL           service level (0)
 //	-e, --events          sleep on completion events instead of polling
-//	-g, --gid-idx=INDEX   local GID index (1: the GID of the device address)
+//	-g, --gid-idx=INDEX   local GID index (1: the GID of the device address;
+//	                      with --hw the RoCE v2 GID of the local address,
+//	                      else the first one of an IPv4 address)
 //	-c, --chk             validate the received data
 //	    --bind=ADDR       IP address of the local device
-//	    --counters        print the device's counters at the end
+//	    --counters        print the device's counters at the end (not with
+//	                      --hw: a kernel device's are zero)
 //	    --hw              -d names a kernel RDMA device (rxe0, mlx5_0), opened
 //	                      through libibverbs (verbs.OpenHardware; a build with
 //	                      -tags goroce_ibverbs): the same program on hardware

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/oob"
+	"github.com/goroce/goroce/internal/tooldev"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -94,6 +95,7 @@ type options struct {
 	bind      netip.Addr // invalid if not given
 	counters  bool       // print the device's counters at the end
 	hw        bool       // ibDev is a kernel RDMA device (verbs.OpenHardware)
+	gidAuto   bool       // --hw without -g: the GID index is picked for the device
 }
 
 func (o *options) server() bool { return o.host == "" }
@@ -126,13 +128,13 @@ func usage(t Transport) string {
 	}
 	b.WriteString("  -l, --sl=<sl>          service level value\n" +
 		"  -e, --events           sleep on CQ events (default poll)\n" +
-		"  -g, --gid-idx=<gid index> local port gid index (default 1)\n" +
+		"  -g, --gid-idx=<gid index> local port gid index (default 1; with --hw the RoCE v2\n" +
+		"                         GID of the local address, else of the first IPv4 one)\n" +
 		"  -c, --chk              validate received buffer\n" +
 		"      --bind=<addr>      IP address of the local device (default: the\n" +
 		"                         address the TCP connection uses)\n" +
 		"      --counters         print the device's counters at the end\n" +
-		"      --hw               -d names a kernel RDMA device (rxe0, mlx5_0), opened\n" +
-		"                         through libibverbs (a build with -tags goroce_ibverbs)\n")
+		"      --hw               " + strings.ReplaceAll(tooldev.Usage, "\n", "\n                         ") + "\n")
 	return b.String()
 }
 
@@ -175,7 +177,7 @@ func parseArgs(t Transport, args []string) (*options, error) {
 	fs.BoolVar(&o.chk, "chk", false, "")
 	fs.StringVar(&bind, "bind", "", "")
 	fs.BoolVar(&o.counters, "counters", false, "")
-	fs.BoolVar(&o.hw, "hw", false, "")
+	fs.BoolVar(&o.hw, tooldev.Flag, false, "")
 
 	var positional []string
 	for {
@@ -193,6 +195,10 @@ func parseArgs(t Transport, args []string) (*options, error) {
 		positional = append(positional, rest[0])
 		args = rest[1:]
 	}
+	if err := tooldev.GorocOnly(fs, o.hw, "counters"); err != nil {
+		return nil, err
+	}
+	o.gidAuto = o.hw && !tooldev.Given(fs, "g", "gid-idx")
 	switch len(positional) {
 	case 0:
 	case 1:

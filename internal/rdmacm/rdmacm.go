@@ -16,6 +16,9 @@ package rdmacm
 // The event's union and the sockaddr families are reached through these:
 // cgo sees unions as byte arrays.
 static struct rdma_conn_param *gr_conn(struct rdma_cm_event *e) { return &e->param.conn; }
+static struct rdma_ud_param *gr_ud(struct rdma_cm_event *e) { return &e->param.ud; }
+static int gr_is_ud(struct rdma_cm_id *id) { return id->ps == RDMA_PS_UDP; }
+static void gr_ah_dgid(struct ibv_ah_attr *a, uint8_t *out) { memcpy(out, a->grh.dgid.raw, 16); }
 
 static void gr_sockaddr(struct sockaddr_storage *ss, int v6, const uint8_t *ip, uint16_t port)
 {
@@ -190,6 +193,16 @@ type Event struct {
 	ID     *ID // for EventConnectRequest, a new ID for the request
 	Listen *ID // for EventConnectRequest, the listening ID
 	Param  ConnParam
+	// UD is, for an ID of the UDP port space (CreateUDID), the SIDR
+	// reply's service: on EventEstablished the address vector toward
+	// it, its QP and its Q_Key. Param then holds the private data only.
+	UD UDParam
+}
+
+// UDParam is the part of struct rdma_ud_param beyond the private data.
+type UDParam struct {
+	AH          verbs.AddressVector
+	QPNum, QKey uint32
 }
 
 // ErrTimeout is GetEvent's error when the deadline passed without an event.
@@ -230,6 +243,19 @@ func (c *EventChannel) GetEvent(deadline time.Time) (Event, error) {
 	e.Param = ConnParam{ResponderResources: uint8(cp.responder_resources), InitiatorDepth: uint8(cp.initiator_depth),
 		RetryCount: uint8(cp.retry_count), RNRRetryCount: uint8(cp.rnr_retry_count), QPNum: uint32(cp.qp_num),
 		SRQ: cp.srq != 0}
+	if C.gr_is_ud(ev.id) != 0 {
+		// The union's other member: its private data is where the
+		// connection's is, the rest is not a connection's.
+		ud := C.gr_ud(ev)
+		e.Param = ConnParam{}
+		e.UD = UDParam{QPNum: uint32(ud.qp_num), QKey: uint32(ud.qkey)}
+		a := &ud.ah_attr
+		av := &e.UD.AH
+		C.gr_ah_dgid(a, (*C.uint8_t)(unsafe.Pointer(&av.DGID[0])))
+		av.FlowLabel, av.SGIDIndex = uint32(a.grh.flow_label), int(a.grh.sgid_index)
+		av.HopLimit, av.TrafficClass, av.SL = uint8(a.grh.hop_limit), uint8(a.grh.traffic_class), uint8(a.sl)
+		av.IsGlobal, av.PortNum = a.is_global != 0, int(a.port_num)
+	}
 	if cp.private_data != nil && cp.private_data_len > 0 {
 		e.Param.PrivateData = C.GoBytes(cp.private_data, C.int(cp.private_data_len))
 	}
@@ -246,16 +272,25 @@ func (c *EventChannel) GetEvent(deadline time.Time) (Event, error) {
 	return e, nil
 }
 
-// ID is struct rdma_cm_id of the TCP port space (RC connections).
+// ID is struct rdma_cm_id of the TCP port space (RC connections) or of
+// the UDP one (UD services, SIDR).
 type ID struct {
 	id *C.struct_rdma_cm_id
 	ch *EventChannel
 }
 
 // CreateID creates an ID whose events go to c (rdma_create_id, RDMA_PS_TCP).
-func (c *EventChannel) CreateID() (*ID, error) {
+func (c *EventChannel) CreateID() (*ID, error) { return c.createID(C.RDMA_PS_TCP) }
+
+// CreateUDID creates an ID of the UDP port space (RDMA_PS_UDP): Connect
+// sends a SIDR request for a UD service, a listener's requests are SIDR
+// requests, and Accept answers one with the QP p.QPNum names and the
+// ID's Q_Key (RDMA_UDP_QKEY, which InitQPAttr gives the QP).
+func (c *EventChannel) CreateUDID() (*ID, error) { return c.createID(C.RDMA_PS_UDP) }
+
+func (c *EventChannel) createID(ps C.enum_rdma_port_space) (*ID, error) {
 	var cid *C.struct_rdma_cm_id
-	r, err := C.rdma_create_id(c.ch, &cid, nil, C.RDMA_PS_TCP)
+	r, err := C.rdma_create_id(c.ch, &cid, nil, ps)
 	if err := errnoOf("rdma_create_id", r, err); err != nil {
 		return nil, err
 	}

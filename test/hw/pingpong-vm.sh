@@ -2,8 +2,7 @@
 # test/hw/pingpong-vm.sh: run inside the rxe VM by test/hw/run.sh. Each
 # goroce pingpong tool, built with -tags goroce_ibverbs, serves and
 # connects over rxe0 (--hw), with its data checked (-c), between two
-# processes of the VM. Not goroce-ud-pingpong: on rxe0 it stalled after
-# the address exchange (issue 20, not investigated yet).
+# processes of the VM.
 set -u
 ports=/sys/class/infiniband/rxe0/ports/1
 # The RoCE v2 GID of rxe0's IPv4 address, as perftest's -x would pick.
@@ -19,7 +18,7 @@ done
 # listening reports whether a socket listens on TCP port 18515 (0x4853);
 # Go's listener is an IPv6 one that takes IPv4 as well.
 listening() { grep -qE ':4853 0+:0000 0A' /proc/net/tcp /proc/net/tcp6 2>/dev/null; }
-for t in pingpong uc-pingpong srq-pingpong; do
+for t in pingpong uc-pingpong srq-pingpong ud-pingpong; do
 	timeout 120 ./goroce-$t --hw -d rxe0 -g "$gid" -n 200 -c >"srv-$t.log" 2>&1 &
 	srv=$!
 	n=0

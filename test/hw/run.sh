@@ -13,6 +13,9 @@
 # -test.run pattern) with GOROCE_TEST_BACKEND=hw:rxe0: their ends are QPs
 # of rxe0 connected to each other (internal/rdmatest). Those that need
 # what only a goroce device has skip, naming it; none may fail.
+# The tools built with the tag run there too, on rxe0 (--hw), between two
+# processes: the four pingpongs (pingpong-vm.sh), goroce-devinfo,
+# goroce-perf and goroce-rping (tools-vm.sh), each checked.
 #
 #   sudo test/hw/run.sh                    # about 2 minutes with the VM image built
 #
@@ -56,12 +59,14 @@ if ! dpkg -s libibverbs-dev librdmacm-dev >/dev/null 2>&1; then
 		die "apt-get install libibverbs-dev librdmacm-dev failed (see $OUT/apt.log)"
 fi
 
-log "building the ibverbs and verbs tests (cgo, -tags goroce_ibverbs)"
+# The tools built with the tag: pingpong-vm.sh and tools-vm.sh run them.
+HW_TOOLS="pingpong uc-pingpong srq-pingpong ud-pingpong perf rping devinfo"
+log "building the ibverbs and verbs tests and the tools (cgo, -tags goroce_ibverbs)"
 (cd "$ROOT" && CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$OUT/ibverbs.test" ./internal/ibverbs &&
 	CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$OUT/verbs.test" ./verbs &&
 	CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$OUT/rdmacm.test" ./internal/rdmacm &&
 	CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$OUT/cm.test" ./cm &&
-	for t in pingpong uc-pingpong srq-pingpong; do
+	for t in $HW_TOOLS; do
 		CGO_ENABLED=1 go build -tags goroce_ibverbs -o "$OUT/goroce-$t" ./cmd/goroce-$t || exit 1
 	done) ||
 	die "build failed"
@@ -82,8 +87,9 @@ trap cleanup EXIT
 log "vm0 ready"
 
 mkdir -p "$SHARE/goroce-hw"
-cp "$OUT/ibverbs.test" "$OUT/verbs.test" "$OUT/rdmacm.test" "$OUT/cm.test" "$OUT"/goroce-*pingpong "$SHARE/goroce-hw/"
-cp "$ROOT/test/hw/pingpong-vm.sh" "$SHARE/goroce-hw/"
+cp "$OUT/ibverbs.test" "$OUT/verbs.test" "$OUT/rdmacm.test" "$OUT/cm.test" "$SHARE/goroce-hw/"
+for t in $HW_TOOLS; do cp "$OUT/goroce-$t" "$SHARE/goroce-hw/"; done
+cp "$ROOT/test/hw/pingpong-vm.sh" "$ROOT/test/hw/tools-vm.sh" "$SHARE/goroce-hw/"
 "$VM" exec vm0 --timeout 600 -- \
 	"cd /host/goroce-hw && GOROCE_IBV_DEVICE=rxe0 ./ibverbs.test -test.v -test.count=1 &&
 	 GOROCE_RDMACM_ADDR=$VM_IP ./rdmacm.test -test.v -test.count=1 &&
@@ -94,6 +100,8 @@ rc=$?
 vrc=$?
 "$VM" exec vm0 --timeout 600 -- 'cd /host/goroce-hw && sh ./pingpong-vm.sh' >"$OUT/pingpong.log" 2>&1
 prc=$?
+"$VM" exec vm0 --timeout 900 -- "cd /host/goroce-hw && sh ./tools-vm.sh $VM_IP" >"$OUT/tools.log" 2>&1
+trc=$?
 rm -rf "$SHARE/goroce-hw"
 grep -E '^(=== RUN|--- |PASS|FAIL|ok)' "$OUT/tests.log" | grep -v '^=== RUN' >&2
 if [ $rc -ne 0 ] || grep -q -- '--- FAIL' "$OUT/tests.log"; then
@@ -126,7 +134,16 @@ log "verbs on rxe0: $vpass passed, $vskip skipped (each naming the backend), 0 f
 
 # The pingpong tools, built with the tag, between two processes on rxe0.
 cat "$OUT/pingpong.log" >&2
-if [ $prc -ne 0 ] || [ "$(grep -c 'on rxe0: ok' "$OUT/pingpong.log")" -ne 3 ]; then
+if [ $prc -ne 0 ] || [ "$(grep -c 'on rxe0: ok' "$OUT/pingpong.log")" -ne 4 ]; then
 	die "the pingpongs FAILED on rxe0 (rc $prc; log $OUT/pingpong.log)"
 fi
-log "goroce-{,uc-,srq-}pingpong --hw on rxe0: 3 of 3 passed"
+log "goroce-{,uc-,srq-,ud-}pingpong --hw on rxe0: 4 of 4 passed"
+
+# goroce-devinfo, goroce-perf and goroce-rping --hw on rxe0, each checked
+# (tools-vm.sh says how): 10 checks.
+cat "$OUT/tools.log" >&2
+tok=$(grep -c 'on rxe0: ok$' "$OUT/tools.log")
+if [ $trc -ne 0 ] || [ "$tok" -ne 10 ]; then
+	die "the tools FAILED on rxe0 (rc $trc, $tok of 10 passed; log $OUT/tools.log)"
+fi
+log "goroce-devinfo, goroce-perf, goroce-rping --hw on rxe0: 10 of 10 passed"
