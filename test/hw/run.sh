@@ -12,7 +12,9 @@
 # or fail. The verbs tests run their end-to-end tests (HW_VERBS_RUN, a
 # -test.run pattern) with GOROCE_TEST_BACKEND=hw:rxe0: their ends are QPs
 # of rxe0 connected to each other (internal/rdmatest). Those that need
-# what only a goroce device has skip, naming it; none may fail.
+# what only a goroce device has skip, naming it; none may fail. Last,
+# test/hw/cross.sh runs verbs' cross tests between a goroce device on the
+# host and rxe0 in the VM, both directions.
 #
 #   sudo test/hw/run.sh                    # about 2 minutes with the VM image built
 #
@@ -130,3 +132,8 @@ if [ $prc -ne 0 ] || [ "$(grep -c 'on rxe0: ok' "$OUT/pingpong.log")" -ne 3 ]; t
 	die "the pingpongs FAILED on rxe0 (rc $prc; log $OUT/pingpong.log)"
 fi
 log "goroce-{,uc-,srq-}pingpong --hw on rxe0: 3 of 3 passed"
+
+# A goroce device on the host and rxe0 through the backend, the same tests
+# at both ends, with this run's VM and verbs tests (test/hw/cross.sh).
+CROSS_VM_UP=1 CROSS_VERBS_TEST="$OUT/verbs.test" RXE_VM_DIR="$RXE_VM_DIR" "$ROOT/test/hw/cross.sh" ||
+	die "goroce ↔ rxe0 (test/hw/cross.sh) FAILED"
