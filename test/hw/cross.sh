@@ -38,6 +38,7 @@ PORT=${CROSS_PORT:-18620}
 CACHE=${RXE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rxe-vm}
 SHARE=$CACHE/vms/vm0/share
 OUT=$(mktemp -d /tmp/goroce-cross.XXXXXX)
+ok=0
 RUN='^TestCross'
 
 log() { printf '[cross %s] %s\n' "$(date +%T)" "$*" >&2; }
@@ -64,7 +65,10 @@ if [ "${CROSS_VM_UP:-0}" != 1 ]; then
 		log "a VM of the harness is running: taking it down first"
 		"$VM" down >>"$OUT/down.log" 2>&1
 	fi
-	trap '"$VM" down >>"$OUT/down.log" 2>&1' EXIT
+	# Down before OUT goes (a redirection into a removed OUT would skip
+	# the command, and leave the VM up holding the caller's flock: qemu
+	# inherits its descriptor).
+	trap '"$VM" down >>"$OUT/down.log" 2>&1; [ "$ok" = 1 ] && rm -rf "$OUT"' EXIT
 	"$VM" net-up >"$OUT/start.log" 2>&1 || { cat "$OUT/start.log" >&2; die "net-up failed"; }
 	"$VM" start vm0 "$VM_IP" >>"$OUT/start.log" 2>&1 || { tail -30 "$OUT/start.log" >&2; die "VM start failed"; }
 	log "vm0 ready"
@@ -104,4 +108,6 @@ if [ "$n" -eq 0 ] || ! cmp -s "$OUT/host.pass" "$OUT/vm.pass"; then
 fi
 grep -E -- '--- PASS: .*→' "$OUT/host.log" | sed 's/^ *//' >&2
 log "goroce (host) ↔ rxe0 through the hardware backend (VM): $n cases passed in both processes, both directions, 0 failed, 0 skipped"
-rm -rf "$OUT"
+ok=1
+[ "${CROSS_VM_UP:-0}" = 1 ] && rm -rf "$OUT"
+exit 0
