@@ -8,6 +8,7 @@ package verbs_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -197,4 +198,36 @@ func TestE2EBackendReceiveQueues(t *testing.T) {
 	if n < 1 {
 		t.Fatalf("a software device reports %d receive queues, want at least 1", n)
 	}
+}
+
+// TestE2EBackendFlushAtomicWrite: on a hardware device FLUSH and
+// ATOMIC_WRITE are refused at post with ErrNotSupported naming the opcode
+// (see hwMissingOp: Debian bookworm's libibverbs and the rxe VM's kernel
+// lack them), and the QP carries on: a WRITE posted next completes. On
+// goroce devices TestFlush and TestAtomicWrite run them.
+func TestE2EBackendFlushAtomicWrite(t *testing.T) {
+	if rdmatest.Hardware() == "" {
+		t.Skip("goroce devices execute FLUSH and ATOMIC_WRITE: TestFlush, TestAtomicWrite")
+	}
+	a, b := rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{})
+	for _, wr := range []verbs.SendWR{
+		{WRID: 1, Opcode: verbs.WRFlush, SendFlags: verbs.SendSignaled,
+			Flush: verbs.FlushParams{RemoteAddr: b.MR.IOVA(), RKey: b.MR.RKey(), Length: 64, Type: verbs.FlushGlobal, Level: verbs.FlushRange}},
+		{WRID: 2, Opcode: verbs.WRAtomicWrite, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.MR.SGE(0, 8)},
+			RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA(), RKey: b.MR.RKey()}},
+	} {
+		err := a.QP.PostSend(&wr)
+		rdmatest.WantError(t, err, verbs.ErrNotSupported, "opcode")
+		if !strings.Contains(err.Error(), "Linux 6.2") {
+			t.Errorf("%v: %v does not say why", wr.Opcode, err)
+		}
+	}
+	fill(a.Buf[:64], 3)
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 3, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.MR.SGE(0, 64)}, RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA() + 128, RKey: b.MR.RKey()}})
+	if wc := rdmatest.WaitOne(t, a.CQ); wc.WRID != 3 || wc.Status != verbs.WCSuccess {
+		t.Fatalf("the WRITE after the refused posts: %+v", wc)
+	}
+	checkBytes(t, "the WRITE after the refused posts", b.Buf[128:192], a.Buf[:64])
+	rdmatest.ExpectEmpty(t, a.CQ)
 }

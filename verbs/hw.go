@@ -28,9 +28,14 @@ import "context"
 //     refuses the request itself.
 //   - Not supported (ErrNotSupported): the goroce-only features
 //     (DeviceConfig, BusyPoll, fault injection, SelectiveRepeat, packet
-//     sealing, MR.WaitRemoteWrite, CQ.SetSink, PostSendWait), and, for
-//     now, memory windows, Rereg, RegMRIOVA, zero-based MRs, CQ.Resize,
-//     and the FLUSH and ATOMIC_WRITE opcodes. Counters and FaultCounters return zeros,
+//     sealing, MR.WaitRemoteWrite, CQ.SetSink, PostSendWait); the FLUSH
+//     and ATOMIC_WRITE opcodes, which libibverbs posts only through its
+//     extended work request API and rxe executes from Linux 6.2 on (the
+//     error says so); and, for now, memory windows, Rereg and CQ.Resize.
+//   - RegMRIOVA and zero-based regions use ibv_reg_mr_iova, whose kernel
+//     side needs the IOVA at the buffer's offset in its page: a
+//     zero-based region starts a page (AllocBuffer's memory does).
+//   - Counters and FaultCounters return zeros,
 //     MR.RemoteWrites 0, QP.Refusal none, AsyncEvent.Refusal none; the
 //     NIC's counters are in sysfs (/sys/class/infiniband/*/ports/1/).
 //   - GetAsyncEvent waits in Go's poller on the device's asynchronous
@@ -79,7 +84,7 @@ type (
 	}
 	hwPD interface {
 		dealloc() error
-		regMR(pd *PD, buf []byte, access AccessFlags) (*MR, error)
+		regMR(op string, pd *PD, buf []byte, iova uint64, access AccessFlags) (*MR, error)
 		createQP(pd *PD, init *QPInitAttr) (*QP, error)
 		createAH(pd *PD, av *AddressVector) (*AH, error)
 		createSRQ(pd *PD, attr *SRQInitAttr) (*SRQ, error)

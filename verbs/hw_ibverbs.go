@@ -353,25 +353,44 @@ type ibvMR struct {
 	pin runtime.Pinner
 }
 
-// regMR registers buf in place. The buffer's first byte is pinned, which
-// pins the whole heap object the slice lies in.
-func (p *ibvPD) regMR(pd *PD, buf []byte, access AccessFlags) (*MR, error) {
-	const op = "RegMR"
+// regMR registers buf in place with iova (its address unless the caller
+// chose one: RegMRIOVA, or 0 for AccessZeroBased). The buffer's first byte
+// is pinned, which pins the whole heap object the slice lies in.
+func (p *ibvPD) regMR(op string, pd *PD, buf []byte, iova uint64, access AccessFlags) (*MR, error) {
 	if err := validateMRAccess(op, access); err != nil {
 		return nil, err
 	}
 	if len(buf) == 0 {
 		return nil, newError(op, "length", ErrInvalidArgument, "empty region")
 	}
-	if access&AccessZeroBased != 0 {
-		return nil, hwUnsupported(op, "access", "ZERO_BASED")
+	if iova+uint64(len(buf))-1 < iova {
+		return nil, errorf(op, "iova", ErrInvalidArgument, "%#x + %d bytes wraps around 2^64", iova, len(buf))
+	}
+	// The kernel maps the buffer's pages and needs the IOVA at the same
+	// offset in its page (ib_uverbs_reg_mr's EINVAL otherwise): a
+	// zero-based region starts on a page.
+	if page := uint64(os.Getpagesize()); (iova^bufAddr(buf))&(page-1) != 0 {
+		return nil, errorf(op, "iova", ErrInvalidArgument, "%#x is at offset %d in its page and the buffer at %d: on a kernel RDMA device they must be equal",
+			iova, iova&(page-1), bufAddr(buf)&(page-1))
 	}
 	if err := pd.use(op); err != nil {
 		return nil, err
 	}
 	h := &ibvMR{}
 	h.pin.Pin(unsafe.SliceData(buf))
-	r, err := p.pd.RegMR(buf, int(access))
+	// A zero-based region is one registered at IOVA 0; the flag itself is
+	// a memory window bind flag in libibverbs (ibv_bind_mw(3)) and is
+	// not passed.
+	kaccess := int(access &^ AccessZeroBased)
+	var (
+		r   *ibverbs.MR
+		err error
+	)
+	if iova == bufAddr(buf) {
+		r, err = p.pd.RegMR(buf, kaccess)
+	} else {
+		r, err = p.pd.RegMRIOVA(buf, iova, kaccess)
+	}
 	if err != nil {
 		h.pin.Unpin()
 		pd.unuse()

@@ -154,6 +154,15 @@ func hwSendOp(op WROpcode) bool {
 	return false
 }
 
+// hwMissingOp says why an opcode that goroce devices execute is refused
+// on a hardware device.
+var hwMissingOp = map[WROpcode]string{
+	WRFlush: "libibverbs posts it only through ibv_wr_flush, which Debian bookworm's rdma-core 44 does not have, " +
+		"and rxe executes it from Linux 6.2 on (the rxe VM's kernel is 6.1)",
+	WRAtomicWrite: "libibverbs posts it only through ibv_wr_atomic_write on an extended QP, not ibv_post_send, " +
+		"and rxe executes it from Linux 6.2 on (on the rxe VM's 6.1 it completes with a local QP operation error)",
+}
+
 // sgesOf views verbs SGEs as ibverbs'; the two have struct ibv_sge's
 // layout (checked below).
 func sgesOf(s []SGE) []ibverbs.SGE {
@@ -213,6 +222,9 @@ func postInChunks(op string, n, slots int, fill func(slot, i int) error, post fu
 // setSend converts wr into send slot i.
 func (h *ibvQP) setSend(op string, qp *QP, i int, wr *SendWR) error {
 	if !hwSendOp(wr.Opcode) {
+		if why := hwMissingOp[wr.Opcode]; why != "" {
+			return errorf(op, "opcode", ErrNotSupported, "%v on a hardware device (OpenHardware): %s", wr.Opcode, why)
+		}
 		return hwUnsupported(op, "opcode", wr.Opcode.String())
 	}
 	if len(wr.SGList) > h.maxSendSGE {

@@ -94,21 +94,23 @@ const (
 // MaxMRSize; the max_mr limit (ErrResourceLimit).
 func (pd *PD) RegMR(buf []byte, access AccessFlags) (*MR, error) {
 	if pd != nil && pd.hw != nil {
-		return pd.hw.regMR(pd, buf, access)
+		return pd.hw.regMR("RegMR", pd, buf, effectiveIOVA(bufAddr(buf), access), access)
 	}
 	return pd.regMR("RegMR", buf, bufAddr(buf), access)
 }
 
 // RegMRIOVA registers buf with a caller-chosen IOVA (ibv_reg_mr_iova): peers
 // address byte i of buf as iova+i. With AccessZeroBased, iova must be 0.
-// The region [iova, iova+len(buf)) must not wrap around 2^64.
+// The region [iova, iova+len(buf)) must not wrap around 2^64. On a
+// hardware device (OpenHardware) iova must also lie at buf's offset in its
+// page, as the kernel maps whole pages: a zero-based buf starts a page.
 func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access AccessFlags) (*MR, error) {
 	const op = "RegMRIOVA"
-	if pd != nil && pd.hw != nil {
-		return nil, hwUnsupported(op, "iova", "a caller-chosen IOVA")
-	}
 	if access&AccessZeroBased != 0 && iova != 0 {
 		return nil, errorf(op, "iova", ErrInvalidArgument, "%#x with a zero-based registration", iova)
+	}
+	if pd != nil && pd.hw != nil {
+		return pd.hw.regMR(op, pd, buf, iova, access)
 	}
 	return pd.regMR(op, buf, iova, access)
 }

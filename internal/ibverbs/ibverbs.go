@@ -27,6 +27,11 @@ static struct ibv_mr *gr_reg_mr(struct ibv_pd *pd, uintptr_t addr, size_t length
 	return ibv_reg_mr(pd, (void *)addr, length, access);
 }
 
+static struct ibv_mr *gr_reg_mr_iova(struct ibv_pd *pd, uintptr_t addr, size_t length, uint64_t iova, int access)
+{
+	return ibv_reg_mr_iova(pd, (void *)addr, length, iova, access);
+}
+
 // A send work request of at most one SGE, passed as numbers: no Go
 // pointer crosses, and nothing is allocated.
 static int gr_post_send(struct ibv_qp *qp, uint64_t wr_id, int opcode, int flags,
@@ -381,7 +386,7 @@ func Free(b []byte) error { return syscall.Munmap(b) }
 type MR struct {
 	mr         *C.struct_ibv_mr
 	LKey, RKey uint32
-	Addr       uint64
+	Addr       uint64 // the IOVA of the first byte: its address unless RegMRIOVA chose one
 	Len        int
 }
 
@@ -396,6 +401,21 @@ func (pd *PD) RegMR(buf []byte, access int) (*MR, error) {
 		return nil, nilErr("ibv_reg_mr", err)
 	}
 	return &MR{mr: mr, LKey: uint32(mr.lkey), RKey: uint32(mr.rkey), Addr: uint64(addr), Len: len(buf)}, nil
+}
+
+// RegMRIOVA registers buf (which must stay mapped until Dereg) with the
+// I/O virtual address iova (ibv_reg_mr_iova): local SGEs and peers
+// address its byte i as iova+i.
+func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access int) (*MR, error) {
+	if len(buf) == 0 {
+		return nil, fmt.Errorf("ibverbs: RegMRIOVA: empty buffer")
+	}
+	addr := uintptr(unsafe.Pointer(&buf[0]))
+	mr, err := C.gr_reg_mr_iova(pd.pd, C.uintptr_t(addr), C.size_t(len(buf)), C.uint64_t(iova), C.int(access))
+	if mr == nil {
+		return nil, nilErr("ibv_reg_mr_iova", err)
+	}
+	return &MR{mr: mr, LKey: uint32(mr.lkey), RKey: uint32(mr.rkey), Addr: iova, Len: len(buf)}, nil
 }
 
 // Dereg deregisters the region.

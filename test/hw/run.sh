@@ -15,7 +15,9 @@
 # what only a goroce device has skip, naming it; none may fail.
 # The tools built with the tag run there too, on rxe0 (--hw), between two
 # processes: the four pingpongs (pingpong-vm.sh), goroce-devinfo,
-# goroce-perf and goroce-rping (tools-vm.sh), each checked.
+# goroce-perf and goroce-rping (tools-vm.sh), each checked. Last,
+# test/hw/cross.sh runs verbs' cross tests between a goroce device on the
+# host and rxe0 in the VM, both directions.
 #
 #   sudo test/hw/run.sh                    # about 2 minutes with the VM image built
 #
@@ -147,3 +149,8 @@ if [ $trc -ne 0 ] || [ "$tok" -ne 10 ]; then
 	die "the tools FAILED on rxe0 (rc $trc, $tok of 10 passed; log $OUT/tools.log)"
 fi
 log "goroce-devinfo, goroce-perf, goroce-rping --hw on rxe0: 10 of 10 passed"
+
+# A goroce device on the host and rxe0 through the backend, the same tests
+# at both ends, with this run's VM and verbs tests (test/hw/cross.sh).
+CROSS_VM_UP=1 CROSS_VERBS_TEST="$OUT/verbs.test" RXE_VM_DIR="$RXE_VM_DIR" "$ROOT/test/hw/cross.sh" ||
+	die "goroce ↔ rxe0 (test/hw/cross.sh) FAILED"
