@@ -156,20 +156,28 @@ func hwDial(ctx context.Context, address string, qp *verbs.QP, p *Params) (*Conn
 	return conn, nil
 }
 
-func hwConnect(ctx context.Context, ch *rdmacm.EventChannel, id *rdmacm.ID, dst netip.AddrPort, qp *verbs.QP, p *Params, cp *ConnParam) (*Conn, error) {
+// hwResolve resolves dst's address and route on id, as rdma_resolve_addr
+// and rdma_resolve_route with their events, and checks that the device it
+// resolved to is qp's.
+func hwResolve(ctx context.Context, ch *rdmacm.EventChannel, id *rdmacm.ID, dst netip.AddrPort, qp *verbs.QP) error {
 	if err := id.ResolveAddr(netip.AddrPort{}, dst, resolveTimeout); err != nil {
-		return nil, err
+		return err
 	}
 	if _, err := hwWait(ctx, ch, rdmacm.EventAddrResolved); err != nil {
-		return nil, err
+		return err
 	}
 	if err := hwCheckDevice(id, qp); err != nil {
-		return nil, err
+		return err
 	}
 	if err := id.ResolveRoute(resolveTimeout); err != nil {
-		return nil, err
+		return err
 	}
-	if _, err := hwWait(ctx, ch, rdmacm.EventRouteResolved); err != nil {
+	_, err := hwWait(ctx, ch, rdmacm.EventRouteResolved)
+	return err
+}
+
+func hwConnect(ctx context.Context, ch *rdmacm.EventChannel, id *rdmacm.ID, dst netip.AddrPort, qp *verbs.QP, p *Params, cp *ConnParam) (*Conn, error) {
+	if err := hwResolve(ctx, ch, id, dst, qp); err != nil {
 		return nil, err
 	}
 	if qp.State() == verbs.QPStateReset {
@@ -471,19 +479,7 @@ func hwDialUD(ctx context.Context, address string, qp *verbs.QP, p *Params) (*UD
 		return nil, err
 	}
 	defer id.Destroy()
-	if err := id.ResolveAddr(netip.AddrPort{}, addrs[0], resolveTimeout); err != nil {
-		return nil, err
-	}
-	if _, err := hwWait(ctx, ch, rdmacm.EventAddrResolved); err != nil {
-		return nil, err
-	}
-	if err := hwCheckDevice(id, qp); err != nil {
-		return nil, err
-	}
-	if err := id.ResolveRoute(resolveTimeout); err != nil {
-		return nil, err
-	}
-	if _, err := hwWait(ctx, ch, rdmacm.EventRouteResolved); err != nil {
+	if err := hwResolve(ctx, ch, id, addrs[0], qp); err != nil {
 		return nil, err
 	}
 	if err := hwReadyUD(id, qp); err != nil {
