@@ -7,7 +7,8 @@
 #
 #   test/libgoroce/bench.sh bw [ROUNDS]    ib_write_bw -D 5 vs goroce-perf write_bw -D 5,
 #                                          with the daemon's CPU seconds per GB
-#   test/libgoroce/bench.sh lat [ROUNDS]   ib_write_lat -n 20000 vs goroce-perf write_lat
+#   test/libgoroce/bench.sh lat [ROUNDS]   ib_write_lat -n 20000 vs goroce-perf write_lat (two
+#                                          processes parked and with --busy-poll, and --loopback)
 #
 # Needs perftest, gcc and libibverbs-dev. NICARGS passes flags to the daemon
 # (e.g. "--poll 50us"). Devices on UDP port 24791 so as not to meet other
@@ -35,13 +36,22 @@ else
 	gp=(write_lat -n 20000)
 	pt=(ib_write_lat -n 20000)
 fi
-for r in $(seq "$rounds"); do
-	"$work/goroce-perf" "${gp[@]}" --loopback >"$work/gp.out" 2>&1
-	"$work/goroce-perf" "${gp[@]}" --bind 127.0.0.3 -p 19997 >"$work/gp2.srv" 2>&1 &
+# gp2 OUT [FLAGS...]: goroce-perf as a server and a client process.
+gp2() {
+	local out=$1 s
+	shift
+	"$work/goroce-perf" "${gp[@]}" "$@" --bind 127.0.0.3 -p 19997 >"$out.srv" 2>&1 &
 	s=$!
 	for _ in $(seq 100); do ss -Htln "sport = :19997" | grep -q . && break; sleep 0.05; done
-	"$work/goroce-perf" "${gp[@]}" --bind 127.0.0.4 -p 19997 127.0.0.3 >"$work/gp2.out" 2>&1
+	"$work/goroce-perf" "${gp[@]}" "$@" --bind 127.0.0.4 -p 19997 127.0.0.3 >"$out" 2>&1
 	wait $s
+}
+for r in $(seq "$rounds"); do
+	"$work/goroce-perf" "${gp[@]}" --loopback >"$work/gp.out" 2>&1
+	gp2 "$work/gp2.out"
+	# perftest's latency tests spin on memory; goroce-perf's spin too with
+	# --busy-poll (and take their packets from the socket themselves).
+	[ "$mode" = bw ] || gp2 "$work/gp3.out" --busy-poll
 	c0=$(awk '{print $14+$15}' /proc/$nic/stat)
 	LD_PRELOAD="$work/libgoroce.so" timeout 120 "${pt[@]}" -d goroce0 -x 1 -p 19996 >"$work/srv.out" 2>&1 &
 	s=$!
@@ -60,7 +70,8 @@ for r in $(seq "$rounds"); do
 	else
 		a=$(grep -A1 "#bytes" "$work/gp.out" | sed -n 2p | awk '{print $5}')
 		a2=$(grep -A1 "#bytes" "$work/gp2.out" | sed -n 2p | awk '{print $5}')
+		a3=$(grep -A1 "#bytes" "$work/gp3.out" | sed -n 2p | awk '{print $5}')
 		b=$(grep -A1 "#bytes" "$work/cli.out" | sed -n 2p | awk '{print $5}')
-		echo "round $r: t_typical goroce-perf two processes $a2 us, --loopback $a us; ib_write_lat via libgoroce $b us; load $load"
+		echo "round $r: t_typical goroce-perf two processes $a2 us (--busy-poll $a3 us), --loopback $a us; ib_write_lat via libgoroce $b us; load $load"
 	fi
 done
