@@ -88,6 +88,7 @@ type (
 		createQP(pd *PD, init *QPInitAttr) (*QP, error)
 		createAH(pd *PD, av *AddressVector) (*AH, error)
 		createSRQ(pd *PD, attr *SRQInitAttr) (*SRQ, error)
+		allocMW(pd *PD, typ MWType) (*MW, error)
 	}
 	hwMR interface {
 		rkey() uint32
@@ -96,11 +97,16 @@ type (
 	hwCQ interface {
 		size() int
 		reqNotify(solicitedOnly bool) error
+		resize(cqe int) error
 		destroy(cq *CQ) error
 	}
 	hwQP interface {
 		state() QPState
 		destroy(qp *QP) error
+		bindMW(qp *QP, mw *MW, bind *MWBind) (uint32, error)
+	}
+	hwMW interface {
+		dealloc(mw *MW) error
 	}
 	hwSRQ interface {
 		query() (SRQAttr, error)

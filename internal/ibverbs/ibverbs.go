@@ -437,6 +437,13 @@ func (d *Device) CreateCQ(cqe int) (*CQ, error) {
 	return &CQ{cq: cq, wcs: make([]C.struct_ibv_wc, 64)}, nil
 }
 
+// Resize changes the CQ's capacity to at least cqe entries, keeping the
+// completions it holds (ibv_resize_cq). The caller excludes polls.
+func (cq *CQ) Resize(cqe int) error {
+	ret, err := C.ibv_resize_cq(cq.cq, C.int(cqe))
+	return errnoOf("ibv_resize_cq", ret, err)
+}
+
 // Destroy destroys the completion queue, and its completion channel.
 func (cq *CQ) Destroy() error {
 	if err := errnoOf("ibv_destroy_cq", C.ibv_destroy_cq(cq.cq), nil); err != nil {
