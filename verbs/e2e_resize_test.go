@@ -1,7 +1,9 @@
 package verbs_test
 
 import (
+	"errors"
 	"testing"
+	"unsafe"
 
 	"github.com/goroce/goroce/internal/rdmatest"
 	"github.com/goroce/goroce/verbs"
@@ -45,4 +47,48 @@ func TestE2ECQResize(t *testing.T) {
 		t.Fatal(err)
 	}
 	rdmatest.WantError(t, cq.Resize(8), verbs.ErrClosed, "cq")
+}
+
+// TestE2EMRRereg re-registers a region in place while a peer uses it, on
+// either backend (ibv_rereg_mr on hardware): new memory at its address
+// with new rights, then read-only rights; the peer reaches the new memory
+// through the new rkey, and a WRITE the new rights forbid is refused.
+func TestE2EMRRereg(t *testing.T) {
+	a, b := rdmatest.Pair(t, rdmatest.EndOptions{}, rdmatest.EndOptions{})
+	moved := make([]byte, 4096)
+	rw := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
+	err := b.MR.Rereg(verbs.ReregChangeTranslation|verbs.ReregChangeAccess, nil, moved, rw)
+	if hw := rdmatest.Hardware(); hw != "" && errors.Is(err, verbs.ErrNotSupported) {
+		t.Skipf("%s=hw:%s: the device refuses ibv_rereg_mr: %v", rdmatest.BackendEnv, hw, err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.MR.IOVA() != uint64(uintptr(unsafe.Pointer(&moved[0]))) || b.MR.Len() != len(moved) {
+		t.Fatalf("after Rereg: IOVA %#x length %d, want the new buffer's %p, %d", b.MR.IOVA(), b.MR.Len(), &moved[0], len(moved))
+	}
+	copy(a.Buf[srcOff:], "moved")
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.MR.SGE(srcOff, 5)}, RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA() + 100, RKey: b.MR.RKey()}})
+	if wc := rdmatest.WaitOne(t, a.CQ); wc.Status != verbs.WCSuccess {
+		t.Fatalf("WRITE into the new memory: %+v", wc)
+	}
+	if string(moved[100:105]) != "moved" {
+		t.Fatalf("the new memory holds %q at offset 100", moved[100:105])
+	}
+
+	if err := b.MR.Rereg(verbs.ReregChangeAccess, nil, nil, verbs.AccessLocalWrite|verbs.AccessRemoteRead); err != nil {
+		t.Fatal(err)
+	}
+	copy(moved[200:], "read back")
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 2, Opcode: verbs.WRRDMARead, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.MR.SGE(dstOff, 9)}, RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA() + 200, RKey: b.MR.RKey()}})
+	if wc := rdmatest.WaitOne(t, a.CQ); wc.Status != verbs.WCSuccess || string(a.Buf[dstOff:dstOff+9]) != "read back" {
+		t.Fatalf("READ through the read-only rkey: %+v, %q", wc, a.Buf[dstOff:dstOff+9])
+	}
+	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: 3, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.MR.SGE(srcOff, 5)}, RDMA: verbs.RDMAParams{RemoteAddr: b.MR.IOVA(), RKey: b.MR.RKey()}})
+	if wc := rdmatest.WaitOne(t, a.CQ); wc.Status != verbs.WCRemAccessErr {
+		t.Fatalf("WRITE through the read-only rkey: %+v, want %v", wc, verbs.WCRemAccessErr)
+	}
 }
