@@ -308,11 +308,11 @@ func (cq *CQ) AckEvents(n int) {
 // is outside 1..MaxCQE or below the number of completions queued.
 func (cq *CQ) Resize(cqe int) error {
 	const op = "ResizeCQ"
-	if cq.hw != nil {
-		return hwUnsupported(op, "cqe", "resizing a CQ")
-	}
 	if cqe < 1 || cqe > cq.dev.attr.MaxCQE {
 		return errorf(op, "cqe", ErrInvalidArgument, "%d outside 1..%d", cqe, cq.dev.attr.MaxCQE)
+	}
+	if cq.hw != nil {
+		return cq.hw.resize(cqe)
 	}
 	ring := make([]WorkCompletion, cqe)
 	cq.mu.Lock()

@@ -31,7 +31,16 @@ import "context"
 //     sealing, MR.WaitRemoteWrite, CQ.SetSink, PostSendWait); the FLUSH
 //     and ATOMIC_WRITE opcodes, which libibverbs posts only through its
 //     extended work request API and rxe executes from Linux 6.2 on (the
-//     error says so); and, for now, memory windows, Rereg and CQ.Resize.
+//     error says so).
+//   - Memory windows, CQ.Resize and MR.Rereg go to the device
+//     (ibv_alloc_mw, ibv_bind_mw and BIND_MW/LOCAL_INV work requests,
+//     ibv_resize_cq, ibv_rereg_mr), which enforces the windows' rules:
+//     MW.Bound reports false and MW.Remote has no binding to describe,
+//     since the device holds it. Rereg registers new memory at its
+//     address and the provider chooses the keys: another IOVA, a change
+//     of AccessZeroBased and ReregAttr.KeepKeys are ErrNotSupported;
+//     rxe0 in the rxe VM (rdma-core 44, Linux 6.1) refuses ibv_rereg_mr
+//     with EOPNOTSUPP.
 //   - RegMRIOVA and zero-based regions use ibv_reg_mr_iova, whose kernel
 //     side needs the IOVA at the buffer's offset in its page: a
 //     zero-based region starts a page (AllocBuffer's memory does).
@@ -88,19 +97,26 @@ type (
 		createQP(pd *PD, init *QPInitAttr) (*QP, error)
 		createAH(pd *PD, av *AddressVector) (*AH, error)
 		createSRQ(pd *PD, attr *SRQInitAttr) (*SRQ, error)
+		allocMW(pd *PD, typ MWType) (*MW, error)
 	}
 	hwMR interface {
 		rkey() uint32
 		dereg(mr *MR) error
+		rereg(op string, mr *MR, a ReregAttr) error
 	}
 	hwCQ interface {
 		size() int
 		reqNotify(solicitedOnly bool) error
+		resize(cqe int) error
 		destroy(cq *CQ) error
 	}
 	hwQP interface {
 		state() QPState
 		destroy(qp *QP) error
+		bindMW(qp *QP, mw *MW, bind *MWBind) (uint32, error)
+	}
+	hwMW interface {
+		dealloc(mw *MW) error
 	}
 	hwSRQ interface {
 		query() (SRQAttr, error)

@@ -415,6 +415,84 @@ func (p *ibvPD) regMR(op string, pd *PD, buf []byte, iova uint64, access AccessF
 
 func (h *ibvMR) rkey() uint32 { return h.mr.RKey }
 
+// rereg re-registers in place (ibv_rereg_mr). libibverbs registers the
+// new memory at its address and lets the provider choose the keys, so a
+// caller-chosen IOVA, a change of AccessZeroBased and KeepKeys are refused
+// (ErrNotSupported); what the device refuses comes back as its errno.
+// The new buffer is pinned before the call and the old one unpinned
+// after it succeeded.
+func (h *ibvMR) rereg(op string, mr *MR, a ReregAttr) error {
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	if mr.dead {
+		return closedError(op, "mr")
+	}
+	old := mr.reg.Load()
+	newPD, newBuf, newAccess := old.pd, old.buf, old.access
+	if a.Flags&ReregChangeAccess != 0 {
+		if err := validateMRAccess(op, a.Access); err != nil {
+			return err
+		}
+		if (a.Access^old.access)&AccessZeroBased != 0 {
+			return errorf(op, "access", ErrNotSupported, "changing %v on a hardware device (OpenHardware): ibv_rereg_mr takes no IOVA", AccessZeroBased)
+		}
+		newAccess = a.Access
+	}
+	var pin runtime.Pinner
+	if a.Flags&ReregChangeTranslation != 0 {
+		switch {
+		case len(a.Buf) == 0:
+			return newError(op, "length", ErrInvalidArgument, "empty region")
+		case newAccess&AccessZeroBased != 0 || a.IOVA != bufAddr(a.Buf):
+			return errorf(op, "iova", ErrNotSupported, "%#x on a hardware device (OpenHardware): ibv_rereg_mr registers the buffer at its address", a.IOVA)
+		}
+		newBuf = a.Buf
+	}
+	if a.KeepKeys {
+		return newError(op, "KeepKeys", ErrNotSupported, "on a hardware device (OpenHardware) the provider chooses the keys")
+	}
+	var kpd *ibverbs.PD
+	if a.Flags&ReregChangePD != 0 {
+		switch {
+		case a.PD == nil:
+			return newError(op, "pd", ErrInvalidArgument, "nil")
+		case a.PD.dev != mr.dev:
+			return newError(op, "pd", ErrInvalidArgument, "belongs to another device")
+		}
+		hp, ok := a.PD.hw.(*ibvPD)
+		if !ok {
+			return newError(op, "pd", ErrInvalidArgument, "not a PD of a hardware device")
+		}
+		if a.PD != old.pd {
+			if err := a.PD.use(op); err != nil {
+				return err
+			}
+		}
+		kpd, newPD = hp.pd, a.PD
+	}
+	var kbuf []byte
+	if a.Flags&ReregChangeTranslation != 0 {
+		pin.Pin(unsafe.SliceData(newBuf))
+		kbuf = newBuf
+	}
+	if err := h.mr.Rereg(int(a.Flags), kpd, kbuf, int(newAccess&^AccessZeroBased)); err != nil {
+		pin.Unpin()
+		if newPD != old.pd {
+			newPD.unuse()
+		}
+		return hwError(op, err)
+	}
+	if kbuf != nil {
+		h.pin.Unpin()
+		h.pin = pin
+	}
+	mr.reg.Store(newRegion(mr, h.mr.LKey, newPD, newBuf, h.mr.Addr, newAccess))
+	if newPD != old.pd {
+		old.pd.unuse()
+	}
+	return nil
+}
+
 func (h *ibvMR) dereg(mr *MR) error {
 	const op = "DeregMR"
 	mr.mu.Lock()

@@ -22,7 +22,7 @@ import (
 // (a dup, in Go's poller) CQ.Wait parks on; or, created with a
 // CompChannel, without (file nil): its events are GetEvent's.
 type ibvCQ struct {
-	cqe int
+	cqe atomic.Int64 // the size asked for (CreateCQ, Resize)
 
 	mu      sync.Mutex    // serialises polls: wcs is the CQ's one scratch array
 	cq      *ibverbs.CQ   // nil once destroyed
@@ -46,11 +46,12 @@ func (h *ibvDevice) createCQ(d *Device, cqe int, ch *CompChannel) (*CQ, error) {
 	if err != nil {
 		return nil, hwError(op, err)
 	}
-	hc := &ibvCQ{cqe: cqe, cq: c, wcs: make([]ibverbs.WC, 64), waiting: make(chan struct{}, 1)}
+	hc := &ibvCQ{cq: c, wcs: make([]ibverbs.WC, 64), waiting: make(chan struct{}, 1)}
 	if hc.file, hc.conn, err = pollerFile(c.Fd(), "cq-channel"); err != nil {
 		_ = c.Destroy()
 		return nil, hwError(op, err)
 	}
+	hc.cqe.Store(int64(cqe))
 	cq := &CQ{dev: d, id: cqIDs.Add(1), hw: hc}
 	if err := d.register(op, func() { d.cqs[cq] = struct{}{} }); err != nil {
 		_ = hc.file.Close()
@@ -72,8 +73,9 @@ func (h *ibvDevice) createCQOn(d *Device, cqe int, ch *CompChannel) (*CQ, error)
 	if err != nil {
 		return nil, hwError(op, err)
 	}
-	cq := &CQ{dev: d, id: cqIDs.Add(1), ch: ch,
-		hw: &ibvCQ{cqe: cqe, cq: c, wcs: make([]ibverbs.WC, 64), waiting: make(chan struct{}, 1)}}
+	hc := &ibvCQ{cq: c, wcs: make([]ibverbs.WC, 64), waiting: make(chan struct{}, 1)}
+	hc.cqe.Store(int64(cqe))
+	cq := &CQ{dev: d, id: cqIDs.Add(1), ch: ch, hw: hc}
 	if err := d.register(op, func() { d.cqs[cq] = struct{}{} }); err != nil {
 		_ = c.Destroy()
 		return nil, err
@@ -82,7 +84,23 @@ func (h *ibvDevice) createCQOn(d *Device, cqe int, ch *CompChannel) (*CQ, error)
 	return cq, nil
 }
 
-func (h *ibvCQ) size() int { return h.cqe }
+func (h *ibvCQ) size() int { return int(h.cqe.Load()) }
+
+// resize resizes the CQ (ibv_resize_cq) with polls excluded: a provider
+// may move the queue's memory (rxe maps a new one).
+func (h *ibvCQ) resize(cqe int) error {
+	const op = "ResizeCQ"
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cq == nil {
+		return closedError(op, "cq")
+	}
+	if err := h.cq.Resize(cqe); err != nil {
+		return hwError(op, err)
+	}
+	h.cqe.Store(int64(cqe))
+	return nil
+}
 
 func (h *ibvCQ) reqNotify(solicitedOnly bool) error {
 	h.mu.Lock()

@@ -143,12 +143,11 @@ func (h *ibvQP) modify(qp *QP, attr *QPAttr, mask QPAttrMask) error {
 }
 
 // hwSendOps are the opcodes the backend converts; the others need
-// libibverbs' extended work request API (FLUSH, ATOMIC_WRITE) or memory
-// windows.
+// libibverbs' extended work request API (FLUSH, ATOMIC_WRITE).
 func hwSendOp(op WROpcode) bool {
 	switch op {
 	case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRRDMARead, WRAtomicCmpAndSwp,
-		WRAtomicFetchAndAdd, WRSendWithInv:
+		WRAtomicFetchAndAdd, WRSendWithInv, WRLocalInv, WRBindMW:
 		return true
 	}
 	return false
@@ -187,8 +186,10 @@ func (h *ibvQP) postSend(qp *QP, wrs []SendWR) (int, error) {
 	case QPStateReset, QPStateInit, QPStateRTR:
 		return 0, errorf(op, "qp_state", ErrInvalidState, "cannot post sends in %v", state)
 	}
-	return postInChunks(op, len(wrs), h.qp.SendSlots(),
+	n, err := postInChunks(op, len(wrs), h.qp.SendSlots(),
 		func(slot, i int) error { return h.setSend(op, qp, slot, &wrs[i]) }, h.qp.PostSends)
+	noteBinds(wrs[:n])
+	return n, err
 }
 
 // postInChunks posts n work requests through a queue's slots, at most
@@ -247,6 +248,10 @@ func (h *ibvQP) setSend(op string, qp *QP, i int, wr *SendWR) error {
 	switch wr.Opcode {
 	case WRAtomicCmpAndSwp, WRAtomicFetchAndAdd:
 		s.RemoteAddr, s.RKey, s.CompareAdd, s.Swap = wr.Atomic.RemoteAddr, wr.Atomic.RKey, wr.Atomic.CompareAdd, wr.Atomic.Swap
+	case WRBindMW:
+		if err := setBind(op, wr, s); err != nil {
+			return err
+		}
 	}
 	if qp.qpType == QPTypeUD {
 		if wr.UD.AH == nil {

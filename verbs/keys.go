@@ -111,8 +111,9 @@ func (m *keyMemo) code(s *keySecret, key uint32) uint32 {
 
 // KeyIsMW reports whether key (an rkey of this device) falls in the
 // memory-window classes rather than the memory-region ones. Only the
-// device that issued a key can tell.
-func (d *Device) KeyIsMW(key uint32) bool { return d.keys.isMW(key) }
+// device that issued a key can tell. On a hardware device (OpenHardware)
+// the provider's keys have no such classes and it reports false.
+func (d *Device) KeyIsMW(key uint32) bool { return d.hw == nil && d.keys.isMW(key) }
 
 const (
 	keyChunkShift = 12

@@ -298,14 +298,14 @@ func (mr *MR) Rereg(flags ReregFlags, pd *PD, buf []byte, access AccessFlags) er
 }
 
 func (mr *MR) rereg(op string, a ReregAttr) error {
-	if mr.hw != nil {
-		return hwUnsupported(op, "mr", "re-registration")
-	}
 	if a.Flags == 0 || a.Flags&^reregAll != 0 {
 		return errorf(op, "flags", ErrInvalidArgument, "%#x", int(a.Flags))
 	}
 	if a.Flags&ReregChangeAccess == 0 && a.Access != 0 {
 		return newError(op, "access", ErrInvalidArgument, "set without ReregChangeAccess")
+	}
+	if mr.hw != nil {
+		return mr.hw.rereg(op, mr, a)
 	}
 	mr.mu.Lock()
 	old, newPD, err := mr.reregLocked(op, a)

@@ -62,6 +62,11 @@ type MW struct {
 	// uses. It changes only when a bind executes.
 	rkey atomic.Uint32
 
+	// hw is the hardware backend's window, nil on a goroce device; there
+	// binding stays nil (the device holds the binding) and rkey is the
+	// rkey of the latest bind posted.
+	hw hwMW
+
 	mu     sync.Mutex // serializes binds, invalidation and Dealloc
 	dead   bool       // deallocated; guarded by mu
 	posted uint32     // type 1: rkey of the latest BindMW posted; guarded by mu
@@ -77,11 +82,11 @@ func (pd *PD) AllocMW(typ MWType) (*MW, error) {
 	if pd == nil {
 		return nil, newError(op, "pd", ErrInvalidArgument, "nil")
 	}
-	if pd.hw != nil {
-		return nil, hwUnsupported(op, "type", "memory windows")
-	}
 	if typ != MWType1 && typ != MWType2 {
 		return nil, errorf(op, "type", ErrInvalidArgument, "%v", typ)
+	}
+	if pd.hw != nil {
+		return pd.hw.allocMW(pd, typ)
 	}
 	d := pd.dev
 	if err := pd.use(op); err != nil {
@@ -122,7 +127,8 @@ func (mw *MW) PD() *PD { return mw.pd }
 func (mw *MW) RKey() uint32 { return mw.rkey.Load() }
 
 // Bound reports whether the window is bound to memory, that is whether its
-// rkey grants access.
+// rkey grants access. On a hardware device (OpenHardware) the device holds
+// the binding and Bound reports false.
 func (mw *MW) Bound() bool { return mw.binding.Load() != nil }
 
 // Dealloc deallocates the window (ibv_dealloc_mw), unbinding it first if
@@ -136,6 +142,14 @@ func (mw *MW) Dealloc() error {
 	defer mw.mu.Unlock()
 	if mw.dead {
 		return closedError(op, "mw")
+	}
+	if mw.hw != nil {
+		if err := mw.hw.dealloc(mw); err != nil {
+			return err
+		}
+		mw.dead = true
+		mw.pd.unuse()
+		return nil
 	}
 	mw.dead = true
 	mw.unbindLocked()
@@ -205,9 +219,6 @@ func IncRKey(rkey uint32) uint32 { return rkey&^0xff | (rkey+1)&0xff }
 // window or a missing region.
 func (qp *QP) BindMW(mw *MW, bind MWBind) (uint32, error) {
 	const op = "BindMW"
-	if qp.hw != nil {
-		return 0, hwUnsupported(op, "mw", "memory windows")
-	}
 	switch {
 	case mw == nil:
 		return 0, newError(op, "mw", ErrInvalidArgument, "nil")
@@ -217,6 +228,9 @@ func (qp *QP) BindMW(mw *MW, bind MWBind) (uint32, error) {
 		return 0, newError(op, "mw", ErrInvalidArgument, "belongs to another device")
 	case bind.Access&AccessZeroBased != 0:
 		return 0, newError(op, "bind_info.mw_access_flags", ErrInvalidArgument, "a type 1 window cannot be zero-based")
+	}
+	if qp.hw != nil {
+		return qp.hw.bindMW(qp, mw, &bind)
 	}
 	// The rkey is handed out at post time, as libibverbs does; the bind
 	// itself may execute at once, inside PostSend, and takes mw.mu then.

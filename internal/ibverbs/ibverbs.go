@@ -27,6 +27,13 @@ static struct ibv_mr *gr_reg_mr(struct ibv_pd *pd, uintptr_t addr, size_t length
 	return ibv_reg_mr(pd, (void *)addr, length, access);
 }
 
+// ibv_rereg_mr returns an enum ibv_rereg_mr_err_code (0 or negative)
+// and sets errno.
+static int gr_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, uintptr_t addr, size_t length, int access)
+{
+	return ibv_rereg_mr(mr, flags, pd, (void *)addr, length, access);
+}
+
 static struct ibv_mr *gr_reg_mr_iova(struct ibv_pd *pd, uintptr_t addr, size_t length, uint64_t iova, int access)
 {
 	return ibv_reg_mr_iova(pd, (void *)addr, length, iova, access);
@@ -418,6 +425,37 @@ func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access int) (*MR, error) {
 	return &MR{mr: mr, LKey: uint32(mr.lkey), RKey: uint32(mr.rkey), Addr: iova, Len: len(buf)}, nil
 }
 
+// Rereg modifies the registration in place (ibv_rereg_mr): flags are
+// IBV_REREG_MR_CHANGE_* (Go's ReregFlags values), pd the new PD (with
+// CHANGE_PD), buf the new memory, registered at its address (with
+// CHANGE_TRANSLATION; it must stay mapped until Dereg), access the new
+// rights (with CHANGE_ACCESS). The keys, address and length are read back:
+// the provider may change the keys.
+func (mr *MR) Rereg(flags int, pd *PD, buf []byte, access int) error {
+	var cpd *C.struct_ibv_pd
+	if pd != nil {
+		cpd = pd.pd
+	}
+	var addr uintptr
+	if len(buf) > 0 {
+		addr = uintptr(unsafe.Pointer(&buf[0]))
+	}
+	ret, err := C.gr_rereg_mr(mr.mr, C.int(flags), cpd, C.uintptr_t(addr), C.size_t(len(buf)), C.int(access))
+	if ret != 0 {
+		if err == nil {
+			err = fmt.Errorf("ibverbs: ibv_rereg_mr failed (%d)", int(ret))
+		} else {
+			err = fmt.Errorf("ibverbs: ibv_rereg_mr: %w", err)
+		}
+		return err
+	}
+	mr.LKey, mr.RKey = uint32(mr.mr.lkey), uint32(mr.mr.rkey)
+	if len(buf) > 0 {
+		mr.Addr, mr.Len = uint64(addr), len(buf)
+	}
+	return nil
+}
+
 // Dereg deregisters the region.
 func (mr *MR) Dereg() error { return errnoOf("ibv_dereg_mr", C.ibv_dereg_mr(mr.mr), nil) }
 
@@ -435,6 +473,13 @@ func (d *Device) CreateCQ(cqe int) (*CQ, error) {
 		return nil, nilErr("ibv_create_cq", err)
 	}
 	return &CQ{cq: cq, wcs: make([]C.struct_ibv_wc, 64)}, nil
+}
+
+// Resize changes the CQ's capacity to at least cqe entries, keeping the
+// completions it holds (ibv_resize_cq). The caller excludes polls.
+func (cq *CQ) Resize(cqe int) error {
+	ret, err := C.ibv_resize_cq(cq.cq, C.int(cqe))
+	return errnoOf("ibv_resize_cq", ret, err)
 }
 
 // Destroy destroys the completion queue, and its completion channel.

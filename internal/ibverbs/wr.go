@@ -15,7 +15,10 @@ package ibverbs
 struct gr_send {
 	uint64_t wr_id, remote_addr, compare_add, swap;
 	struct ibv_ah *ah;
-	uint32_t opcode, flags, num_sge, rkey, imm, inv_rkey, remote_qpn, remote_qkey;
+	struct ibv_mw *mw; // BIND_MW: the window, bound to mr's bind_addr..+bind_length
+	struct ibv_mr *mr;
+	uint64_t bind_addr, bind_length;
+	uint32_t opcode, flags, num_sge, rkey, imm, inv_rkey, remote_qpn, remote_qkey, bind_access;
 };
 
 struct gr_recv {
@@ -49,7 +52,14 @@ static int gr_post_sends(struct ibv_qp *qp, struct gr_send *d, struct ibv_sge *s
 			w->invalidate_rkey = d[i].inv_rkey;
 			break;
 		}
-		if (d[i].ah) {
+		if (d[i].opcode == IBV_WR_BIND_MW) {
+			w->bind_mw.mw = d[i].mw;
+			w->bind_mw.rkey = d[i].rkey;
+			w->bind_mw.bind_info.mr = d[i].mr;
+			w->bind_mw.bind_info.addr = d[i].bind_addr;
+			w->bind_mw.bind_info.length = d[i].bind_length;
+			w->bind_mw.bind_info.mw_access_flags = d[i].bind_access;
+		} else if (d[i].ah) {
 			w->wr.ud.ah = d[i].ah;
 			w->wr.ud.remote_qpn = d[i].remote_qpn;
 			w->wr.ud.remote_qkey = d[i].remote_qkey;
@@ -104,6 +114,7 @@ import (
 const (
 	WROpSendWithInv = C.IBV_WR_SEND_WITH_INV
 	WROpLocalInv    = C.IBV_WR_LOCAL_INV
+	WROpBindMW      = C.IBV_WR_BIND_MW
 )
 
 // SGE is a scatter/gather entry with struct ibv_sge's layout, so a slice of
@@ -126,7 +137,7 @@ type SendRequest struct {
 	Opcode     int
 	Flags      int
 	RemoteAddr uint64 // RDMA and atomic target
-	RKey       uint32
+	RKey       uint32 // RDMA and atomic target; BIND_MW: the window's new rkey
 	Imm        uint32 // host order; *_WITH_IMM
 	InvRKey    uint32 // SEND_WITH_INV, LOCAL_INV
 	CompareAdd uint64
@@ -134,6 +145,13 @@ type SendRequest struct {
 	AH         *AH // UD only
 	RemoteQPN  uint32
 	RemoteQKey uint32
+	// BIND_MW (type 2): MW bound to BindMR's BindAddr..+BindLength with
+	// BindAccess, under the rkey RKey.
+	MW         *MW
+	BindMR     *MR
+	BindAddr   uint64
+	BindLength uint64
+	BindAccess int
 }
 
 // workQueue is the C memory a queue's work requests are built in: slots
@@ -225,6 +243,14 @@ func (qp *QP) SetSend(i int, w *SendRequest, sges []SGE) error {
 		d.ah = w.AH.ah
 	}
 	d.remote_qpn, d.remote_qkey = C.uint32_t(w.RemoteQPN), C.uint32_t(w.RemoteQKey)
+	d.mw, d.mr = nil, nil
+	if w.MW != nil {
+		d.mw = w.MW.mw
+	}
+	if w.BindMR != nil {
+		d.mr = w.BindMR.mr
+	}
+	d.bind_addr, d.bind_length, d.bind_access = C.uint64_t(w.BindAddr), C.uint64_t(w.BindLength), C.uint32_t(w.BindAccess)
 	return nil
 }
 
