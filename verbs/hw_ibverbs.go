@@ -300,8 +300,16 @@ func (h *ibvDevice) close(d *Device) error {
 	mrs := h.mrs
 	h.mrs = nil
 	h.mu.Unlock()
+	// A region the kernel refuses to deregister (a memory window still
+	// bound to it: EBUSY) stays pinned until the device is closed below,
+	// which releases every registration of the context.
+	var stuck []*ibvMR
 	for mr := range mrs {
-		_ = mr.Dereg()
+		if err := mr.Dereg(); err != nil {
+			if h, ok := mr.hw.(*ibvMR); ok {
+				stuck = append(stuck, h)
+			}
+		}
 	}
 	for cq := range cqs {
 		_ = cq.Destroy()
@@ -319,6 +327,11 @@ func (h *ibvDevice) close(d *Device) error {
 	defer func() { <-h.asyncWaiting }()
 	if err := h.dev.Close(); err != nil {
 		return hwError("Close", err)
+	}
+	// The kernel no longer maps those buffers: they may move again, and
+	// a dropped Pinner that still pins would make the runtime panic.
+	for _, m := range stuck {
+		m.pin.Unpin()
 	}
 	return nil
 }
