@@ -73,12 +73,8 @@ func (h *ibvQP) bindMW(qp *QP, mw *MW, bind *MWBind) (uint32, error) {
 	}
 	h.smu.Lock()
 	defer h.smu.Unlock()
-	if qp.closed.Load() {
-		return 0, closedError(op, "qp")
-	}
-	switch state := QPState(qp.state.Load()); state {
-	case QPStateReset, QPStateInit, QPStateRTR:
-		return 0, errorf(op, "qp_state", ErrInvalidState, "cannot post sends in %v", state)
+	if err := sendable(op, qp); err != nil {
+		return 0, err
 	}
 	mw.mu.Lock()
 	defer mw.mu.Unlock()

@@ -171,20 +171,29 @@ func sgesOf(s []SGE) []ibverbs.SGE {
 var _ [unsafe.Sizeof(SGE{}) - unsafe.Sizeof(ibverbs.SGE{})]byte
 var _ [unsafe.Sizeof(ibverbs.SGE{}) - unsafe.Sizeof(SGE{})]byte
 
+// sendable refuses a post to qp when it is destroyed or not yet in RTS:
+// the state Modify set, since the provider's EINVAL in these says less.
+// (The device's own move to ERR still lets sends post, and flush.) The
+// caller holds the QP's smu.
+func sendable(op string, qp *QP) error {
+	if qp.closed.Load() {
+		return closedError(op, "qp")
+	}
+	switch state := QPState(qp.state.Load()); state {
+	case QPStateReset, QPStateInit, QPStateRTR:
+		return errorf(op, "qp_state", ErrInvalidState, "cannot post sends in %v", state)
+	}
+	return nil
+}
+
 // postSend posts wrs in chunks of the QP's send slots and returns how many
 // were posted; wrs[n] is the one refused.
 func (h *ibvQP) postSend(qp *QP, wrs []SendWR) (int, error) {
 	const op = "PostSend"
 	h.smu.Lock()
 	defer h.smu.Unlock()
-	if qp.closed.Load() {
-		return 0, closedError(op, "qp")
-	}
-	// The state Modify set: the provider's EINVAL in these says less.
-	// (The device's own move to ERR still lets sends post, and flush.)
-	switch state := QPState(qp.state.Load()); state {
-	case QPStateReset, QPStateInit, QPStateRTR:
-		return 0, errorf(op, "qp_state", ErrInvalidState, "cannot post sends in %v", state)
+	if err := sendable(op, qp); err != nil {
+		return 0, err
 	}
 	n, err := postInChunks(op, len(wrs), h.qp.SendSlots(),
 		func(slot, i int) error { return h.setSend(op, qp, slot, &wrs[i]) }, h.qp.PostSends)
