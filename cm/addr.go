@@ -74,6 +74,9 @@ func (id *ID) bindLocked(addr netip.AddrPort) error {
 	if !ip.IsUnspecified() {
 		a := agentFor(ip)
 		if a == nil {
+			if handled, err := id.hwBind(netip.AddrPortFrom(ip, addr.Port())); handled {
+				return err
+			}
 			return errnoErr(syscall.ENODEV, ErrNoDevice, "cm: bind %v: %v", addr, ErrNoDevice)
 		}
 		a.attach(id)
@@ -84,6 +87,7 @@ func (id *ID) bindLocked(addr netip.AddrPort) error {
 		id.opts.afOnly = ip.Is4()
 	}
 	id.src = netip.AddrPortFrom(ip, addr.Port())
+	id.portAsked = addr.Port() != 0
 	if err := id.takePort(); err != nil {
 		if id.agent != nil {
 			id.agent.detach(id)
@@ -206,9 +210,19 @@ func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error 
 	if id.removed {
 		return fmt.Errorf("cm: resolve address: %w", ErrDeviceRemoved)
 	}
+	if id.hw != nil {
+		_, err := id.hwResolve(dst, timeout)
+		return err
+	}
 	id.dst = dst
 	a, err := id.resolveDevice(dip)
 	if err != nil {
+		if errors.Is(err, ErrNoDevice) && id.agent == nil {
+			// No goroce device on the way: the kernel's, if any.
+			if handled, err := id.hwResolve(dst, timeout); handled {
+				return err
+			}
+		}
 		id.post(&Event{Type: EventAddrError, Err: err})
 		return nil
 	}
@@ -291,6 +305,12 @@ func (id *ID) ResolveRoute(timeout time.Duration) error {
 	}
 	if id.st != idAddrResolved {
 		return id.errState("resolve route")
+	}
+	if id.hw != nil {
+		if err := id.hwResolveRoute(timeout); err != nil {
+			return fmt.Errorf("cm: resolve route: %w", hwStateErr(err))
+		}
+		return nil
 	}
 	port, err := id.agent.dev.QueryPort(1)
 	if err != nil {

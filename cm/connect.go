@@ -43,6 +43,9 @@ func (id *ID) Connect(p *ConnParam) error {
 		d := defaultConnParam
 		p = &d
 	}
+	if id.hw != nil {
+		return id.hwConnect(p)
+	}
 	qpn, srq, err := id.qpNumber(p)
 	if err != nil {
 		return fmt.Errorf("cm: connect: %w", err)
@@ -204,6 +207,15 @@ func (id *ID) Establish() error {
 	}
 	if id.qp != nil {
 		return fmt.Errorf("cm: establish: the ID has a QP, which the CM moves itself: %w", verbs.ErrInvalidState)
+	}
+	if id.hw != nil {
+		if id.st != idConnect || !id.active || !id.replied {
+			return id.errState("establish")
+		}
+		if err := id.hwEstablish(); err != nil {
+			return fmt.Errorf("cm: establish: %w", hwStateErr(err))
+		}
+		return nil
 	}
 	if id.st != idConnect || !id.active || !id.replied || id.cmID == 0 {
 		return id.errState("establish")

@@ -117,6 +117,7 @@ func resolve(ctx context.Context, address string, ps PortSpace, qp *verbs.QP, p 
 		_ = ch.Close()
 		return nil, nil, err
 	}
+	id.goroceOnly = true // kernel devices: hwDial
 	fail := func(err error) (*ID, *EventChannel, error) {
 		_ = id.Destroy()
 		_ = ch.Close()

@@ -103,8 +103,22 @@
 // work as on goroce; so do UD services (DialUD, a ListenConfig with
 // PortSpaceUDP, AcceptUD), through librdmacm's UDP port space.
 // SelectiveRepeat and Security return verbs.ErrNotSupported; wildcard
-// listeners and the event API stay on goroce devices. One goroutine per such connection, parked in Go's poller,
-// watches its events.
+// listeners stay on goroce devices. One goroutine per such connection,
+// parked in Go's poller, watches its events.
+//
+// The event API works there too: an ID that binds an address of a kernel
+// device, or resolves a destination for which no goroce device of the
+// process has a route, gets an rdma_cm_id of librdmacm on a librdmacm
+// channel of its EventChannel, whose events one goroutine per channel
+// turns into this package's. Events, Ack, Migrate, Destroy, CreateQP,
+// InitQPAttr, Establish, Reject (the consumer's reason, or
+// RejectVendorOption), Disconnect, Notify and the options behave as on
+// goroce; the ID's Device is the kernel device, opened once for the
+// process. The QP stays the application's: the CM moves an ID's QP as
+// librdmacm moves its own (INIT at CreateQP or SetQP, RTR and RTS before
+// the REP is sent or once it has arrived, ERR on a REJ or Disconnect).
+// Route is not reported (ok is false) and SetCMTimeouts returns
+// verbs.ErrNotSupported: the kernel's path and timers are its own.
 //
 // # Devices and addresses
 //

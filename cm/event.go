@@ -123,6 +123,10 @@ type EventChannel struct {
 	// state.mu, one event at a time in order.
 	handler     func(*Event)
 	dispatching bool // guarded by mu
+
+	// hw is the librdmacm channel of the IDs on kernel devices, made on
+	// first use (hw_id.go). Guarded by state.mu.
+	hw *hwChannel
 }
 
 // NewEventChannel returns an event channel (rdma_create_event_channel).
@@ -265,16 +269,25 @@ func (ch *EventChannel) dispatch() {
 // wrapping verbs.ErrBusy. A blocked GetEvent returns ErrClosed.
 func (ch *EventChannel) Close() error {
 	state.mu.Lock()
-	defer state.mu.Unlock()
 	if ch.ids > 0 {
+		state.mu.Unlock()
 		return fmt.Errorf("cm: close event channel: %d IDs still use it: %w", ch.ids, verbs.ErrBusy)
 	}
 	ch.mu.Lock()
-	defer ch.mu.Unlock()
 	if ch.closed {
+		ch.mu.Unlock()
+		state.mu.Unlock()
 		return fmt.Errorf("cm: close event channel: %w", ErrClosed)
 	}
 	ch.closed = true
 	close(ch.wake)
+	ch.mu.Unlock()
+	hw := ch.hw
+	ch.hw = nil
+	state.mu.Unlock()
+	if hw != nil {
+		// Outside state.mu: the pump may be waiting for it.
+		hw.close()
+	}
 	return nil
 }

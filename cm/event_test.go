@@ -37,7 +37,7 @@ func listenOn(t *testing.T, ch *EventChannel, h *host, ps PortSpace, context any
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.BindAddr(netip.AddrPortFrom(h.dev.Addr(), 0)); err != nil {
+	if err := l.BindAddr(netip.AddrPortFrom(h.addr(), 0)); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Listen(0); err != nil {
@@ -53,7 +53,7 @@ func resolved(t *testing.T, ch *EventChannel, h *host, ps PortSpace, dst netip.A
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := id.ResolveAddr(netip.AddrPortFrom(h.dev.Addr(), 0), dst, time.Second); err != nil {
+	if err := id.ResolveAddr(netip.AddrPortFrom(h.addr(), 0), dst, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	expect(t, ch, EventAddrResolved)

@@ -42,6 +42,17 @@ type host struct {
 	cq  *verbs.CQ
 	buf []byte
 	mr  *verbs.MR
+	// ip is the address of a kernel device's host (the device has
+	// several); a goroce device's is its own.
+	ip netip.Addr
+}
+
+// addr returns the host's address.
+func (h *host) addr() netip.Addr {
+	if h.ip.IsValid() {
+		return h.ip
+	}
+	return h.dev.Addr()
 }
 
 // newHost opens a device on testkit.Addr(i) for the test.

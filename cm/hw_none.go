@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/goroce/goroce/verbs"
 )
@@ -18,6 +19,8 @@ type (
 	hwConn     struct{}
 	hwListener struct{}
 	hwRequest  struct{}
+	hwChannel  struct{}
+	hwID       struct{ dev *verbs.Device }
 )
 
 var errNoRDMACM = fmt.Errorf("a kernel RDMA device needs a build with -tags goroce_ibverbs: %w", verbs.ErrNotSupported)
@@ -45,3 +48,38 @@ func (r *Request) hwReject([]byte) error { return errNoRDMACM }
 func (r *Request) hwAccept(context.Context, *verbs.QP, *Params) (*Conn, error) {
 	return nil, errNoRDMACM
 }
+
+// The event API's: no ID is ever a kernel device's (hwBind and
+// hwResolve decline), so the rest is never called.
+
+func (id *ID) hwBind(netip.AddrPort) (bool, error) { return false, nil }
+
+func (id *ID) hwResolve(netip.AddrPort, time.Duration) (bool, error) { return false, nil }
+
+func (h *hwChannel) close() {}
+
+func (id *ID) hwSetOption(hwOption, int) error { return errNoRDMACM }
+
+func (id *ID) hwResolveRoute(time.Duration) error { return errNoRDMACM }
+
+func (id *ID) hwListen(int) error { return errNoRDMACM }
+
+func (id *ID) hwEstablish() error { return errNoRDMACM }
+
+func (id *ID) hwNotify(verbs.AsyncEventType) error { return errNoRDMACM }
+
+func (id *ID) hwMigrate(*EventChannel) error { return errNoRDMACM }
+
+func (id *ID) hwQPAttr(verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, error) {
+	return verbs.QPAttr{}, 0, errNoRDMACM
+}
+
+func (id *ID) hwConnect(*ConnParam) error { return errNoRDMACM }
+
+func (id *ID) hwAccept(*ConnParam) error { return errNoRDMACM }
+
+func (id *ID) hwReject(RejectReason, []byte) error { return errNoRDMACM }
+
+func (id *ID) hwDisconnect() error { return errNoRDMACM }
+
+func (id *ID) hwDestroy() {}

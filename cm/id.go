@@ -78,6 +78,16 @@ type ID struct {
 	qkey      uint32
 	destroyed bool
 	removed   bool // the device was closed
+	// hw is the ID's rdma_cm_id of librdmacm once it is bound to, or
+	// resolved through, a kernel RDMA device (hw_id.go).
+	hw *hwID
+	// portAsked: the binding's port was the application's, not one
+	// picked for it.
+	portAsked bool
+	// goroceOnly keeps the ID off kernel devices: the net-like API's
+	// IDs, which reach those through hw_rdmacm.go instead. Set before
+	// the ID is shared.
+	goroceOnly bool
 
 	// The connection (Connect, or a received request).
 	cmID      ibcm.ID // the Manager's record; 0 for none
@@ -205,6 +215,9 @@ func (id *ID) QPType() verbs.QPType { return id.qpType }
 func (id *ID) Device() *verbs.Device {
 	lock()
 	defer unlock()
+	if id.hw != nil && !id.removed {
+		return id.hw.dev
+	}
 	if id.agent == nil || id.removed {
 		return nil
 	}
@@ -278,6 +291,11 @@ func (id *ID) SetTOS(tos uint8) error {
 	if err := id.usable("set TOS"); err != nil {
 		return err
 	}
+	if id.hw != nil {
+		if err := id.hwSetOption(hwOptionTOS, int(tos)); err != nil {
+			return fmt.Errorf("cm: set TOS: %w", err)
+		}
+	}
 	id.opts.tos, id.opts.tosSet = tos, true
 	return nil
 }
@@ -293,6 +311,11 @@ func (id *ID) SetReuseAddr(reuse bool) error {
 	}
 	if !reuse && id.st != idIdle {
 		return id.errState("set REUSEADDR")
+	}
+	if id.hw != nil {
+		if err := id.hwSetOption(hwOptionReuseAddr, boolInt(reuse)); err != nil {
+			return fmt.Errorf("cm: set REUSEADDR: %w", err)
+		}
 	}
 	id.opts.reuseAddr = reuse
 	return nil
@@ -310,6 +333,11 @@ func (id *ID) SetAFOnly(only bool) error {
 	if id.st != idIdle && id.st != idAddrBound {
 		return id.errState("set AFONLY")
 	}
+	if id.hw != nil {
+		if err := id.hwSetOption(hwOptionAFOnly, boolInt(only)); err != nil {
+			return fmt.Errorf("cm: set AFONLY: %w", err)
+		}
+	}
 	id.opts.afOnly, id.opts.afOnlySet = only, true
 	return nil
 }
@@ -326,6 +354,11 @@ func (id *ID) SetAckTimeout(t uint8) error {
 	defer unlock()
 	if err := id.usable("set ACK timeout"); err != nil {
 		return err
+	}
+	if id.hw != nil {
+		if err := id.hwSetOption(hwOptionAckTimeout, int(t)); err != nil {
+			return fmt.Errorf("cm: set ACK timeout: %w", err)
+		}
 	}
 	id.opts.ackTimeout = t
 	return nil
@@ -359,6 +392,9 @@ func (id *ID) SetCMTimeouts(responseTimeout, maxRetries uint8) error {
 	defer unlock()
 	if err := id.usable("set CM timeouts"); err != nil {
 		return err
+	}
+	if id.hw != nil {
+		return fmt.Errorf("cm: set CM timeouts on a kernel RDMA device (the kernel's CM timers are fixed): %w", verbs.ErrNotSupported)
 	}
 	id.opts.respTimeout, id.opts.maxCMRetries = responseTimeout, maxRetries
 	return nil
@@ -424,6 +460,11 @@ func (id *ID) Migrate(ch *EventChannel) error {
 	if old == ch {
 		return nil
 	}
+	if id.hw != nil {
+		if err := id.hwMigrate(ch); err != nil {
+			return err
+		}
+	}
 	moved := old.unpost(func(ev *Event) bool { return ev.owner() == id })
 	old.ids--
 	id.ch = ch
@@ -432,4 +473,12 @@ func (id *ID) Migrate(ch *EventChannel) error {
 		ch.post(ev)
 	}
 	return nil
+}
+
+// boolInt is v as C's int.
+func boolInt(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
 }

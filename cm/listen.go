@@ -50,6 +50,11 @@ func (id *ID) Listen(backlog int) error {
 	if backlog <= 0 || backlog > DefaultBacklog {
 		backlog = DefaultBacklog
 	}
+	if id.hw != nil {
+		if err := id.hwListen(backlog); err != nil {
+			return fmt.Errorf("cm: listen on %v: %w", id.src, err)
+		}
+	}
 	id.backlog = backlog
 	id.st = idListen
 	return nil
@@ -229,6 +234,15 @@ func (id *ID) Accept(p *ConnParam) error {
 	if err := id.onDevice("accept"); err != nil {
 		return err
 	}
+	if id.hw != nil {
+		if id.st != idConnect || id.active || id.replied || id.requestEvent != nil {
+			return id.errState("accept")
+		}
+		if p == nil && id.qp == nil {
+			return fmt.Errorf("cm: accept: no QP and no parameters: %w", verbs.ErrInvalidArgument)
+		}
+		return id.hwAccept(p)
+	}
 	if id.st != idConnect || id.active || id.replied || id.cmID == 0 || id.requestEvent != nil {
 		return id.errState("accept")
 	}
@@ -333,6 +347,12 @@ func (id *ID) RejectWith(reason RejectReason, privateData []byte) error {
 	defer unlock()
 	if err := id.onDevice("reject"); err != nil {
 		return err
+	}
+	if id.hw != nil {
+		if id.st != idConnect || id.requestEvent != nil {
+			return id.errState("reject")
+		}
+		return id.hwReject(reason, privateData)
 	}
 	if id.st != idConnect || id.cmID == 0 || id.requestEvent != nil {
 		return id.errState("reject")

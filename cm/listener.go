@@ -57,6 +57,7 @@ func (lc ListenConfig) Listen(ctx context.Context, address string) (*Listener, e
 	if err != nil {
 		return nil, err
 	}
+	id.goroceOnly = true // kernel devices: hwListen
 	for _, ap := range addrs {
 		if err = id.BindAddr(ap); !errors.Is(err, ErrNoDevice) {
 			break

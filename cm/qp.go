@@ -65,6 +65,9 @@ func (id *ID) qpTypeNow() verbs.QPType {
 
 // qpAttr computes InitQPAttr. The caller holds state.mu.
 func (id *ID) qpAttr(state verbs.QPState, t verbs.QPType) (verbs.QPAttr, verbs.QPAttrMask, error) {
+	if id.hw != nil {
+		return id.hwQPAttr(state)
+	}
 	a := verbs.QPAttr{QPState: state}
 	switch state {
 	case verbs.QPStateInit:
@@ -242,6 +245,9 @@ func (id *ID) setQP(qp *verbs.QP, owned bool) error {
 func (id *ID) deviceLocked(op string) (*verbs.Device, error) {
 	if err := id.onDevice(op); err != nil {
 		return nil, err
+	}
+	if id.hw != nil && id.hw.dev != nil {
+		return id.hw.dev, nil
 	}
 	if id.agent == nil {
 		return nil, fmt.Errorf("cm: %s: the ID has no device yet (bind or resolve an address): %w", op, verbs.ErrInvalidState)

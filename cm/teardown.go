@@ -21,6 +21,9 @@ func (id *ID) Disconnect() error {
 	if err := id.onDevice("disconnect"); err != nil {
 		return err
 	}
+	if id.hw != nil {
+		return id.hwDisconnect()
+	}
 	if id.cmID == 0 || id.qpType == verbs.QPTypeUD {
 		return id.errState("disconnect")
 	}
@@ -49,6 +52,12 @@ func (id *ID) Notify(ev verbs.AsyncEventType) error {
 	}
 	if ev != verbs.EventCommEst {
 		return fmt.Errorf("cm: notify %v: %w", ev, verbs.ErrInvalidArgument)
+	}
+	if id.hw != nil {
+		if err := id.hwNotify(ev); err != nil {
+			return fmt.Errorf("cm: notify: %w", hwStateErr(err))
+		}
+		return nil
 	}
 	if id.cmID == 0 {
 		return id.errState("notify")
@@ -91,6 +100,9 @@ func (id *ID) Destroy() error {
 func (id *ID) destroyLocked() {
 	id.destroyed = true
 	id.st = idDestroying
+	if id.hw != nil {
+		id.hwDestroy()
+	}
 	if a := id.agent; a != nil {
 		if id.cmID != 0 && !a.removed {
 			now := time.Now()

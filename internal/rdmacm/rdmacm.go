@@ -80,6 +80,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -133,7 +134,15 @@ type EventChannel struct {
 
 	mu  sync.Mutex
 	ids map[*C.struct_rdma_cm_id]*ID
+
+	// closed makes GetEvent return ErrClosed; getting is held while a
+	// GetEvent reads, so that Close frees the channel only after it.
+	closed  atomic.Bool
+	getting sync.Mutex
 }
+
+// ErrClosed is GetEvent's error once the channel is closed.
+var ErrClosed = errors.New("rdmacm: event channel closed")
 
 // NewEventChannel creates an event channel (rdma_create_event_channel).
 func NewEventChannel() (*EventChannel, error) {
@@ -164,10 +173,20 @@ func NewEventChannel() (*EventChannel, error) {
 	return c, nil
 }
 
-// Close destroys the channel; its IDs must be destroyed first.
+// Close destroys the channel; its IDs must be destroyed first. A
+// GetEvent waiting meanwhile returns ErrClosed before the channel is
+// freed.
 func (c *EventChannel) Close() error {
+	if c.closed.Swap(true) {
+		return ErrClosed
+	}
+	// After closed is set: a GetEvent that has not seen it yet has set
+	// its own deadline already, and this one replaces it.
+	_ = c.f.SetReadDeadline(time.Unix(1, 0))
+	c.getting.Lock()
 	err := c.f.Close()
 	C.rdma_destroy_event_channel(c.ch)
+	c.getting.Unlock()
 	return err
 }
 
@@ -212,8 +231,16 @@ var ErrTimeout = errors.New("rdmacm: no event before the deadline")
 // event (rdma_get_cm_event), copies it and acknowledges it
 // (rdma_ack_cm_event), so that no event is left to hold up a Destroy.
 func (c *EventChannel) GetEvent(deadline time.Time) (Event, error) {
+	c.getting.Lock()
+	defer c.getting.Unlock()
+	if c.closed.Load() {
+		return Event{}, ErrClosed
+	}
 	if err := c.f.SetReadDeadline(deadline); err != nil {
 		return Event{}, err
+	}
+	if c.closed.Load() { // Close's deadline may have come before ours
+		return Event{}, ErrClosed
 	}
 	var ev *C.struct_rdma_cm_event
 	var gerr error
@@ -230,6 +257,9 @@ func (c *EventChannel) GetEvent(deadline time.Time) (Event, error) {
 		return true
 	})
 	if errors.Is(err, os.ErrDeadlineExceeded) {
+		if c.closed.Load() {
+			return Event{}, ErrClosed
+		}
 		return Event{}, ErrTimeout
 	}
 	if err != nil {
@@ -444,6 +474,52 @@ func (id *ID) Reject(privateData []byte) error {
 func (id *ID) Disconnect() error {
 	r, err := C.rdma_disconnect(id.id)
 	return errnoOf("rdma_disconnect", r, err)
+}
+
+// Option is an rdma_set_option option of level RDMA_OPTION_ID.
+type Option int
+
+// The ID's options.
+const (
+	OptionTOS        Option = C.RDMA_OPTION_ID_TOS         // uint8
+	OptionReuseAddr  Option = C.RDMA_OPTION_ID_REUSEADDR   // int
+	OptionAFOnly     Option = C.RDMA_OPTION_ID_AFONLY      // int
+	OptionAckTimeout Option = C.RDMA_OPTION_ID_ACK_TIMEOUT // uint8
+)
+
+// SetOption sets one of the ID's options (rdma_set_option); v is given
+// as the option's C type, a uint8_t or an int.
+func (id *ID) SetOption(o Option, v int) error {
+	var r C.int
+	var err error
+	switch o {
+	case OptionTOS, OptionAckTimeout:
+		b := C.uint8_t(v)
+		r, err = C.rdma_set_option(id.id, C.RDMA_OPTION_ID, C.int(o), unsafe.Pointer(&b), C.size_t(unsafe.Sizeof(b)))
+	default:
+		i := C.int(v)
+		r, err = C.rdma_set_option(id.id, C.RDMA_OPTION_ID, C.int(o), unsafe.Pointer(&i), C.size_t(unsafe.Sizeof(i)))
+	}
+	return errnoOf("rdma_set_option", r, err)
+}
+
+// Notify passes a QP's asynchronous event to the CM (rdma_notify): an
+// IBV_EVENT_COMM_EST establishes a passive connection whose RTU was lost.
+func (id *ID) Notify(event int) error {
+	r, err := C.rdma_notify(id.id, C.enum_ibv_event_type(event))
+	return errnoOf("rdma_notify", r, err)
+}
+
+// RejectECE refuses a request as rdma_reject_ece does: the REJ's reason
+// is "vendor option not supported".
+func (id *ID) RejectECE(privateData []byte) error {
+	var pd unsafe.Pointer
+	if len(privateData) > 0 {
+		pd = C.CBytes(privateData)
+		defer C.free(pd)
+	}
+	r, err := C.rdma_reject_ece(id.id, pd, C.uint8_t(len(privateData)))
+	return errnoOf("rdma_reject_ece", r, err)
 }
 
 // Destroy destroys the ID (rdma_destroy_id).

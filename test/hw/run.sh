@@ -95,7 +95,8 @@ cp "$ROOT/test/hw/pingpong-vm.sh" "$ROOT/test/hw/tools-vm.sh" "$SHARE/goroce-hw/
 "$VM" exec vm0 --timeout 600 -- \
 	"cd /host/goroce-hw && GOROCE_IBV_DEVICE=rxe0 ./ibverbs.test -test.v -test.count=1 &&
 	 GOROCE_RDMACM_ADDR=$VM_IP ./rdmacm.test -test.v -test.count=1 &&
-	 GOROCE_RDMACM_ADDR=$VM_IP ./cm.test -test.v -test.count=1 -test.run '^TestHardware'" >"$OUT/tests.log" 2>&1
+	 GOROCE_RDMACM_ADDR=$VM_IP ./cm.test -test.v -test.count=1 -test.run '^TestHardware' &&
+	 GOROCE_RDMACM_ADDR=$VM_IP ./cm.test -test.v -test.count=1 -test.run '^TestBackend/^kernel$'" >"$OUT/tests.log" 2>&1
 rc=$?
 "$VM" exec vm0 --timeout 1200 -- \
 	"cd /host/goroce-hw && GOROCE_TEST_BACKEND=hw:rxe0 ./verbs.test -test.v -test.count=1 -test.timeout=1100s -test.run '$VERBS_RUN'" >"$OUT/verbs.log" 2>&1
