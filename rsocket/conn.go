@@ -63,6 +63,10 @@ type Conn struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// hwDone is closed when the goroutine that takes a kernel device's
+	// completions (pollHardware) has stopped; nil on goroce devices.
+	hwDone chan struct{}
 }
 
 var (
@@ -91,6 +95,14 @@ func newConn(ep *endpoint, cmc *cm.Conn, release func(), peer *connData, cfg *Co
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ka.init(c, cfg.KeepAlive)
+	if ep.dev.Hardware() {
+		// A kernel device's CQ takes no sink: a goroutine waits on it
+		// and queues every completion, the early ones included, in
+		// order.
+		c.hwDone = make(chan struct{})
+		go c.pollHardware()
+		return c
+	}
 	// Messages the peer wrote before the sink took over are in the CQ.
 	if err := ep.cq.SetSink(c.cq); err != nil {
 		c.err = err
@@ -522,6 +534,9 @@ func (c *Conn) Close() error {
 			c.closeErr = c.opError("close", err)
 		}
 		c.rdMu.Unlock()
+		if c.hwDone != nil {
+			<-c.hwDone // its Wait ends with the CQ
+		}
 		c.release()
 	})
 	return c.closeErr

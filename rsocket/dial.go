@@ -18,10 +18,12 @@ import (
 type Dialer struct {
 	// LocalAddr, when valid, is the address of the device to dial from.
 	LocalAddr netip.Addr
-	// Device, when set, is the goroce device to dial from (LocalAddr is
-	// then ignored); otherwise the package opens one on the local
-	// address and shares it with the connections and listeners on that
-	// address.
+	// Device, when set, is the device to dial from (LocalAddr is then
+	// ignored): a goroce device, or a kernel RDMA device
+	// (verbs.OpenHardware, -tags goroce_ibverbs; cm connects through
+	// librdmacm). Otherwise the package opens a goroce device on the
+	// local address and shares it with the connections and listeners on
+	// that address.
 	Device *verbs.Device
 	// UDPPort is the RoCEv2 port of the device the package opens; zero
 	// selects 4791.

@@ -76,4 +76,15 @@
 // address (Dialer.LocalAddr, the kernel's source address toward the
 // peer, or the listening address) and shares it among the connections and
 // listeners on that address, closing it a moment after the last is gone.
+//
+// # Kernel RDMA devices
+//
+// Built with cgo and the goroce_ibverbs tag, Dialer.Device and
+// ListenConfig.Device may be a kernel RDMA device (verbs.OpenHardware: a
+// NIC, rxe); cm then connects through librdmacm, and the listening
+// address must be one of the device's. Such a CQ takes no completion
+// sink: one goroutine per connection waits on it (CQ.Wait, parked in Go's
+// poller) and queues its completions for Read and Write. The regions of
+// IOMap work, but a NIC does not report the peer's stores into them
+// (verbs.MR.WaitRemoteWrite is ErrNotSupported there).
 package rsocket

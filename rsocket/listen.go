@@ -16,8 +16,10 @@ import (
 // from librdmacm's rsockets (rstream, riostream). The zero value listens
 // on the goroce device of the address given, opening it if need be.
 type ListenConfig struct {
-	// Device, when set, is the goroce device to listen on (the address's
-	// host part must then be its address or empty).
+	// Device, when set, is the device to listen on: a goroce device (the
+	// address's host part must then be its address or empty), or a
+	// kernel RDMA device (verbs.OpenHardware; the address must be one of
+	// its addresses).
 	Device *verbs.Device
 	// UDPPort is the RoCEv2 port of the device the package opens; zero
 	// selects 4791.
@@ -67,7 +69,15 @@ func (lc *ListenConfig) listen(ctx context.Context, network, address string) (*L
 			return nil, err
 		}
 	}
-	address = net.JoinHostPort(dev.Addr().String(), port)
+	if dev.Hardware() {
+		// A kernel device has several addresses: the one given.
+		if host == "" {
+			release()
+			return nil, fmt.Errorf("rsocket: listen on a kernel RDMA device needs its address, not %q: %w", address, verbs.ErrInvalidArgument)
+		}
+	} else {
+		address = net.JoinHostPort(dev.Addr().String(), port)
+	}
 	cml, err := cm.ListenConfig{}.Listen(ctx, address)
 	if err != nil {
 		release()

@@ -1,8 +1,11 @@
 package rsocket
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/goroce/goroce/verbs"
 )
@@ -51,6 +54,34 @@ func (q *completions) take(dst []verbs.WorkCompletion) int {
 	q.head = (q.head + k) % len(q.ring)
 	q.n -= k
 	return k
+}
+
+// pollHardware takes a kernel device's completions (CQ.Wait parks in Go's
+// poller on the CQ's completion channel) and queues them as the sink
+// does, until Close destroys the CQ.
+func (c *Conn) pollHardware() {
+	defer close(c.hwDone)
+	var wcs [32]verbs.WorkCompletion
+	for {
+		n, err := c.ep.cq.Wait(context.Background(), wcs[:])
+		if err != nil {
+			if !errors.Is(err, verbs.ErrClosed) {
+				c.mu.Lock()
+				c.broken(fmt.Errorf("rsocket: completions: %w", err))
+				c.mu.Unlock()
+				c.wake()
+			}
+			return
+		}
+		for i := range wcs[:n] {
+			// The ring is as deep as the CQ, and every work
+			// request's completion is taken before its slot is
+			// reused: it has room.
+			for !c.cq.DeliverCompletion(wcs[i]) {
+				time.Sleep(10 * time.Microsecond)
+			}
+		}
+	}
 }
 
 // progress applies the completions queued, then returns credits if due.

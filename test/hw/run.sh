@@ -3,8 +3,9 @@
 #
 # Builds the tests of internal/ibverbs and internal/rdmacm (goroce's
 # bindings to rdma-core's libibverbs and librdmacm, issue 20; the rdmacm
-# tests, and package cm's TestHardware*, connect through rxe0's address,
-# HW_VM_IP) and of package verbs with cgo and -tags
+# tests, package cm's TestHardware* and the kernel half of its
+# TestBackend* (the event API), and rsocket's TestHardware*, connect
+# through rxe0's address, HW_VM_IP) and of package verbs with cgo and -tags
 # goroce_ibverbs on this host (Debian bookworm's libibverbs-dev, as in the
 # VM), boots the rxe VM of ../shared/rxe-vm, and runs the test binaries
 # there against rxe0, through the VM's 9p share. The host's kernel has no
@@ -68,6 +69,7 @@ log "building the ibverbs and verbs tests and the tools (cgo, -tags goroce_ibver
 	CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$OUT/verbs.test" ./verbs &&
 	CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$OUT/rdmacm.test" ./internal/rdmacm &&
 	CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$OUT/cm.test" ./cm &&
+	CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$OUT/rsocket.test" ./rsocket &&
 	for t in $HW_TOOLS; do
 		CGO_ENABLED=1 go build -tags goroce_ibverbs -o "$OUT/goroce-$t" ./cmd/goroce-$t || exit 1
 	done) ||
@@ -89,14 +91,15 @@ trap cleanup EXIT
 log "vm0 ready"
 
 mkdir -p "$SHARE/goroce-hw"
-cp "$OUT/ibverbs.test" "$OUT/verbs.test" "$OUT/rdmacm.test" "$OUT/cm.test" "$SHARE/goroce-hw/"
+cp "$OUT/ibverbs.test" "$OUT/verbs.test" "$OUT/rdmacm.test" "$OUT/cm.test" "$OUT/rsocket.test" "$SHARE/goroce-hw/"
 for t in $HW_TOOLS; do cp "$OUT/goroce-$t" "$SHARE/goroce-hw/"; done
 cp "$ROOT/test/hw/pingpong-vm.sh" "$ROOT/test/hw/tools-vm.sh" "$SHARE/goroce-hw/"
 "$VM" exec vm0 --timeout 600 -- \
 	"cd /host/goroce-hw && GOROCE_IBV_DEVICE=rxe0 ./ibverbs.test -test.v -test.count=1 &&
 	 GOROCE_RDMACM_ADDR=$VM_IP ./rdmacm.test -test.v -test.count=1 &&
 	 GOROCE_RDMACM_ADDR=$VM_IP ./cm.test -test.v -test.count=1 -test.run '^TestHardware' &&
-	 GOROCE_RDMACM_ADDR=$VM_IP ./cm.test -test.v -test.count=1 -test.run '^TestBackend/^kernel$'" >"$OUT/tests.log" 2>&1
+	 GOROCE_RDMACM_ADDR=$VM_IP ./cm.test -test.v -test.count=1 -test.run '^TestBackend/^kernel$' &&
+	 GOROCE_IBV_DEVICE=rxe0 GOROCE_RDMACM_ADDR=$VM_IP ./rsocket.test -test.v -test.count=1 -test.run '^TestHardware'" >"$OUT/tests.log" 2>&1
 rc=$?
 "$VM" exec vm0 --timeout 1200 -- \
 	"cd /host/goroce-hw && GOROCE_TEST_BACKEND=hw:rxe0 ./verbs.test -test.v -test.count=1 -test.timeout=1100s -test.run '$VERBS_RUN'" >"$OUT/verbs.log" 2>&1
@@ -116,7 +119,7 @@ if grep -q -- '--- SKIP' "$OUT/tests.log"; then
 fi
 passed=$(grep -c -- '--- PASS' "$OUT/tests.log")
 [ "$passed" -gt 0 ] || die "no test passed (log $OUT/tests.log)"
-log "ibverbs, rdmacm and cm's hardware path: $passed passed against rxe0, 0 failed, 0 skipped"
+log "ibverbs, rdmacm, cm's and rsocket's hardware path: $passed passed against rxe0, 0 failed, 0 skipped"
 
 # verbs: subtests count as tests; a skip must name the backend.
 grep -E -- '--- (PASS|FAIL|SKIP)' "$OUT/verbs.log" >&2
