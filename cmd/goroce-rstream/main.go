@@ -44,6 +44,7 @@ import (
 	"os/signal"
 
 	"github.com/goroce/goroce/internal/rsperf"
+	"github.com/goroce/goroce/internal/tooldev"
 )
 
 func main() {
@@ -58,12 +59,15 @@ type config struct {
 	rsperf.Options
 	tcp       bool // -T s
 	keepalive int  // -k, seconds
+	hw        bool // --hw: the kernel RDMA device of the address
 }
 
 func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	c := &config{}
 	f := rsperf.NewFlags("goroce-rstream", stderr, &c.Options, 1, "test options: s (TCP sockets), v (verify), a, b, n, r")
 	f.FS.IntVar(&c.keepalive, "k", 0, "keepalive time in seconds (0: none)")
+	f.FS.BoolVar(&c.hw, tooldev.Flag, false, "run on the kernel RDMA device that holds the local address\n"+
+		"(-b, or the source address toward -s), through libibverbs and librdmacm\n(a build with -tags goroce_ibverbs)")
 	err := f.Parse(args, func(letter string) error {
 		switch letter {
 		case "s":
@@ -81,10 +85,15 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 		return nil, err
 	case c.keepalive < 0:
 		return nil, fmt.Errorf("-k %d: want seconds", c.keepalive)
+	case c.hw && c.tcp:
+		return nil, errors.New("--hw with -T s: TCP sockets need no RDMA device")
 	case !c.tcp: // over TCP, no goroce device binds
 		if err := c.CheckBind(); err != nil {
 			return nil, err
 		}
+	}
+	if err := tooldev.GorocOnly(f.FS, c.hw, "udp-port"); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/rsperf"
+	"github.com/goroce/goroce/internal/tooldev"
 	"github.com/goroce/goroce/rsocket"
+	"github.com/goroce/goroce/verbs"
 )
 
 // tester runs rstream's tests on one side.
@@ -19,6 +21,7 @@ type tester struct {
 	client bool
 	ln     net.Listener
 	conn   net.Conn
+	dev    *verbs.Device // --hw: the kernel device, opened once
 	buf    []byte
 
 	name       string
@@ -42,6 +45,11 @@ func newTester(cfg *config, out io.Writer) *tester {
 }
 
 func (t *tester) run(ctx context.Context) error {
+	defer func() {
+		if t.dev != nil {
+			_ = t.dev.Close()
+		}
+	}()
 	if !t.client {
 		if err := t.listen(ctx); err != nil {
 			return err
@@ -73,8 +81,37 @@ func (t *tester) listen(ctx context.Context) error {
 		return err
 	}
 	lc := rsocket.ListenConfig{UDPPort: uint16(t.cfg.UDPPort), Config: t.buffers()}
+	if t.cfg.hw {
+		if lc.Device, err = t.hwDevice(netip.MustParseAddr(t.cfg.Bind)); err != nil {
+			return err
+		}
+	}
 	t.ln, err = lc.Listen(ctx, "rdma", hostPort(t.cfg.Bind, t.cfg.Port))
 	return err
+}
+
+// hwDevice opens the kernel RDMA device that holds addr (--hw), once.
+func (t *tester) hwDevice(addr netip.Addr) (*verbs.Device, error) {
+	if t.dev == nil {
+		d, err := tooldev.OpenAddr(addr)
+		if err != nil {
+			return nil, fmt.Errorf("--hw: %w", err)
+		}
+		t.dev = d
+	}
+	return t.dev, nil
+}
+
+// sourceToward is the address the kernel's routing sends from toward
+// host: a UDP connect, which sends nothing, tells.
+func sourceToward(ctx context.Context, host string) (netip.Addr, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "udp", net.JoinHostPort(host, "4791"))
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap(), nil
 }
 
 // buffers are rstream's: -B, or 512 KiB, which rsockets doubles; and
@@ -103,6 +140,17 @@ func (t *tester) connect(ctx context.Context) error {
 		d := rsocket.Dialer{UDPPort: uint16(t.cfg.UDPPort), Config: t.buffers()}
 		if t.cfg.Bind != "" {
 			d.LocalAddr = netip.MustParseAddr(t.cfg.Bind) // parseArgs checked it
+		}
+		if t.cfg.hw {
+			src := d.LocalAddr
+			if !src.IsValid() {
+				if src, err = sourceToward(ctx, t.cfg.Server); err != nil {
+					return err
+				}
+			}
+			if d.Device, err = t.hwDevice(src); err != nil {
+				return err
+			}
 		}
 		t.conn, err = d.DialContext(ctx, "rdma", hostPort(t.cfg.Server, t.cfg.Port))
 	}

@@ -1,6 +1,6 @@
 #!/bin/sh
 # test/hw/tools-vm.sh ADDR: run inside the rxe VM by test/hw/run.sh, ADDR
-# being rxe0's IPv4 address. goroce-devinfo, goroce-perf and goroce-rping,
+# being rxe0's IPv4 address. goroce-devinfo, goroce-perf, goroce-rping and goroce-rstream,
 # built with -tags goroce_ibverbs, on rxe0 (--hw), each checked on what it
 # can show:
 #   - goroce-devinfo --hw prints what ibv_devinfo prints, byte for byte
@@ -15,6 +15,8 @@
 #   - goroce-rping -V pings between two processes, each ping's data
 #     compared (-V) and printed (-v), and against rdma-core's rping as the
 #     client.
+#   - goroce-rstream --hw against rdma-core's rstream (rsockets), either
+#     side the server, the transfers verified by both (-T v).
 # Iteration counts are small: the VM emulates its processor.
 set -u
 ip=${1:?usage: tools-vm.sh ADDR}
@@ -117,3 +119,26 @@ rping_pair() {
 }
 rping_pair "./goroce-rping --hw"
 rping_pair rping
+
+# goroce-rstream --hw (rsocket on rxe0 through librdmacm) against
+# rdma-core's rstream (librdmacm's rsockets), each side in turn, 50
+# transfers of 64 KiB verified by both (-T v).
+rstream_pair() {
+	server=$1 client=$2 port=$3
+	timeout 60 $server -b "$ip" -p "$port" -S 65536 -C 50 -T v >srv.txt 2>&1 &
+	srv=$!
+	sleep 2 # the cm's port: nothing in /proc/net to wait for
+	timeout 60 $client -s "$ip" -p "$port" -S 65536 -C 50 -T v >cli.txt 2>&1
+	crc=$?
+	wait $srv
+	src=$?
+	cat cli.txt
+	echo " server side:"
+	cat srv.txt
+	[ $crc -eq 0 ] && [ $src -eq 0 ] || fail "$client against $server: client exit $crc, server exit $src"
+	grep -q '^custom *64k *50 ' cli.txt && grep -q '^custom *64k *50 ' srv.txt ||
+		fail "$client against $server: no result line"
+	echo "$client -s against $server -b on rxe0: ok"
+}
+rstream_pair rstream "./goroce-rstream --hw" 7471
+rstream_pair "./goroce-rstream --hw" rstream 7472
