@@ -49,6 +49,7 @@ import (
 	"os/signal"
 
 	"github.com/goroce/goroce/internal/rsperf"
+	"github.com/goroce/goroce/internal/tooldev"
 )
 
 func main() {
@@ -61,12 +62,15 @@ func main() {
 // config is the parsed command line.
 type config struct {
 	rsperf.Options
+	hw bool // --hw: the kernel RDMA device of the address
 }
 
 func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	c := &config{}
 	// The marker is the last byte: a transfer has at least one more.
 	f := rsperf.NewFlags("goroce-riostream", stderr, &c.Options, 2, "test options: v (verify), a, b, n")
+	f.FS.BoolVar(&c.hw, tooldev.Flag, false, "run on the kernel RDMA device that holds the local address\n"+
+		"(-b, or the source address toward -s), through libibverbs and librdmacm\n(a build with -tags goroce_ibverbs)")
 	err := f.Parse(args, func(letter string) error {
 		switch letter {
 		case "a", "b", "n":
@@ -76,6 +80,9 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	})
 	if err == nil {
 		err = c.CheckBind()
+	}
+	if err == nil {
+		err = tooldev.GorocOnly(f.FS, c.hw, "udp-port")
 	}
 	if err != nil {
 		return nil, err

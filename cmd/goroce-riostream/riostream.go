@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/rsperf"
+	"github.com/goroce/goroce/internal/tooldev"
 	"github.com/goroce/goroce/rsocket"
 	"github.com/goroce/goroce/verbs"
 )
@@ -21,6 +22,7 @@ type tester struct {
 	ln     net.Listener
 	conn   *rsocket.Conn
 	buf    []byte
+	dev    *verbs.Device // --hw: the kernel device, opened once
 
 	name       string
 	size       int
@@ -44,6 +46,11 @@ func newTester(cfg *config, out io.Writer) *tester {
 }
 
 func (t *tester) run(ctx context.Context) error {
+	defer func() {
+		if t.dev != nil {
+			_ = t.dev.Close()
+		}
+	}()
 	if !t.client {
 		if err := t.listen(ctx); err != nil {
 			return err
@@ -80,8 +87,26 @@ func (t *tester) config() rsocket.Config {
 func (t *tester) listen(ctx context.Context) error {
 	lc := rsocket.ListenConfig{UDPPort: uint16(t.cfg.UDPPort), Config: t.config()}
 	var err error
+	if t.cfg.hw {
+		if lc.Device, err = t.hwDevice(ctx, netip.MustParseAddr(t.cfg.Bind), ""); err != nil {
+			return err
+		}
+	}
 	t.ln, err = lc.Listen(ctx, "rdma", net.JoinHostPort(t.cfg.Bind, t.cfg.Port))
 	return err
+}
+
+// hwDevice opens the kernel RDMA device of the connection (--hw), once:
+// the one holding local, or the source address toward host.
+func (t *tester) hwDevice(ctx context.Context, local netip.Addr, host string) (*verbs.Device, error) {
+	if t.dev == nil {
+		d, err := tooldev.OpenToward(ctx, local, host)
+		if err != nil {
+			return nil, fmt.Errorf("--hw: %w", err)
+		}
+		t.dev = d
+	}
+	return t.dev, nil
 }
 
 // connect accepts the next connection (server) or dials (client).
@@ -92,6 +117,11 @@ func (t *tester) connect(ctx context.Context) error {
 		d := rsocket.Dialer{UDPPort: uint16(t.cfg.UDPPort), Config: t.config()}
 		if t.cfg.Bind != "" {
 			d.LocalAddr = netip.MustParseAddr(t.cfg.Bind) // parseArgs checked it
+		}
+		if t.cfg.hw {
+			if d.Device, err = t.hwDevice(ctx, d.LocalAddr, t.cfg.Server); err != nil {
+				return err
+			}
 		}
 		c, err = d.DialContext(ctx, "rdma", net.JoinHostPort(t.cfg.Server, t.cfg.Port))
 	} else {
@@ -187,6 +217,20 @@ func (t *tester) sendXfers(buf []byte, marker byte) error {
 // of the last packet: see recvXfer.
 const settle = 10 * time.Second
 
+// waitStore waits until the count of the peer's stores into mr differs
+// from seen. A kernel device cannot tell (its NIC writes behind the
+// runtime's back, and MR.WaitRemoteWrite is ErrNotSupported there): it
+// sleeps a moment instead, and the caller looks at the memory again, as
+// rdma-core's riostream spins on it.
+func (t *tester) waitStore(ctx context.Context, mr *verbs.MR, seen uint64) error {
+	if t.cfg.hw {
+		time.Sleep(time.Microsecond)
+		return ctx.Err()
+	}
+	_, err := mr.WaitRemoteWrite(ctx, seen)
+	return err
+}
+
 // recvXfer is recv_xfer: it waits until the peer's marker is in the last
 // byte of the buffer and, with -T v, checks the bytes before it against
 // verify_buf's counter.
@@ -206,13 +250,14 @@ func (t *tester) recvXfer(ctx context.Context, mr *verbs.MR, buf []byte, marker 
 		if buf[last] == marker {
 			break
 		}
-		if _, err := mr.WaitRemoteWrite(ctx, seen); err != nil {
+		if err := t.waitStore(ctx, mr, seen); err != nil {
 			return fmt.Errorf("waiting for the peer's transfer: %w", err)
 		}
 	}
 	if !t.cfg.Verify {
 		return nil
 	}
+	var failed time.Time // on a kernel device: since the first mismatch
 	for i := 0; i < last; {
 		seen := mr.RemoteWrites()
 		for ; i < last && buf[i] == t.verifyByte+byte(i); i++ {
@@ -221,8 +266,16 @@ func (t *tester) recvXfer(ctx context.Context, mr *verbs.MR, buf []byte, marker 
 			break
 		}
 		wctx, cancel := context.WithTimeout(ctx, t.settle)
-		_, err := mr.WaitRemoteWrite(wctx, seen)
+		err := t.waitStore(wctx, mr, seen)
 		cancel()
+		if t.cfg.hw {
+			if failed.IsZero() {
+				failed = time.Now()
+			}
+			if err == nil && time.Since(failed) > t.settle {
+				err = context.DeadlineExceeded
+			}
+		}
 		if err != nil {
 			return fmt.Errorf("data verification failed byte %d", t.verified+int64(i))
 		}

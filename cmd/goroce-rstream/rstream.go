@@ -82,7 +82,7 @@ func (t *tester) listen(ctx context.Context) error {
 	}
 	lc := rsocket.ListenConfig{UDPPort: uint16(t.cfg.UDPPort), Config: t.buffers()}
 	if t.cfg.hw {
-		if lc.Device, err = t.hwDevice(netip.MustParseAddr(t.cfg.Bind)); err != nil {
+		if lc.Device, err = t.hwDevice(ctx, netip.MustParseAddr(t.cfg.Bind), ""); err != nil {
 			return err
 		}
 	}
@@ -90,28 +90,17 @@ func (t *tester) listen(ctx context.Context) error {
 	return err
 }
 
-// hwDevice opens the kernel RDMA device that holds addr (--hw), once.
-func (t *tester) hwDevice(addr netip.Addr) (*verbs.Device, error) {
+// hwDevice opens the kernel RDMA device of the connection (--hw), once:
+// the one holding local, or the source address toward host.
+func (t *tester) hwDevice(ctx context.Context, local netip.Addr, host string) (*verbs.Device, error) {
 	if t.dev == nil {
-		d, err := tooldev.OpenAddr(addr)
+		d, err := tooldev.OpenToward(ctx, local, host)
 		if err != nil {
 			return nil, fmt.Errorf("--hw: %w", err)
 		}
 		t.dev = d
 	}
 	return t.dev, nil
-}
-
-// sourceToward is the address the kernel's routing sends from toward
-// host: a UDP connect, which sends nothing, tells.
-func sourceToward(ctx context.Context, host string) (netip.Addr, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "udp", net.JoinHostPort(host, "4791"))
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap(), nil
 }
 
 // buffers are rstream's: -B, or 512 KiB, which rsockets doubles; and
@@ -142,13 +131,7 @@ func (t *tester) connect(ctx context.Context) error {
 			d.LocalAddr = netip.MustParseAddr(t.cfg.Bind) // parseArgs checked it
 		}
 		if t.cfg.hw {
-			src := d.LocalAddr
-			if !src.IsValid() {
-				if src, err = sourceToward(ctx, t.cfg.Server); err != nil {
-					return err
-				}
-			}
-			if d.Device, err = t.hwDevice(src); err != nil {
+			if d.Device, err = t.hwDevice(ctx, d.LocalAddr, t.cfg.Server); err != nil {
 				return err
 			}
 		}

@@ -11,8 +11,10 @@
 package tooldev
 
 import (
+	"context"
 	"flag"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 
@@ -60,6 +62,23 @@ func OpenAddr(addr netip.Addr) (*verbs.Device, error) {
 		}
 	}
 	return nil, fmt.Errorf("no kernel RDMA device has %v in its GID table (devices: %s)", addr, strings.Join(names, ", "))
+}
+
+// OpenToward opens the kernel RDMA device a connection to host goes
+// from: the one holding local if it is valid, else the one holding the
+// source address the kernel's routing picks toward host (a UDP connect,
+// which sends nothing, tells).
+func OpenToward(ctx context.Context, local netip.Addr, host string) (*verbs.Device, error) {
+	if !local.IsValid() {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "udp", net.JoinHostPort(host, "4791"))
+		if err != nil {
+			return nil, err
+		}
+		local = c.LocalAddr().(*net.UDPAddr).AddrPort().Addr()
+		_ = c.Close()
+	}
+	return OpenAddr(local)
 }
 
 // GIDIndex returns the index of the GID a tool sends from on d when the

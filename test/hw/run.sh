@@ -16,7 +16,8 @@
 # what only a goroce device has skip, naming it; none may fail.
 # The tools built with the tag run there too, on rxe0 (--hw), between two
 # processes: the four pingpongs (pingpong-vm.sh), goroce-devinfo,
-# goroce-perf, goroce-rping and goroce-rstream (tools-vm.sh), each checked. Last,
+# goroce-perf, goroce-rping, goroce-rstream and goroce-riostream
+# (tools-vm.sh), each checked. Last,
 # test/hw/cross.sh runs verbs' cross tests between a goroce device on the
 # host and rxe0 in the VM, both directions.
 #
@@ -63,7 +64,7 @@ if ! dpkg -s libibverbs-dev librdmacm-dev >/dev/null 2>&1; then
 fi
 
 # The tools built with the tag: pingpong-vm.sh and tools-vm.sh run them.
-HW_TOOLS="pingpong uc-pingpong srq-pingpong ud-pingpong perf rping devinfo rstream"
+HW_TOOLS="pingpong uc-pingpong srq-pingpong ud-pingpong perf rping devinfo rstream riostream"
 log "building the ibverbs and verbs tests and the tools (cgo, -tags goroce_ibverbs)"
 (cd "$ROOT" && CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$OUT/ibverbs.test" ./internal/ibverbs &&
 	CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$OUT/verbs.test" ./verbs &&
@@ -145,14 +146,15 @@ if [ $prc -ne 0 ] || [ "$(grep -c 'on rxe0: ok' "$OUT/pingpong.log")" -ne 4 ]; t
 fi
 log "goroce-{,uc-,srq-,ud-}pingpong --hw on rxe0: 4 of 4 passed"
 
-# goroce-devinfo, goroce-perf, goroce-rping and goroce-rstream --hw on
-# rxe0, each checked (tools-vm.sh says how): 12 checks.
+# goroce-devinfo, goroce-perf, goroce-rping, goroce-rstream and
+# goroce-riostream --hw on rxe0, each checked (tools-vm.sh says how): 14
+# checks.
 cat "$OUT/tools.log" >&2
 tok=$(grep -c 'on rxe0: ok$' "$OUT/tools.log")
-if [ $trc -ne 0 ] || [ "$tok" -ne 12 ]; then
-	die "the tools FAILED on rxe0 (rc $trc, $tok of 12 passed; log $OUT/tools.log)"
+if [ $trc -ne 0 ] || [ "$tok" -ne 14 ]; then
+	die "the tools FAILED on rxe0 (rc $trc, $tok of 14 passed; log $OUT/tools.log)"
 fi
-log "goroce-devinfo, goroce-perf, goroce-rping, goroce-rstream --hw on rxe0: 12 of 12 passed"
+log "goroce-devinfo, goroce-perf, goroce-rping, goroce-r{,io}stream --hw on rxe0: 14 of 14 passed"
 
 # A goroce device on the host and rxe0 through the backend, the same tests
 # at both ends, with this run's VM and verbs tests (test/hw/cross.sh).

@@ -1,6 +1,7 @@
 #!/bin/sh
 # test/hw/tools-vm.sh ADDR: run inside the rxe VM by test/hw/run.sh, ADDR
-# being rxe0's IPv4 address. goroce-devinfo, goroce-perf, goroce-rping and goroce-rstream,
+# being rxe0's IPv4 address. goroce-devinfo, goroce-perf, goroce-rping, goroce-rstream
+# and goroce-riostream,
 # built with -tags goroce_ibverbs, on rxe0 (--hw), each checked on what it
 # can show:
 #   - goroce-devinfo --hw prints what ibv_devinfo prints, byte for byte
@@ -15,8 +16,9 @@
 #   - goroce-rping -V pings between two processes, each ping's data
 #     compared (-V) and printed (-v), and against rdma-core's rping as the
 #     client.
-#   - goroce-rstream --hw against rdma-core's rstream (rsockets), either
-#     side the server, the transfers verified by both (-T v).
+#   - goroce-rstream and goroce-riostream --hw against rdma-core's
+#     rstream and riostream (rsockets), either side the server, the
+#     transfers verified by both (-T v).
 # Iteration counts are small: the VM emulates its processor.
 set -u
 ip=${1:?usage: tools-vm.sh ADDR}
@@ -120,9 +122,10 @@ rping_pair() {
 rping_pair "./goroce-rping --hw"
 rping_pair rping
 
-# goroce-rstream --hw (rsocket on rxe0 through librdmacm) against
-# rdma-core's rstream (librdmacm's rsockets), each side in turn, 50
-# transfers of 64 KiB verified by both (-T v).
+# goroce-rstream and goroce-riostream --hw (rsocket on rxe0 through
+# librdmacm) against rdma-core's rstream and riostream (librdmacm's
+# rsockets), each side in turn, 50 transfers of 64 KiB verified by both
+# (-T v).
 rstream_pair() {
 	server=$1 client=$2 port=$3
 	timeout 60 $server -b "$ip" -p "$port" -S 65536 -C 50 -T v >srv.txt 2>&1 &
@@ -142,3 +145,5 @@ rstream_pair() {
 }
 rstream_pair rstream "./goroce-rstream --hw" 7471
 rstream_pair "./goroce-rstream --hw" rstream 7472
+rstream_pair riostream "./goroce-riostream --hw" 7473
+rstream_pair "./goroce-riostream --hw" riostream 7474
