@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -37,7 +38,9 @@ func hwError(op string, err error) error {
 			sentinel = ErrNotSupported
 		}
 	}
-	return newError(op, "", sentinel, err.Error())
+	// The errno's text is often the sentinel's ("invalid argument"):
+	// said once.
+	return newError(op, "", sentinel, strings.TrimSuffix(err.Error(), ": "+sentinel.Error()))
 }
 
 // AllocBuffer maps n bytes (rounded up to pages) outside the Go heap, for

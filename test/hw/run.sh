@@ -77,7 +77,7 @@ log "building the ibverbs and verbs tests and the tools (cgo, -tags goroce_ibver
 	die "build failed"
 # The VM emulates its processor (TCG): the end-to-end tests, not the
 # software device's unit tests, which the host runs.
-VERBS_RUN=${HW_VERBS_RUN:-'^Test(E2E|RCLoopback|RemoteRegionOneSided|PostSendList|QPEx|WaitRDMAWrite|MW)'}
+VERBS_RUN=${HW_VERBS_RUN:-'^Test(E2E|RCLoopback|RemoteRegionOneSided|PostSendList|QPEx|WaitRDMAWrite|MW|HardwareErrorText)'}
 
 log "building the VM image (idempotent)"
 "$VM" build >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log" >&2; die "rxe-vm.sh build failed"; }
