@@ -185,7 +185,7 @@ func (id *ID) CreateQP(pd *verbs.PD, attr verbs.QPInitAttr) (*verbs.QP, error) {
 	if err != nil {
 		return nil, err
 	}
-	if pd.Device() != dev {
+	if !sameDevice(pd.Device(), dev) {
 		return nil, fmt.Errorf("cm: create QP: the PD is of another device than the ID's: %w", verbs.ErrInvalidArgument)
 	}
 	qp, err := pd.CreateQP(attr)
@@ -202,7 +202,9 @@ func (id *ID) CreateQP(pd *verbs.PD, attr verbs.QPInitAttr) (*verbs.QP, error) {
 // SetQP hands the ID a QP the application created on the ID's device
 // (an RC or UC QP in RESET or INIT for the TCP port space, a UD QP for the
 // others), which the CM then moves as the connection requires (see the
-// package documentation). The CM does not destroy it.
+// package documentation). The CM does not destroy it. On a kernel device
+// the QP may be of any verbs.OpenHardware of the ID's device, not only of
+// ID.Device.
 func (id *ID) SetQP(qp *verbs.QP) error {
 	if qp == nil {
 		return fmt.Errorf("cm: set QP: nil QP: %w", verbs.ErrInvalidArgument)
@@ -217,7 +219,7 @@ func (id *ID) setQP(qp *verbs.QP, owned bool) error {
 	if err != nil {
 		return err
 	}
-	if qp.PD().Device() != dev {
+	if !sameDevice(qp.PD().Device(), dev) {
 		return fmt.Errorf("cm: set QP %#x: of another device than the ID's: %w", qp.QPN(), verbs.ErrInvalidArgument)
 	}
 	if id.qp != nil {
@@ -239,6 +241,13 @@ func (id *ID) setQP(qp *verbs.QP, owned bool) error {
 	}
 	id.qp, id.pd, id.qpOwned = qp, qp.PD(), owned
 	return nil
+}
+
+// sameDevice reports whether a and b are the same device: the same
+// goroce device, or the same kernel device (each OpenHardware opens the
+// kernel device anew; the CM's calls take QPs of any of them).
+func sameDevice(a, b *verbs.Device) bool {
+	return a == b || a.Hardware() && b.Hardware() && a.Name() == b.Name()
 }
 
 // deviceLocked returns the ID's device. The caller holds state.mu.

@@ -367,6 +367,21 @@ type CrossEnd struct {
 	AH   *verbs.AH // UD: toward the peer's device
 }
 
+// Addr is the address of this side of the link to the peer: a goroce
+// device of cross mode is opened on it, and the rxe VM's is rxe0's.
+func (x *Cross) Addr() netip.Addr { return x.l.local }
+
+// Open opens this side's End with o (a goroce device on Addr, or the
+// hardware device), its QP in RESET, for a test that connects it
+// otherwise than Connect does (through the CM).
+func (x *Cross) Open(o EndOptions) *End {
+	x.t.Helper()
+	if Hardware() == "" && !o.Addr.IsValid() {
+		o.Addr = x.l.local
+	}
+	return NewEnd(x.t, o)
+}
+
 // Connect opens this side's End with o (a goroce device on the address of
 // the link to the peer, or the hardware device), exchanges the QPs'
 // attributes and the regions with the peer and brings the QP to RTS with

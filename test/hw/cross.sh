@@ -17,13 +17,18 @@
 # FETCH_ADD, UD SEND and SEND_WITH_IMM (1 byte and the path MTU), and a
 # WRITE with a bad rkey (REM_ACCESS_ERR at the requester, both QPs in
 # ERR), the data checked byte by byte by the side that holds it.
+# Then package cm's test binary runs the same way: its TestCrossCM* connect
+# the two processes through the CM, goroce's on the host and the kernel's
+# rdma_cm through librdmacm in the VM, with the net-like API (Listen,
+# Dial, Accept, private data, a SEND and a WRITE, Close) and with the
+# event API (IDs on event channels, SetQP, Accept, a SEND, Disconnect).
 #
 # Both processes must pass every case, the same cases, none skipped.
 #
 #   sudo test/hw/cross.sh        # boots the VM; about 2 minutes with its image built
 #
 # test/hw/run.sh calls it with its VM up (CROSS_VM_UP=1) and its test
-# binary (CROSS_VERBS_TEST). Environment: RXE_VM_DIR (default
+# binaries (CROSS_VERBS_TEST, CROSS_CM_TEST). Environment: RXE_VM_DIR (default
 # ../shared/rxe-vm beside the repository), RXE_CACHE (~/.cache/rxe-vm),
 # RXE_NETNS (rdmatest), CROSS_PORT (18620, TCP).
 set -uo pipefail
@@ -45,17 +50,24 @@ log() { printf '[cross %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "$*"; exit 1; }
 
 [ -x "$VM" ] || die "harness not found: $VM (set RXE_VM_DIR)"
-TEST=${CROSS_VERBS_TEST:-}
-if [ -z "$TEST" ]; then
-	if ! dpkg -s libibverbs-dev >/dev/null 2>&1; then
-		log "installing libibverbs-dev"
-		DEBIAN_FRONTEND=noninteractive apt-get install -y libibverbs-dev >"$OUT/apt.log" 2>&1 ||
-			{ apt-get update >>"$OUT/apt.log" 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y libibverbs-dev >>"$OUT/apt.log" 2>&1; } ||
-			die "apt-get install libibverbs-dev failed (see $OUT/apt.log)"
+VERBS_TEST=${CROSS_VERBS_TEST:-}
+CM_TEST=${CROSS_CM_TEST:-}
+if [ -z "$VERBS_TEST" ] || [ -z "$CM_TEST" ]; then
+	if ! dpkg -s libibverbs-dev librdmacm-dev >/dev/null 2>&1; then
+		log "installing libibverbs-dev librdmacm-dev"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y libibverbs-dev librdmacm-dev >"$OUT/apt.log" 2>&1 ||
+			{ apt-get update >>"$OUT/apt.log" 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y libibverbs-dev librdmacm-dev >>"$OUT/apt.log" 2>&1; } ||
+			die "apt-get install libibverbs-dev librdmacm-dev failed (see $OUT/apt.log)"
 	fi
-	log "building the verbs tests (cgo, -tags goroce_ibverbs)"
-	TEST=$OUT/verbs.test
-	(cd "$ROOT" && CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$TEST" ./verbs) || die "build failed"
+	log "building the verbs and cm tests (cgo, -tags goroce_ibverbs)"
+	if [ -z "$VERBS_TEST" ]; then
+		VERBS_TEST=$OUT/verbs.test
+		(cd "$ROOT" && CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$VERBS_TEST" ./verbs) || die "build failed"
+	fi
+	if [ -z "$CM_TEST" ]; then
+		CM_TEST=$OUT/cm.test
+		(cd "$ROOT" && CGO_ENABLED=1 go test -c -tags goroce_ibverbs -o "$CM_TEST" ./cm) || die "build failed"
+	fi
 fi
 
 if [ "${CROSS_VM_UP:-0}" != 1 ]; then
@@ -75,39 +87,46 @@ if [ "${CROSS_VM_UP:-0}" != 1 ]; then
 fi
 
 mkdir -p "$SHARE/goroce-cross"
-cp "$TEST" "$SHARE/goroce-cross/verbs.test"
+total=0
 
-# The host's process listens; the VM's connects (it retries until the
-# listener is up) and runs in the foreground of the script.
-log "host: goroce devices on $HOST_IP (netns $NS); vm0: rxe0 through libibverbs"
-ip netns exec "$NS" env GOROCE_TEST_CROSS="listen $HOST_IP:$PORT" \
-	"$TEST" -test.v -test.count=1 -test.timeout=900s -test.run "$RUN" >"$OUT/host.log" 2>&1 &
-host=$!
-"$VM" exec vm0 --timeout 900 -- \
-	"cd /host/goroce-cross && GOROCE_TEST_BACKEND=hw:rxe0 GOROCE_TEST_CROSS='dial $HOST_IP:$PORT' ./verbs.test -test.v -test.count=1 -test.timeout=850s -test.run '$RUN'" \
-	>"$OUT/vm.log" 2>&1
-vrc=$?
-wait "$host"
-hrc=$?
-rm -rf "$SHARE/goroce-cross"
-
-# passed LOG: the cases (both directions' subtests) LOG says passed.
+# cross NAME TEST: runs TEST's TestCross* in both processes; both must
+# pass the same cases, none skipped.
+cross() {
+	local name=$1 test=$2
+	cp "$test" "$SHARE/goroce-cross/$name.test"
+	log "$name: host: goroce devices on $HOST_IP (netns $NS); vm0: rxe0 through libibverbs and librdmacm"
+	ip netns exec "$NS" env GOROCE_TEST_CROSS="listen $HOST_IP:$PORT" \
+		"$test" -test.v -test.count=1 -test.timeout=900s -test.run "$RUN" >"$OUT/$name-host.log" 2>&1 &
+	local host=$!
+	"$VM" exec vm0 --timeout 900 -- \
+		"cd /host/goroce-cross && GOROCE_TEST_BACKEND=hw:rxe0 GOROCE_TEST_CROSS='dial $HOST_IP:$PORT' ./$name.test -test.v -test.count=1 -test.timeout=850s -test.run '$RUN'" \
+		>"$OUT/$name-vm.log" 2>&1
+	local vrc=$?
+	wait "$host"
+	local hrc=$?
+	passed "$OUT/$name-host.log" >"$OUT/$name-host.pass"
+	passed "$OUT/$name-vm.log" >"$OUT/$name-vm.pass"
+	local n
+	n=$(wc -l <"$OUT/$name-host.pass")
+	grep -E -- '--- (FAIL|SKIP)' "$OUT/$name-host.log" "$OUT/$name-vm.log" >&2
+	if [ $hrc -ne 0 ] || [ $vrc -ne 0 ] || grep -qE -- '--- (FAIL|SKIP)' "$OUT/$name-host.log" "$OUT/$name-vm.log"; then
+		tail -40 "$OUT/$name-host.log" >&2
+		tail -40 "$OUT/$name-vm.log" >&2
+		die "$name FAILED (host rc $hrc, VM rc $vrc; logs $OUT/$name-host.log, $OUT/$name-vm.log)"
+	fi
+	if [ "$n" -eq 0 ] || ! cmp -s "$OUT/$name-host.pass" "$OUT/$name-vm.pass"; then
+		diff "$OUT/$name-host.pass" "$OUT/$name-vm.pass" >&2
+		die "$name: the two processes did not pass the same cases (logs $OUT/$name-host.log, $OUT/$name-vm.log)"
+	fi
+	grep -E -- '--- PASS: .*→' "$OUT/$name-host.log" | sed 's/^ *//' >&2
+	log "$name: $n cases passed in both processes"
+	total=$((total + n))
+}
 passed() { grep -E -- '--- PASS: .*→' "$1" | awk '{print $3}' | sort; }
-passed "$OUT/host.log" >"$OUT/host.pass"
-passed "$OUT/vm.log" >"$OUT/vm.pass"
-n=$(wc -l <"$OUT/host.pass")
-grep -E -- '--- (FAIL|SKIP)' "$OUT/host.log" "$OUT/vm.log" >&2
-if [ $hrc -ne 0 ] || [ $vrc -ne 0 ] || grep -qE -- '--- (FAIL|SKIP)' "$OUT/host.log" "$OUT/vm.log"; then
-	tail -40 "$OUT/host.log" >&2
-	tail -40 "$OUT/vm.log" >&2
-	die "FAILED (host rc $hrc, VM rc $vrc; logs $OUT/host.log, $OUT/vm.log)"
-fi
-if [ "$n" -eq 0 ] || ! cmp -s "$OUT/host.pass" "$OUT/vm.pass"; then
-	diff "$OUT/host.pass" "$OUT/vm.pass" >&2
-	die "the two processes did not pass the same cases (logs $OUT/host.log, $OUT/vm.log)"
-fi
-grep -E -- '--- PASS: .*→' "$OUT/host.log" | sed 's/^ *//' >&2
-log "goroce (host) ↔ rxe0 through the hardware backend (VM): $n cases passed in both processes, both directions, 0 failed, 0 skipped"
+cross verbs "$VERBS_TEST"
+cross cm "$CM_TEST"
+rm -rf "$SHARE/goroce-cross"
+log "goroce (host) ↔ rxe0 through the hardware backend (VM): $total cases passed in both processes, both directions, 0 failed, 0 skipped"
 ok=1
 [ "${CROSS_VM_UP:-0}" = 1 ] && rm -rf "$OUT"
 exit 0

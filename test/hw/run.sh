@@ -158,5 +158,5 @@ log "goroce-devinfo, goroce-perf, goroce-rping, goroce-r{,io}stream --hw on rxe0
 
 # A goroce device on the host and rxe0 through the backend, the same tests
 # at both ends, with this run's VM and verbs tests (test/hw/cross.sh).
-CROSS_VM_UP=1 CROSS_VERBS_TEST="$OUT/verbs.test" RXE_VM_DIR="$RXE_VM_DIR" "$ROOT/test/hw/cross.sh" ||
+CROSS_VM_UP=1 CROSS_VERBS_TEST="$OUT/verbs.test" CROSS_CM_TEST="$OUT/cm.test" RXE_VM_DIR="$RXE_VM_DIR" "$ROOT/test/hw/cross.sh" ||
 	die "goroce ↔ rxe0 (test/hw/cross.sh) FAILED"
