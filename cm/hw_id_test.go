@@ -90,8 +90,20 @@ func TestHardwareIDOptions(t *testing.T) {
 	cha, chb := NewEventChannel(), NewEventChannel()
 	defer cha.Close()
 	defer chb.Close()
-	l := listenOn(t, chb, b, PortSpaceTCP, nil)
+	l, err := chb.CreateID(nil, PortSpaceTCP)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer l.Destroy()
+	if err := l.SetReuseAddr(true); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.BindAddr(netip.AddrPortFrom(b.addr(), 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Listen(0); err != nil {
+		t.Fatal(err)
+	}
 
 	ida, err := cha.CreateID(nil, PortSpaceTCP)
 	if err != nil {

@@ -42,7 +42,7 @@ func (id *ID) Listen(backlog int) error {
 	if id.st != idAddrBound {
 		return id.errState("listen")
 	}
-	if id.opts.reuseAddr {
+	if id.opts.reuseAddr && id.bind != nil { // a kernel device's ID: the kernel checks
 		if err := id.bind.check(id, false); err != nil {
 			return err
 		}
