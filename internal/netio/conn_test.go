@@ -81,6 +81,15 @@ func serve(t testing.TB, c *Conn, h Handler) {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- c.Serve(context.Background(), h) }()
+	// Serving before the test goes on: a Close that came first would
+	// find no Serve to end, and the Serve after it would rightly
+	// return net.ErrClosed (a test ended at once saw that on a loaded
+	// machine).
+	testkit.WaitFor(t, "Serve started", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.serving || len(done) > 0 // an error is reported below
+	})
 	t.Cleanup(func() {
 		c.Close()
 		select {
