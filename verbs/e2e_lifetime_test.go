@@ -114,8 +114,17 @@ func (h *hammer) waitProgress(t *testing.T, n int64) {
 // and reading in a loop: Dereg returns with no access in flight and none
 // after, so a pattern written afterwards stays intact, and the peer's next
 // access fails with REM_ACCESS_ERR.
+//
+// On rxe (Linux 6.1) the responder sometimes goes to ERR without the
+// requester learning why (a READ whose response was under way when the
+// region went): the requester then retransmits into a QP in ERR until
+// its retries run out, RETRY_EXC_ERR, and with a retry count of 7 never
+// does, as rxe takes 7 for infinite (the test hung until it used 6,
+// rxe0's hw_counters/completer_retry_err climbing once a second). The
+// region is as safe either way; on a kernel device the test takes both
+// endings, with short retries.
 func TestE2EDeregUnderTraffic(t *testing.T) {
-	rdmatest.SkipOnHardware(t, "on rxe in the emulated VM one round's requests after the deregistration did not complete within the test's 10 s (rxe's retries at a 1 s timeout); not investigated")
+	hw := rdmatest.Hardware() != ""
 	cases := []struct {
 		mtu  verbs.MTU
 		size int // bytes per WRITE and READ
@@ -136,6 +145,9 @@ func TestE2EDeregUnderTraffic(t *testing.T) {
 				a, b := newEnd(t, 1, rdmatest.EndOptions{}), newEnd(t, 2, rdmatest.EndOptions{})
 				l := rdmatest.DefaultLink()
 				l.MTU = c.mtu
+				if hw {
+					l.Timeout, l.RetryCnt = 14, 6 // 67 ms, 6 retries: about 0.5 s
+				}
 				rdmatest.Connect(t, a, b, l, l)
 				target := make([]byte, c.size+200)
 				mr := rdmatest.MR(t, b.PD, target, rdmatest.RCAccess)
@@ -148,7 +160,7 @@ func TestE2EDeregUnderTraffic(t *testing.T) {
 					target[i] = 0xA5
 				}
 				r := h.result(t)
-				if r.err != nil || r.wc.Status != verbs.WCRemAccessErr {
+				if r.err != nil || r.wc.Status != verbs.WCRemAccessErr && !(hw && r.wc.Status == verbs.WCRetryExcErr) {
 					t.Fatalf("traffic ended with %+v, want REM_ACCESS_ERR", r)
 				}
 				// The responder failed the access and went to ERR, as rxe.
