@@ -45,10 +45,7 @@ func crossConsumesRecv(op verbs.WROpcode) bool {
 // and in five (1024-byte path MTU).
 func TestCrossRC(t *testing.T) {
 	rdmatest.SkipUnlessCross(t)
-	cases := []struct {
-		op    verbs.WROpcode
-		sizes []int
-	}{
+	cases := []crossCase{
 		{verbs.WRSend, []int{1, 4*1024 + 7}},
 		{verbs.WRSendWithImm, []int{0, 4*1024 + 7}},
 		{verbs.WRRDMAWrite, []int{1, 4*1024 + 7}},
@@ -57,11 +54,22 @@ func TestCrossRC(t *testing.T) {
 		{verbs.WRAtomicCmpAndSwp, []int{8}},
 		{verbs.WRAtomicFetchAndAdd, []int{8}},
 	}
+	crossOps(t, rdmatest.EndOptions{}, cases)
+}
+
+// crossCase is an opcode and the sizes it moves.
+type crossCase struct {
+	op    verbs.WROpcode
+	sizes []int
+}
+
+// crossOps runs each case's opcode and sizes on connected Ends of o.
+func crossOps(t *testing.T, o rdmatest.EndOptions, cases []crossCase) {
 	for _, c := range cases {
 		for _, n := range c.sizes {
 			t.Run(fmt.Sprintf("%v/%d", c.op, n), func(t *testing.T) {
 				rdmatest.CrossRun(t, func(t *testing.T, x *rdmatest.Cross) {
-					e := x.Connect(rdmatest.EndOptions{})
+					e := x.Connect(o)
 					if x.Requester {
 						crossRequest(t, x, e, c.op, n)
 					} else {
@@ -71,6 +79,28 @@ func TestCrossRC(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestCrossUC moves UC's opcodes (SEND and WRITE, with and without
+// immediate) between the processes, in one packet and in five.
+func TestCrossUC(t *testing.T) {
+	rdmatest.SkipUnlessCross(t)
+	sizes := []int{1, 4*1024 + 7}
+	crossOps(t, rdmatest.EndOptions{Type: verbs.QPTypeUC}, []crossCase{
+		{verbs.WRSend, sizes}, {verbs.WRSendWithImm, sizes},
+		{verbs.WRRDMAWrite, sizes}, {verbs.WRRDMAWriteWithImm, sizes},
+	})
+}
+
+// TestCrossSRQ sends to an RC QP whose receives come from a shared
+// receive queue, with and without immediate, and a WRITE_WITH_IMM, whose
+// immediate consumes one of its receives.
+func TestCrossSRQ(t *testing.T) {
+	rdmatest.SkipUnlessCross(t)
+	sizes := []int{1, 4*1024 + 7}
+	crossOps(t, rdmatest.EndOptions{SRQ: &verbs.SRQInitAttr{MaxWR: 16, MaxSGE: 1}}, []crossCase{
+		{verbs.WRSend, sizes}, {verbs.WRSendWithImm, sizes}, {verbs.WRRDMAWriteWithImm, []int{0, 4*1024 + 7}},
+	})
 }
 
 // crossRequest is the requester's half of TestCrossRC: it posts op of n
@@ -152,7 +182,14 @@ func crossRespond(t *testing.T, x *rdmatest.Cross, e *rdmatest.CrossEnd, op verb
 		binary.NativeEndian.PutUint64(e.Buf[dstOff:], crossAtomic)
 	}
 	if crossConsumesRecv(op) {
-		rdmatest.PostRecv(t, e.QP, verbs.RecvWR{WRID: 9, SGList: []verbs.SGE{e.MR.SGE(recvOff, n+extraCap)}})
+		wr := verbs.RecvWR{WRID: 9, SGList: []verbs.SGE{e.MR.SGE(recvOff, n+extraCap)}}
+		if e.SRQ != nil {
+			if err := e.SRQ.PostRecv(&wr); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			rdmatest.PostRecv(t, e.QP, wr)
+		}
 	}
 	x.Sync("ready")
 	x.Sync("done")
@@ -172,6 +209,11 @@ func crossRespond(t *testing.T, x *rdmatest.Cross, e *rdmatest.CrossEnd, op verb
 	rdmatest.ExpectEmpty(t, e.CQ)
 	pattern := make([]byte, n)
 	fill(pattern, seed)
+	if op == verbs.WRRDMAWrite && e.QP.Type() == verbs.QPTypeUC {
+		// UC is unacknowledged: the requester's completion says the
+		// WRITE left, not that it landed. Its bytes are awaited.
+		testkit.WaitFor(t, "the UC WRITE's bytes", func() bool { return bytes.Equal(e.Buf[dstOff:dstOff+n], pattern) })
+	}
 	checkBytes(t, "the source area (a READ's)", e.Buf[srcOff:srcOff+n], pattern)
 	// What the request changed, and the filler everywhere else.
 	lo, hi := dstOff, dstOff

@@ -14,9 +14,11 @@
 # between the two backends. Each case runs in both directions (goroce
 # requester with rxe0 responder, and the reverse): RC SEND, SEND_WITH_IMM,
 # WRITE, WRITE_WITH_IMM, READ (one packet and five), CMP_SWAP and
-# FETCH_ADD, UD SEND and SEND_WITH_IMM (1 byte and the path MTU), and a
-# WRITE with a bad rkey (REM_ACCESS_ERR at the requester, both QPs in
-# ERR), the data checked byte by byte by the side that holds it.
+# FETCH_ADD, UD SEND and SEND_WITH_IMM (1 byte and the path MTU), UC
+# SEND, SEND_WITH_IMM, WRITE and WRITE_WITH_IMM, RC with a shared receive
+# queue (SEND, SEND_WITH_IMM, WRITE_WITH_IMM), and a WRITE with a bad rkey
+# (REM_ACCESS_ERR at the requester, both QPs in ERR), the data checked
+# byte by byte by the side that holds it.
 # Then package cm's test binary runs the same way: its TestCrossCM* connect
 # the two processes through the CM, goroce's on the host and the kernel's
 # rdma_cm through librdmacm in the VM, with the net-like API (Listen,
