@@ -39,6 +39,24 @@ func forBackends(t *testing.T, f func(t *testing.T, a, b *host, kernel bool)) {
 	})
 }
 
+// backendIDs makes what most TestBackend tests start from: an event
+// channel for each host, a listener of port space ps on b (its context
+// lctx), and an ID of a resolved to it, its route too. The test's
+// cleanup destroys the IDs, then closes the channels.
+func backendIDs(t *testing.T, a, b *host, ps PortSpace, lctx any) (cha, chb *EventChannel, l, ida *ID) {
+	t.Helper()
+	cha, chb = NewEventChannel(), NewEventChannel()
+	t.Cleanup(func() {
+		_ = cha.Close()
+		_ = chb.Close()
+	})
+	l = listenOn(t, chb, b, ps, lctx)
+	t.Cleanup(func() { _ = l.Destroy() })
+	ida = resolved(t, cha, a, ps, l.LocalAddr())
+	t.Cleanup(func() { _ = ida.Destroy() })
+	return cha, chb, l, ida
+}
+
 // smallQP creates a QP of the ID's port space on h through the ID.
 func smallQP(t *testing.T, id *ID, h *host) *verbs.QP {
 	t.Helper()
@@ -55,15 +73,10 @@ func smallQP(t *testing.T, id *ID, h *host) *verbs.QP {
 // the active side, destroy; the QPs are the IDs' (CreateQP).
 func TestBackendEventFlow(t *testing.T) {
 	forBackends(t, func(t *testing.T, a, b *host, kernel bool) {
-		cha, chb := NewEventChannel(), NewEventChannel()
-		defer cha.Close()
-		defer chb.Close()
-		l := listenOn(t, chb, b, PortSpaceTCP, "the listener's")
-		defer l.Destroy()
+		cha, chb, l, ida := backendIDs(t, a, b, PortSpaceTCP, "the listener's")
 		if l.LocalAddr().Addr() != b.addr() || l.LocalAddr().Port() == 0 {
 			t.Fatalf("listener bound to %v", l.LocalAddr())
 		}
-		ida := resolved(t, cha, a, PortSpaceTCP, l.LocalAddr())
 		qa := smallQP(t, ida, a)
 		if qa.Type() != verbs.QPTypeRC || qa.State() != verbs.QPStateInit {
 			t.Fatalf("CreateQP: %v in %v", qa.Type(), qa.State())
@@ -155,13 +168,7 @@ func TestBackendEventFlow(t *testing.T) {
 // established by the RTU; then a WRITE each way.
 func TestBackendNoQP(t *testing.T) {
 	forBackends(t, func(t *testing.T, a, b *host, kernel bool) {
-		cha, chb := NewEventChannel(), NewEventChannel()
-		defer cha.Close()
-		defer chb.Close()
-		l := listenOn(t, chb, b, PortSpaceTCP, nil)
-		defer l.Destroy()
-		ida := resolved(t, cha, a, PortSpaceTCP, l.LocalAddr())
-		defer ida.Destroy()
+		cha, chb, _, ida := backendIDs(t, a, b, PortSpaceTCP, nil)
 		qa, qb := a.qp(t, verbs.QPTypeRC), b.qp(t, verbs.QPTypeRC)
 		defer qa.Destroy()
 		defer qb.Destroy()
@@ -215,13 +222,7 @@ func TestBackendNoQP(t *testing.T) {
 // rejected with the invalid service ID reason (ErrNoListener).
 func TestBackendReject(t *testing.T) {
 	forBackends(t, func(t *testing.T, a, b *host, kernel bool) {
-		cha, chb := NewEventChannel(), NewEventChannel()
-		defer cha.Close()
-		defer chb.Close()
-		l := listenOn(t, chb, b, PortSpaceTCP, nil)
-		defer l.Destroy()
-		ida := resolved(t, cha, a, PortSpaceTCP, l.LocalAddr())
-		defer ida.Destroy()
+		cha, chb, _, ida := backendIDs(t, a, b, PortSpaceTCP, nil)
 		qa := smallQP(t, ida, a)
 		defer ida.DestroyQP()
 		if err := ida.Connect(nil); err != nil {
@@ -274,13 +275,7 @@ func TestBackendReject(t *testing.T) {
 // EventEstablished delivered.
 func TestBackendUD(t *testing.T) {
 	forBackends(t, func(t *testing.T, a, b *host, kernel bool) {
-		cha, chb := NewEventChannel(), NewEventChannel()
-		defer cha.Close()
-		defer chb.Close()
-		l := listenOn(t, chb, b, PortSpaceUDP, nil)
-		defer l.Destroy()
-		ida := resolved(t, cha, a, PortSpaceUDP, l.LocalAddr())
-		defer ida.Destroy()
+		cha, chb, _, ida := backendIDs(t, a, b, PortSpaceUDP, nil)
 		qa := smallQP(t, ida, a)
 		defer ida.DestroyQP()
 		if qa.Type() != verbs.QPTypeUD || qa.State() != verbs.QPStateRTS {
@@ -329,14 +324,9 @@ func TestBackendUD(t *testing.T) {
 // acknowledgement of an event handed out.
 func TestBackendMigrate(t *testing.T) {
 	forBackends(t, func(t *testing.T, a, b *host, kernel bool) {
-		cha, chb, chc := NewEventChannel(), NewEventChannel(), NewEventChannel()
-		defer cha.Close()
-		defer chb.Close()
+		cha, chb, _, ida := backendIDs(t, a, b, PortSpaceTCP, nil)
+		chc := NewEventChannel()
 		defer chc.Close()
-		l := listenOn(t, chb, b, PortSpaceTCP, nil)
-		defer l.Destroy()
-		ida := resolved(t, cha, a, PortSpaceTCP, l.LocalAddr())
-		defer ida.Destroy()
 		smallQP(t, ida, a)
 		defer ida.DestroyQP()
 		if err := ida.Connect(nil); err != nil {

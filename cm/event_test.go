@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/rdmatest"
 	"github.com/goroce/goroce/internal/rdmatest/testkit"
 	"github.com/goroce/goroce/verbs"
 )
@@ -168,60 +167,6 @@ func TestEventFlow(t *testing.T) {
 	}
 	if err := l.Destroy(); !errors.Is(err, ErrClosed) {
 		t.Errorf("second Destroy: %v", err)
-	}
-}
-
-// TestEventNoQP: IDs without QPs (an application that moves its QPs with
-// InitQPAttr): EventConnectResponse, Establish, and a passive QP that
-// becomes established by the RTU.
-func TestEventNoQP(t *testing.T) {
-	checkLeaks(t)
-	a, b := newHost(t, 1), newHost(t, 2)
-	cha, chb := NewEventChannel(), NewEventChannel()
-	defer cha.Close()
-	defer chb.Close()
-	l := listenOn(t, chb, b, PortSpaceTCP, nil)
-	defer l.Destroy()
-	ida := resolved(t, cha, a, PortSpaceTCP, l.LocalAddr())
-	defer ida.Destroy()
-	qa, qb := a.qp(t, verbs.QPTypeRC), b.qp(t, verbs.QPTypeRC)
-	if _, _, err := ida.InitQPAttr(verbs.QPStateRTR); !errors.Is(err, verbs.ErrInvalidState) {
-		t.Errorf("RTR attributes before the REP: %v", err)
-	}
-	moveQP(t, ida, qa, verbs.QPStateInit)
-	if err := ida.Connect(&ConnParam{QPNum: qa.QPN(), ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}); err != nil {
-		t.Fatal(err)
-	}
-	req := expect(t, chb, EventConnectRequest)
-	idb := req.ID
-	defer idb.Destroy()
-	for _, s := range []verbs.QPState{verbs.QPStateInit, verbs.QPStateRTR, verbs.QPStateRTS} {
-		moveQP(t, idb, qb, s)
-	}
-	if err := idb.Accept(&ConnParam{QPNum: qb.QPN(), ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}); err != nil {
-		t.Fatal(err)
-	}
-	resp := expect(t, cha, EventConnectResponse)
-	if resp.Conn.QPNum != qb.QPN() {
-		t.Fatalf("response %+v", resp.Conn)
-	}
-	for _, s := range []verbs.QPState{verbs.QPStateInit, verbs.QPStateRTR, verbs.QPStateRTS} {
-		moveQP(t, ida, qa, s)
-	}
-	if err := ida.Establish(); err != nil {
-		t.Fatal(err)
-	}
-	expect(t, chb, EventEstablished)
-	if _, ok := cha.TryGetEvent(); ok {
-		t.Error("an event after Establish")
-	}
-	// A WRITE works both ways: the attributes matched.
-	if err := qb.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
-		SGList: []verbs.SGE{b.mr.SGE(0, 8)}, RDMA: verbs.RDMAParams{RemoteAddr: a.mr.IOVA(), RKey: a.mr.RKey()}}); err != nil {
-		t.Fatal(err)
-	}
-	if wc := rdmatest.WaitOne(t, b.cq); wc.Status != verbs.WCSuccess {
-		t.Fatalf("WRITE %v", wc.Status)
 	}
 }
 
