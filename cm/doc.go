@@ -117,8 +117,9 @@
 // process. The QP stays the application's: the CM moves an ID's QP as
 // librdmacm moves its own (INIT at CreateQP or SetQP, RTR and RTS before
 // the REP is sent or once it has arrived, ERR on a REJ or Disconnect).
-// Route is not reported (ok is false) and SetCMTimeouts returns
-// verbs.ErrNotSupported: the kernel's path and timers are its own.
+// Route is the kernel's path record (its MTU, hop limit, traffic class,
+// flow label and packet life time are the kernel's), and SetCMTimeouts
+// returns verbs.ErrNotSupported: the kernel's CM timers are its own.
 //
 // # Devices and addresses
 //

@@ -453,6 +453,7 @@ func hwEvent(ev rdmacm.Event) {
 		}
 	case rdmacm.EventRouteResolved:
 		id.st = idRouteResolved
+		id.hwRoute()
 	case rdmacm.EventRouteError:
 		out.Err = hwErrnoErr(ev.Status, ErrNoRoute, "cm: resolve the route to %v", id.dst)
 	case rdmacm.EventConnectResponse:
@@ -524,6 +525,7 @@ func hwConnectRequest(ev rdmacm.Event) {
 	hwIDs[ev.ID] = child
 	child.parent, child.opts, child.st = l, l.opts, idConnect
 	child.src, child.dst = ev.ID.LocalAddr(), ev.ID.PeerAddr()
+	child.hwRoute()
 	if child.src.Port() == 0 {
 		child.src = netip.AddrPortFrom(child.src.Addr(), l.src.Port())
 	}
@@ -536,6 +538,18 @@ func hwConnectRequest(ev rdmacm.Event) {
 	child.requestEvent = out
 	l.pendingRequests++
 	child.post(out)
+}
+
+// hwRoute takes the ID's path from the kernel's route, if it has one
+// (RoCE's UDP port is 4791). The caller holds state.mu.
+func (id *ID) hwRoute() {
+	r, ok := id.hw.id.Route()
+	if !ok {
+		return
+	}
+	id.route = Route{SGID: r.SGID, DGID: r.DGID, PathMTU: r.MTU, HopLimit: r.HopLimit, TrafficClass: r.TrafficClass,
+		FlowLabel: r.FlowLabel, PacketLifetime: r.PacketLifetime, UDPPort: verbs.DefaultUDPPort}
+	id.routeOK = true
 }
 
 // hwConnParam is what librdmacm reported of the peer's values.

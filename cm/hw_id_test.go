@@ -128,12 +128,21 @@ func TestHardwareIDOptions(t *testing.T) {
 		t.Errorf("SetCMTimeouts on a kernel device: %v", err)
 	}
 	if _, ok := ida.Route(); ok {
-		t.Error("a route reported on a kernel device")
+		t.Error("a route before ResolveRoute")
 	}
 	if err := ida.ResolveRoute(time.Second); err != nil {
 		t.Fatal(err)
 	}
 	expect(t, cha, EventRouteResolved)
+	// The kernel's path: the GIDs of the addresses (IPv4-mapped), the
+	// TOS as traffic class, an MTU below the link's 1500 bytes.
+	gid := verbs.GIDFromAddr(a.addr())
+	r, ok := ida.Route()
+	if !ok || r.SGID != gid || r.DGID != verbs.GIDFromAddr(b.addr()) || r.TrafficClass != 32 ||
+		r.PathMTU != verbs.MTU1024 || r.UDPPort != verbs.DefaultUDPPort || r.HopLimit == 0 || r.FlowLabel > 0xFFFFF {
+		t.Errorf("route %+v, %v", r, ok)
+	}
+	t.Logf("the kernel's route: %+v", r)
 	qa := smallQP(t, ida, a)
 	defer ida.DestroyQP()
 	if err := ida.Connect(nil); err != nil {
@@ -185,6 +194,9 @@ func TestHardwareIDOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	idd := expect(t, chb, EventConnectRequest).ID
+	if r, ok := idd.Route(); !ok || r.SGID != verbs.GIDFromAddr(b.addr()) || r.DGID != verbs.GIDFromAddr(a.addr()) {
+		t.Errorf("the request's route %+v, %v", r, ok)
+	}
 	defer idd.Destroy()
 	smallQP(t, idd, b)
 	defer idd.DestroyQP()

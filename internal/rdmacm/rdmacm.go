@@ -71,6 +71,23 @@ static int gr_addr(struct sockaddr *sa, uint8_t *ip, uint16_t *port)
 }
 
 static void gr_dgid(struct ibv_qp_attr *a, uint8_t *out) { memcpy(out, a->ah_attr.grh.dgid.raw, 16); }
+
+// gr_route copies the ID's first path record: 0 when it has none.
+static int gr_route(struct rdma_cm_id *id, uint8_t *sgid, uint8_t *dgid, uint32_t *flow, uint8_t *hop,
+	uint8_t *tclass, uint8_t *mtu, uint8_t *life)
+{
+	struct ibv_sa_path_rec *p = id->route.path_rec;
+	if (!p || id->route.num_paths < 1)
+		return 0;
+	memcpy(sgid, p->sgid.raw, 16);
+	memcpy(dgid, p->dgid.raw, 16);
+	*flow = ntohl(p->flow_label);
+	*hop = p->hop_limit;
+	*tclass = p->traffic_class;
+	*mtu = p->mtu;
+	*life = p->packet_life_time;
+	return 1;
+}
 */
 import "C"
 
@@ -474,6 +491,35 @@ func (id *ID) Reject(privateData []byte) error {
 func (id *ID) Disconnect() error {
 	r, err := C.rdma_disconnect(id.id)
 	return errnoOf("rdma_disconnect", r, err)
+}
+
+// Route is the first path record of an ID's route (struct
+// rdma_route's path_rec), as the kernel's rdma_cm resolved it.
+type Route struct {
+	SGID, DGID     verbs.GID
+	FlowLabel      uint32
+	HopLimit       uint8
+	TrafficClass   uint8
+	MTU            verbs.MTU
+	PacketLifetime uint8
+}
+
+// Route returns the ID's path: after EventRouteResolved, or on a
+// request's ID; ok is false when it has none.
+func (id *ID) Route() (r Route, ok bool) {
+	var mtu C.uint8_t
+	var flow C.uint32_t
+	var hop, tclass, life C.uint8_t
+	if C.gr_route(id.id, (*C.uint8_t)(unsafe.Pointer(&r.SGID[0])), (*C.uint8_t)(unsafe.Pointer(&r.DGID[0])),
+		&flow, &hop, &tclass, &mtu, &life) == 0 {
+		return Route{}, false
+	}
+	// The path record's word holds RawTraffic and reserved bits above
+	// the 20-bit flow label, and librdmacm passes them on (rxe0 gave
+	// 0x8213d7).
+	r.FlowLabel, r.HopLimit, r.TrafficClass = uint32(flow)&0xFFFFF, uint8(hop), uint8(tclass)
+	r.MTU, r.PacketLifetime = verbs.MTU(mtu), uint8(life)
+	return r, true
 }
 
 // Option is an rdma_set_option option of level RDMA_OPTION_ID.
