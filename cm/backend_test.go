@@ -70,26 +70,33 @@ func smallQP(t *testing.T, id *ID, h *host) *verbs.QP {
 
 // TestBackendEventFlow: resolve, connect with private data, the request,
 // accept, established on both sides, a SEND and a WRITE, disconnect from
-// the active side, destroy; the QPs are the IDs' (CreateQP).
+// the active side, destroy; the QPs are the IDs' (CreateQP). On goroce
+// devices also what only goroce's CM chooses: the path MTU, the ACK
+// timeout, the QP's rights, the flow label, TIMEWAIT_EXIT.
 func TestBackendEventFlow(t *testing.T) {
 	forBackends(t, func(t *testing.T, a, b *host, kernel bool) {
 		cha, chb, l, ida := backendIDs(t, a, b, PortSpaceTCP, "the listener's")
 		if l.LocalAddr().Addr() != b.addr() || l.LocalAddr().Port() == 0 {
 			t.Fatalf("listener bound to %v", l.LocalAddr())
 		}
+		r, ok := ida.Route()
+		if !ok || r.HopLimit != 64 || r.DGID != verbs.GIDFromAddr(b.addr()) || !kernel && r.PathMTU != verbs.MTU4096 {
+			t.Errorf("route %+v, %v", r, ok)
+		}
 		qa := smallQP(t, ida, a)
 		if qa.Type() != verbs.QPTypeRC || qa.State() != verbs.QPStateInit {
 			t.Fatalf("CreateQP: %v in %v", qa.Type(), qa.State())
 		}
-		if err := ida.Connect(&ConnParam{PrivateData: []byte("hello"), ResponderResources: 1, InitiatorDepth: 1,
+		if err := ida.Connect(&ConnParam{PrivateData: []byte("hello"), ResponderResources: 2, InitiatorDepth: 3,
 			RetryCount: 6, RNRRetryCount: 5}); err != nil {
 			t.Fatal(err)
 		}
 		req := expect(t, chb, EventConnectRequest)
 		idb := req.ID
 		if req.Listen != l || idb.Context() != "the listener's" || !bytes.HasPrefix(req.Conn.PrivateData, []byte("hello")) ||
-			req.Conn.QPNum != qa.QPN() || req.Conn.ResponderResources != 1 || req.Conn.InitiatorDepth != 1 ||
-			req.Conn.RetryCount != 6 || req.Conn.RNRRetryCount != 5 {
+			req.Conn.QPNum != qa.QPN() || req.Conn.ResponderResources != 3 || req.Conn.InitiatorDepth != 2 ||
+			req.Conn.RetryCount != 6 || req.Conn.RNRRetryCount != 5 ||
+			!kernel && len(req.Conn.PrivateData) != MaxConnectPrivateData {
 			t.Fatalf("connect request %+v", req.Conn)
 		}
 		if idb.PeerAddr() != ida.LocalAddr() || idb.LocalAddr() != l.LocalAddr() || ida.PeerAddr() != l.LocalAddr() {
@@ -108,7 +115,8 @@ func TestBackendEventFlow(t *testing.T) {
 			t.Fatalf("passive QP after Accept: %v", qb.State())
 		}
 		est := expect(t, cha, EventEstablished)
-		if !bytes.HasPrefix(est.Conn.PrivateData, []byte("welcome")) || est.Conn.QPNum != qb.QPN() || est.Conn.RNRRetryCount != 4 {
+		if !bytes.HasPrefix(est.Conn.PrivateData, []byte("welcome")) || est.Conn.QPNum != qb.QPN() || est.Conn.RNRRetryCount != 4 ||
+			est.Conn.ResponderResources != 2 || est.Conn.InitiatorDepth != 3 {
 			t.Fatalf("established %+v", est.Conn)
 		}
 		expect(t, chb, EventEstablished)
@@ -116,8 +124,16 @@ func TestBackendEventFlow(t *testing.T) {
 		attrB, _, _ := qb.Query(0)
 		if attrA.DestQPNum != qb.QPN() || attrB.DestQPNum != qa.QPN() || attrA.SQPSN != attrB.RQPSN || attrB.SQPSN != attrA.RQPSN ||
 			attrA.RetryCnt != 6 || attrB.RetryCnt != 6 || attrA.RNRRetry != 4 || attrB.RNRRetry != 5 ||
-			attrA.MinRNRTimer != DefaultMinRNRTimer || attrB.MinRNRTimer != DefaultMinRNRTimer {
+			attrA.MinRNRTimer != DefaultMinRNRTimer || attrB.MinRNRTimer != DefaultMinRNRTimer ||
+			attrA.MaxDestRdAtomic != 2 || attrB.MaxRdAtomic != 2 || attrA.MaxRdAtomic != 3 || attrB.MaxDestRdAtomic != 3 {
 			t.Errorf("QP attributes:\n a %+v\n b %+v", attrA, attrB)
+		}
+		// What goroce's CM chooses where the kernel's has its own: the
+		// ACK timeout, the rights, the flow label from both ports.
+		if !kernel && (attrA.Timeout != 17 || attrB.Timeout != 17 || attrA.PathMTU != verbs.MTU4096 ||
+			attrA.QPAccessFlags != verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic ||
+			attrA.AHAttr.FlowLabel == 0 || attrA.AHAttr.FlowLabel != attrB.AHAttr.FlowLabel) {
+			t.Errorf("goroce's QP attributes:\n a %+v\n b %+v", attrA, attrB)
 		}
 
 		// A SEND from a, a WRITE from b.
@@ -146,6 +162,10 @@ func TestBackendEventFlow(t *testing.T) {
 			t.Fatal(err)
 		}
 		expect(t, cha, EventDisconnected)
+		if !kernel {
+			expect(t, cha, EventTimewaitExit)
+			expect(t, chb, EventTimewaitExit)
+		}
 		if qa.State() != verbs.QPStateErr || qb.State() != verbs.QPStateErr {
 			t.Errorf("QP states after disconnect: %v %v", qa.State(), qb.State())
 		}
@@ -156,6 +176,18 @@ func TestBackendEventFlow(t *testing.T) {
 			if err := id.Destroy(); err != nil {
 				t.Error(err)
 			}
+		}
+		// The QPs CreateQP made are gone with DestroyQP.
+		for _, qp := range []*verbs.QP{qa, qb} {
+			if _, _, err := qp.Query(0); !errors.Is(err, verbs.ErrClosed) {
+				t.Errorf("QP %#x after DestroyQP: %v", qp.QPN(), err)
+			}
+		}
+		if err := l.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Destroy(); !errors.Is(err, ErrClosed) {
+			t.Errorf("second Destroy: %v", err)
 		}
 		if err := ida.Connect(nil); !errors.Is(err, ErrClosed) {
 			t.Errorf("Connect on a destroyed ID: %v", err)

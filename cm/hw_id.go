@@ -252,7 +252,8 @@ func (id *ID) hwQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, err
 	return *a, mask, nil
 }
 
-// hwParamOf is p as librdmacm's, for the QP qpn.
+// hwParamOf is p as librdmacm's, for the QP qpn: the event API's and the
+// net-like API's (whose retry counts are 7 at most already).
 func hwParamOf(p *ConnParam, qpn uint32, srq bool) *rdmacm.ConnParam {
 	return &rdmacm.ConnParam{PrivateData: p.PrivateData, ResponderResources: p.ResponderResources,
 		InitiatorDepth: p.InitiatorDepth, RetryCount: min(p.RetryCount, 7), RNRRetryCount: min(p.RNRRetryCount, 7),

@@ -112,12 +112,6 @@ func hwCheckDevice(id *rdmacm.ID, qp *verbs.QP) error {
 	return nil
 }
 
-func hwParam(cp *ConnParam, qp *verbs.QP) *rdmacm.ConnParam {
-	return &rdmacm.ConnParam{PrivateData: cp.PrivateData, ResponderResources: cp.ResponderResources,
-		InitiatorDepth: cp.InitiatorDepth, RetryCount: cp.RetryCount, RNRRetryCount: cp.RNRRetryCount,
-		QPNum: qp.QPN(), SRQ: cp.SRQ}
-}
-
 func hwRemote(addr netip.AddrPort, p rdmacm.ConnParam) RemoteInfo {
 	return RemoteInfo{Addr: addr, QPN: p.QPNum, ResponderResources: int(p.InitiatorDepth),
 		InitiatorDepth: int(p.ResponderResources), RetryCount: p.RetryCount, RNRRetryCount: p.RNRRetryCount,
@@ -185,7 +179,7 @@ func hwConnect(ctx context.Context, ch *rdmacm.EventChannel, id *rdmacm.ID, dst 
 			return nil, err
 		}
 	}
-	if err := id.Connect(hwParam(cp, qp)); err != nil {
+	if err := id.Connect(hwParamOf(cp, qp.QPN(), cp.SRQ)); err != nil {
 		return nil, err
 	}
 	ev, err := hwWait(ctx, ch, rdmacm.EventConnectResponse)
@@ -420,7 +414,7 @@ func (r *Request) hwAccept(ctx context.Context, qp *verbs.QP, p *Params) (*Conn,
 			return nil, err
 		}
 	}
-	if err := r.hw.id.Accept(hwParam(&cp, qp)); err != nil {
+	if err := r.hw.id.Accept(hwParamOf(&cp, qp.QPN(), cp.SRQ)); err != nil {
 		_ = r.hw.id.Reject(nil)
 		_ = qpToErr(qp)
 		return nil, err
