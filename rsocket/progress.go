@@ -31,16 +31,24 @@ type completions struct {
 
 // DeliverCompletion queues wc (called with the CQ's lock held).
 func (q *completions) DeliverCompletion(wc verbs.WorkCompletion) bool {
+	one := [1]verbs.WorkCompletion{wc}
+	return q.deliver(one[:]) == 1
+}
+
+// deliver queues as many of wcs as the ring has room for, in order, and
+// wakes Read and Write once; it returns how many it queued.
+func (q *completions) deliver(wcs []verbs.WorkCompletion) int {
 	q.mu.Lock()
-	if q.n == len(q.ring) {
-		q.mu.Unlock()
-		return false
+	k := min(len(wcs), len(q.ring)-q.n)
+	for _, wc := range wcs[:k] {
+		q.ring[(q.head+q.n)%len(q.ring)] = wc
+		q.n++
 	}
-	q.ring[(q.head+q.n)%len(q.ring)] = wc
-	q.n++
 	q.mu.Unlock()
-	q.wake()
-	return true
+	if k > 0 {
+		q.wake()
+	}
+	return k
 }
 
 // take moves up to len(dst) completions into dst.
@@ -73,11 +81,10 @@ func (c *Conn) pollHardware() {
 			}
 			return
 		}
-		for i := range wcs[:n] {
-			// The ring is as deep as the CQ, and every work
-			// request's completion is taken before its slot is
-			// reused: it has room.
-			for !c.cq.DeliverCompletion(wcs[i]) {
+		// The ring is as deep as the CQ, and every work request's
+		// completion is taken before its slot is reused: it has room.
+		for rest := wcs[:n]; len(rest) > 0; {
+			if rest = rest[c.cq.deliver(rest):]; len(rest) > 0 {
 				time.Sleep(10 * time.Microsecond)
 			}
 		}

@@ -22,7 +22,7 @@ type tester struct {
 	ln     net.Listener
 	conn   *rsocket.Conn
 	buf    []byte
-	dev    *verbs.Device // --hw: the kernel device, opened once
+	hw     tooldev.Toward // --hw: the kernel device, opened once
 
 	name       string
 	size       int
@@ -46,11 +46,7 @@ func newTester(cfg *config, out io.Writer) *tester {
 }
 
 func (t *tester) run(ctx context.Context) error {
-	defer func() {
-		if t.dev != nil {
-			_ = t.dev.Close()
-		}
-	}()
+	defer t.hw.Close()
 	if !t.client {
 		if err := t.listen(ctx); err != nil {
 			return err
@@ -88,25 +84,12 @@ func (t *tester) listen(ctx context.Context) error {
 	lc := rsocket.ListenConfig{UDPPort: uint16(t.cfg.UDPPort), Config: t.config()}
 	var err error
 	if t.cfg.hw {
-		if lc.Device, err = t.hwDevice(ctx, netip.MustParseAddr(t.cfg.Bind), ""); err != nil {
+		if lc.Device, err = t.hw.Open(ctx, netip.MustParseAddr(t.cfg.Bind), ""); err != nil {
 			return err
 		}
 	}
 	t.ln, err = lc.Listen(ctx, "rdma", net.JoinHostPort(t.cfg.Bind, t.cfg.Port))
 	return err
-}
-
-// hwDevice opens the kernel RDMA device of the connection (--hw), once:
-// the one holding local, or the source address toward host.
-func (t *tester) hwDevice(ctx context.Context, local netip.Addr, host string) (*verbs.Device, error) {
-	if t.dev == nil {
-		d, err := tooldev.OpenToward(ctx, local, host)
-		if err != nil {
-			return nil, fmt.Errorf("--hw: %w", err)
-		}
-		t.dev = d
-	}
-	return t.dev, nil
 }
 
 // connect accepts the next connection (server) or dials (client).
@@ -119,7 +102,7 @@ func (t *tester) connect(ctx context.Context) error {
 			d.LocalAddr = netip.MustParseAddr(t.cfg.Bind) // parseArgs checked it
 		}
 		if t.cfg.hw {
-			if d.Device, err = t.hwDevice(ctx, d.LocalAddr, t.cfg.Server); err != nil {
+			if d.Device, err = t.hw.Open(ctx, d.LocalAddr, t.cfg.Server); err != nil {
 				return err
 			}
 		}

@@ -81,6 +81,31 @@ func OpenToward(ctx context.Context, local netip.Addr, host string) (*verbs.Devi
 	return OpenAddr(local)
 }
 
+// Toward is the kernel RDMA device a tool's connections go from (--hw):
+// the first Open opens it, the next ones return it, so that a tool that
+// connects once per test of its table opens the device once.
+type Toward struct{ dev *verbs.Device }
+
+// Open returns the device, opening it with OpenToward the first time.
+func (w *Toward) Open(ctx context.Context, local netip.Addr, host string) (*verbs.Device, error) {
+	if w.dev == nil {
+		d, err := OpenToward(ctx, local, host)
+		if err != nil {
+			return nil, fmt.Errorf("--%s: %w", Flag, err)
+		}
+		w.dev = d
+	}
+	return w.dev, nil
+}
+
+// Close closes the device if Open opened it.
+func (w *Toward) Close() error {
+	if w.dev == nil {
+		return nil
+	}
+	return w.dev.Close()
+}
+
 // GIDIndex returns the index of the GID a tool sends from on d when the
 // command line gives none. On a goroce device it is 1, the GID of the
 // device's address. On a kernel device it is the RoCE v2 entry of addr if
