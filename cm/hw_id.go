@@ -163,8 +163,7 @@ func (id *ID) hwNotify(ev verbs.AsyncEventType) error { return id.hw.id.Notify(i
 // hwDrop lets go of the ID's rdma_cm_id after a failed hand-over. The
 // caller holds state.mu.
 func (id *ID) hwDrop() {
-	delete(hwIDs, id.hw.id)
-	_ = id.hw.id.Destroy()
+	id.hwDestroy()
 	id.hw = nil
 }
 
