@@ -62,11 +62,11 @@ func (s *side) runBW(ctx context.Context, size int) (result, error) {
 		if err != nil {
 			return result{}, err
 		}
-		now := time.Now()
-		l.complete(l.wc[:n], now)
+		t := time.Now()
+		l.complete(l.wc[:n], stampOf(t))
 		if n > 0 {
 			st.progress()
-			prog.update(now, len(l.done))
+			prog.update(t, len(l.done))
 		} else if err := st.idle(ctx, "completions"); err != nil {
 			return result{}, err
 		}
@@ -91,7 +91,7 @@ type bwLoop struct {
 	scnt, ccnt, got []int
 	wrs             []verbs.SendWR // each QP's work request, reused
 	list            []verbs.SendWR // -l: a post list
-	posted, done    []time.Time
+	posted, done    []stamp
 	wc              []verbs.WorkCompletion
 }
 
@@ -105,8 +105,8 @@ func (s *side) newBWLoop(size int) *bwLoop {
 		l.deadline = time.Now().Add(time.Duration(cfg.duration) * time.Second)
 	}
 	capHint := min(l.iters*nq, 1<<22)
-	l.posted = make([]time.Time, 0, capHint)
-	l.done = make([]time.Time, 0, capHint)
+	l.posted = make([]stamp, 0, capHint)
+	l.done = make([]stamp, 0, capHint)
 	l.scnt, l.ccnt, l.got = make([]int, nq), make([]int, nq), make([]int, nq)
 	l.wrs = make([]verbs.SendWR, nq)
 	for q := range nq {
@@ -130,9 +130,9 @@ func (l *bwLoop) post() error {
 					l.list[i] = l.wrs[q]
 					prepareWR(&l.list[i], q, l.scnt[q]+1+i, l.cqMod, l.iters)
 				}
-				now := time.Now()
+				t := now()
 				for range n {
-					l.posted = append(l.posted, now)
+					l.posted = append(l.posted, t)
 				}
 				if _, err := qp.PostSendList(l.list); err != nil {
 					return err
@@ -143,7 +143,7 @@ func (l *bwLoop) post() error {
 			wr := &l.wrs[q]
 			k := l.scnt[q] + 1
 			prepareWR(wr, q, k, l.cqMod, l.iters)
-			l.posted = append(l.posted, time.Now())
+			l.posted = append(l.posted, now())
 			if err := qp.PostSend(wr); err != nil {
 				return err
 			}
@@ -176,11 +176,11 @@ func (l *bwLoop) received() bool {
 
 // complete counts the work requests the completions wc cover, each
 // signaled one covering its QP's unsignaled ones before it, all done now.
-func (l *bwLoop) complete(wc []verbs.WorkCompletion, now time.Time) {
+func (l *bwLoop) complete(wc []verbs.WorkCompletion, at stamp) {
 	for _, c := range wc {
 		q, k := int(c.WRID>>48), int(c.WRID&(1<<48-1))
 		for l.ccnt[q] < k {
-			l.done = append(l.done, now)
+			l.done = append(l.done, at)
 			l.ccnt[q]++
 		}
 	}

@@ -128,9 +128,10 @@ type config struct {
 	psk           []byte // its contents
 	// Congestion control (DeviceConfig.CongestionControl): --no-ecn,
 	// --rtt-cc and --rtt-target (microseconds, 0: the default).
-	noECN     bool
-	rttCC     bool
-	rttTarget int
+	noECN      bool
+	rttCC      bool
+	rttTarget  int
+	cpuProfile string // --cpuprofile: write a CPU profile of the run here
 }
 
 // parseArgs parses "TEST [flags] [server-host] [flags]".
@@ -240,6 +241,7 @@ func (c *config) defineFlags(fs *flag.FlagSet, size, iters, txDepth *int, loopAd
 	both(&c.noECN, "", "no-ecn", false, "turn off ECN: no ECT(0), no CNPs, no DCQCN (DeviceConfig.CongestionControl.NoECN)")
 	both(&c.rttCC, "", "rtt-cc", false, "RC: the RTT-based congestion window, for paths whose queues mark no ECN (CongestionControl.RTT)")
 	both(&c.rttTarget, "", "rtt-target", 0, "with --rtt-cc, the target round trip in microseconds (default 1000)")
+	both(&c.cpuProfile, "", "cpuprofile", "", "write a CPU profile of the whole run (connection set-up included) to `file`, for go tool pprof")
 	defineFaultFlags(fs)
 	both(&c.plot, "", "plot", "", "write plots of bandwidth against message size (use -a) and a latency CDF to FILE.svg or FILE.png")
 }

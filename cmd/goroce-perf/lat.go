@@ -20,7 +20,7 @@ func (s *side) runLat(ctx context.Context, size int) (result, error) {
 		iters = 1 << 30
 		deadline = time.Now().Add(time.Duration(s.cfg.duration) * time.Second)
 	}
-	posted := make([]time.Time, 0, min(iters, 1<<22))
+	posted := make([]stamp, 0, min(iters, 1<<22))
 	wc := make([]verbs.WorkCompletion, 1)
 	st := s.newStall()
 	defer st.done()
@@ -33,7 +33,7 @@ func (s *side) runLat(ctx context.Context, size int) (result, error) {
 			wr.Atomic.CompareAdd, wr.Atomic.Swap = uint64(k), uint64(k+1)
 		}
 		wr.WRID = uint64(k + 1)
-		posted = append(posted, time.Now())
+		posted = append(posted, now())
 		if err := s.qps[0].PostSend(&wr); err != nil {
 			return result{}, err
 		}
@@ -64,7 +64,7 @@ func (s *side) runLatWrite(ctx context.Context, size int) (result, error) {
 	iters := s.cfg.iters
 	postIdx := s.sendSlot(0) + size - 1
 	pollIdx := s.recvSlot(0) + size - 1
-	posted := make([]time.Time, 0, iters+1)
+	posted := make([]stamp, 0, iters+1)
 	wc := make([]verbs.WorkCompletion, 1)
 	st := s.newStall()
 	defer st.done()
@@ -88,7 +88,7 @@ func (s *side) runLatWrite(ctx context.Context, size int) (result, error) {
 			}
 		}
 		if scnt < iters {
-			posted = append(posted, time.Now())
+			posted = append(posted, now())
 			scnt++
 			s.buf[postIdx] = byte(scnt)
 			wr.WRID = uint64(scnt)
@@ -115,7 +115,7 @@ func (s *side) runLatSend(ctx context.Context, size int) (result, error) {
 	wr := s.buildWR(0, size)
 	wr.SendFlags |= verbs.SendSignaled
 	iters := s.cfg.iters
-	posted := make([]time.Time, 0, iters+1)
+	posted := make([]stamp, 0, iters+1)
 	wc := make([]verbs.WorkCompletion, 1)
 	st := s.newStall()
 	defer st.done()
@@ -138,7 +138,7 @@ func (s *side) runLatSend(ctx context.Context, size int) (result, error) {
 			}
 		}
 		if scnt < iters {
-			posted = append(posted, time.Now())
+			posted = append(posted, now())
 			scnt++
 			wr.WRID = uint64(scnt)
 			if err := s.qps[0].PostSend(&wr); err != nil {

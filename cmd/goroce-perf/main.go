@@ -111,6 +111,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"time"
@@ -140,6 +141,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "goroce-perf:", err)
 		return 2
 	}
+	if cfg.cpuProfile != "" {
+		stopProfile, err := startCPUProfile(cfg.cpuProfile)
+		if err != nil {
+			fmt.Fprintln(stderr, "goroce-perf:", err)
+			return 1
+		}
+		defer stopProfile()
+	}
 	switch {
 	case cfg.loopback:
 		err = runLoopback(ctx, cfg, stdout)
@@ -153,6 +162,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// startCPUProfile starts writing a CPU profile to path; the returned
+// function stops it and closes the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 func isTerminal(w io.Writer) bool {

@@ -435,17 +435,16 @@ func TestServerRejectsGarbageClient(t *testing.T) {
 
 func TestLatResult(t *testing.T) {
 	cfg := &config{test: tests[3]} // read_lat: full round trips
-	at := func(us ...int) []time.Time {
-		base := time.Unix(0, 0)
-		var ts []time.Time
+	at := func(us ...int) []stamp {
+		var ts []stamp
 		for _, u := range us {
-			ts = append(ts, base.Add(time.Duration(u)*time.Microsecond))
+			ts = append(ts, stamp(time.Duration(u)*time.Microsecond))
 		}
 		return ts
 	}
 	for _, tc := range []struct {
 		name   string
-		posted []time.Time
+		posted []stamp
 		rtt    float64
 		min    float64
 		max    float64
@@ -471,11 +470,10 @@ func TestLatResult(t *testing.T) {
 
 func TestBWResult(t *testing.T) {
 	cfg := &config{test: tests[0], txDepth: 1, iters: 4}
-	base := time.Unix(0, 0)
-	us := func(u int) time.Time { return base.Add(time.Duration(u) * time.Microsecond) }
+	us := func(u int) stamp { return stamp(time.Duration(u) * time.Microsecond) }
 	// Four 1 MiB messages, one at a time: 1 ms, 1 ms, 2 ms, 4 ms.
-	posted := []time.Time{us(0), us(1000), us(2000), us(4000)}
-	done := []time.Time{us(1000), us(2000), us(4000), us(8000)}
+	posted := []stamp{us(0), us(1000), us(2000), us(4000)}
+	done := []stamp{us(1000), us(2000), us(4000), us(8000)}
 	r := bwResult(cfg, 1<<20, posted, done)
 	// Average: 4 MiB in 8 ms = 500 MiB/s; peak: 1 MiB in 1 ms = 1000 MiB/s.
 	if d := r.bwAvg - 500; d > 1e-6 || d < -1e-6 {

@@ -68,17 +68,36 @@ func (c *config) unitName() string {
 	return "MB/sec"
 }
 
+// A stamp is a reading of the monotonic clock, in nanoseconds since the
+// program started. The per-message logs of a run hold millions of them:
+// time.Time holds a pointer (its Location), so the garbage collector
+// scanned those logs (with -D they are sized for 4M messages), which was a
+// quarter of a bandwidth run's CPU; a log of stamps holds no pointer.
+type stamp int64
+
+// clockBase is the origin of stamps.
+var clockBase = time.Now()
+
+// stampOf returns t as a stamp.
+func stampOf(t time.Time) stamp { return stamp(t.Sub(clockBase)) }
+
+// now returns the current stamp.
+func now() stamp { return stamp(time.Since(clockBase)) }
+
+// sub returns the seconds from u to s.
+func (s stamp) sub(u stamp) float64 { return time.Duration(s - u).Seconds() }
+
 // bwResult computes perftest's numbers (print_report_bw) from the post
 // times of the work requests and the completion times, paired by rank:
 // the average over the whole run, and the peak, the best rate over any
 // window from a post to a later polled completion.
-func bwResult(cfg *config, size int, posted, done []time.Time) result {
+func bwResult(cfg *config, size int, posted, done []stamp) result {
 	n := min(len(posted), len(done))
 	r := result{size: size, iters: uint64(n), hasBW: true, p9999: math.NaN(), p50: math.NaN(), bytes: float64(size) * float64(n)}
 	if n == 0 {
 		return r
 	}
-	span := done[n-1].Sub(posted[0]).Seconds()
+	span := done[n-1].sub(posted[0])
 	if span > 0 {
 		r.bwAvg = float64(size) * float64(n) / span / cfg.unitFactor()
 		r.msgRate = float64(n) / span / 1e6
@@ -95,12 +114,12 @@ func bwResult(cfg *config, size int, posted, done []time.Time) result {
 	for i := 0; i < n; i += stepI {
 		start := (i+cqMod)/cqMod*cqMod - 1 // ROUND_UP(i+1, cq_mod) - 1
 		for j := start; j < n; j += stepJ {
-			if t := done[j].Sub(posted[i]).Seconds() / float64(j-i+1); t > 0 && t < best {
+			if t := done[j].sub(posted[i]) / float64(j-i+1); t > 0 && t < best {
 				best = t
 			}
 		}
 		if j := n - 1; n%cqMod != 0 && j >= i {
-			if t := done[j].Sub(posted[i]).Seconds() / float64(j-i+1); t > 0 && t < best {
+			if t := done[j].sub(posted[i]) / float64(j-i+1); t > 0 && t < best {
 				best = t
 			}
 		}
@@ -111,7 +130,7 @@ func bwResult(cfg *config, size int, posted, done []time.Time) result {
 	// Per-message latency under load: post to covering completion.
 	lat := make([]float64, n)
 	for k := range n {
-		lat[k] = done[k].Sub(posted[k]).Seconds() * 1e6
+		lat[k] = done[k].sub(posted[k]) * 1e6
 	}
 	slices.Sort(lat)
 	r.p9999 = lat[min(n-1, int(math.Ceil(float64(n)*0.9999)))]
@@ -123,7 +142,7 @@ func bwResult(cfg *config, size int, posted, done []time.Time) result {
 // latResult is print_report_lat: the deltas between consecutive posts,
 // sorted, without the two largest; rtt is 2 for the ping-pong tests (half
 // a round trip is reported) and 1 for READ and atomics.
-func latResult(cfg *config, size int, posted []time.Time, rtt float64) result {
+func latResult(cfg *config, size int, posted []stamp, rtt float64) result {
 	r := result{size: size, iters: uint64(len(posted)), hasLat: true, p9999: math.NaN(),
 		bytes: float64(size) * float64(len(posted))}
 	if cfg.test.verb == verbWrite || cfg.test.verb == verbSend {
@@ -135,7 +154,7 @@ func latResult(cfg *config, size int, posted []time.Time, rtt float64) result {
 	}
 	d := make([]float64, cnt)
 	for i := range cnt {
-		d[i] = posted[i+1].Sub(posted[i]).Seconds() * 1e6 / rtt
+		d[i] = posted[i+1].sub(posted[i]) * 1e6 / rtt
 	}
 	slices.Sort(d)
 	m := cnt - 2 // LAT_MEASURE_TAIL
