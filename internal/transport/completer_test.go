@@ -413,19 +413,21 @@ func TestFenceAndRdAtomicLimit(t *testing.T) {
 	}
 }
 
-// TestWindow: at most DefaultMaxUnackedPSNs PSNs are unacknowledged.
+// TestWindow: at most the path MTU's default window of PSNs are
+// unacknowledged: DefaultWindowBytes' worth, 4,096 PSNs at MTU 256.
 func TestWindow(t *testing.T) {
 	o := defaultOpts()
 	o.mtu = 256
 	a, b := newPair(t, o)
 	l := newLink(t, a, b)
-	n := 300 * 256
+	window := DefaultWindowBytes / 256
+	n := (window + 44) * 256
 	dst := make([]byte, n)
 	rkey := b.mem.register(pd, dst, 0, ibv.AccessRemoteWrite)
 	src := pattern(n, 1)
 	l.post(a, SendWQE{WRID: 1, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled, SGL: []SGE{{0, uint32(n), a.mem.register(pd, src, 0, 0)}}, RKey: rkey})
-	if got := a.out.Len(); got != DefaultMaxUnackedPSNs {
-		t.Fatalf("first burst of %d packets", got)
+	if got := a.out.Len(); got != window {
+		t.Fatalf("first burst of %d packets, want %d", got, window)
 	}
 	l.run(time.Second)
 	wantBytes(t, "target", dst, src)

@@ -98,6 +98,7 @@ func TestGatherFailsMidMessage(t *testing.T) {
 	o := defaultOpts()
 	o.mtu = 256
 	a, b := newPair(t, o)
+	must(t, a.qp.SetMaxUnackedPSNs(DefaultMaxUnackedPSNs))
 	l := newLink(t, a, b)
 	n := (DefaultMaxUnackedPSNs + 72) * 256 // longer than the window
 	rkey := b.mem.register(pd, make([]byte, n), 0, ibv.AccessRemoteWrite)

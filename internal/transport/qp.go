@@ -72,6 +72,7 @@ type QP struct {
 	maxDestRdAtomic uint32
 	access          ibv.AccessFlags
 	window          uint32
+	windowSet       bool // by SetMaxUnackedPSNs: the path MTU leaves it
 	ackEvery        uint32
 
 	sq sendRing
@@ -125,7 +126,7 @@ func NewQP(cfg Config) *QP {
 		retryCnt:      DefaultRetryCnt,
 		rnrRetry:      DefaultRNRRetry,
 		minRNRTimer:   DefaultMinRNRTimer,
-		window:        DefaultMaxUnackedPSNs,
+		window:        uint32(defaultWindow(DefaultPathMTU)),
 		ackEvery:      DefaultAckEvery,
 	}
 	if qp.locks == nil {

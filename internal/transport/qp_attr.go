@@ -19,14 +19,33 @@ const (
 	DefaultRetryCnt       = 7
 	DefaultRNRRetry       = 7 // infinite
 	DefaultMinRNRTimer    = 12
-	DefaultMaxUnackedPSNs = 256 // twice rxe's RXE_MAX_UNACKED_PSNS (see SetMaxUnackedPSNs)
+	DefaultMaxUnackedPSNs = 256 // twice rxe's RXE_MAX_UNACKED_PSNS, at MTU 4096 (see SetMaxUnackedPSNs)
 	DefaultAckEvery       = 64  // rxe RXE_MAX_PKT_PER_ACK
 )
 
+// DefaultWindowBytes is what the requester's default window holds in
+// bytes: DefaultMaxUnackedPSNs packets at MTU 4096. At a smaller path MTU
+// the default window has as many more PSNs (1,024 at MTU 1024), since what
+// keeps a path busy is the bytes in flight, not the packets: on a veth
+// path at link MTU 1500 (IB MTU 1024) 256 PSNs, 256 KiB, left 64 KiB WRITEs
+// waiting for ACKs at 750-770 MB/s; 1,024 PSNs gave 900-1,080 (512 and
+// 2,048 no better than 1,024).
+const DefaultWindowBytes = DefaultMaxUnackedPSNs * 4096
+
+// defaultWindow returns the default window, in PSNs, at path MTU mtu.
+func defaultWindow(mtu uint32) int {
+	return max(DefaultMaxUnackedPSNs, DefaultWindowBytes/int(mtu))
+}
+
 // SetPathMTU sets the path MTU in bytes: 256, 512, 1024, 2048 or 4096.
+// Unless SetMaxUnackedPSNs set the window, it becomes the default for the
+// MTU (DefaultWindowBytes).
 func (qp *QP) SetPathMTU(mtu int) error {
 	switch mtu {
 	case 256, 512, 1024, 2048, 4096:
+		if !qp.windowSet && uint32(mtu) != qp.mtu {
+			qp.setWindow(defaultWindow(uint32(mtu)))
+		}
 		qp.mtu = uint32(mtu)
 		return nil
 	}
@@ -122,11 +141,13 @@ func (qp *QP) SetMaxDestRdAtomic(n int) error {
 func (qp *QP) SetAccessFlags(a ibv.AccessFlags) { qp.access = a }
 
 // SetMaxUnackedPSNs sets the maximum of the requester's window: how far the
-// next PSN may be ahead of the oldest unacknowledged one. The default, 256,
-// is twice rxe's 128: the window only bounds the requester (a responder
-// takes any PSN in sequence), and at 128 PSNs (512 KiB at MTU 4096) a
-// loopback connection waits for ACKs with a core idle: 64 KiB WRITEs went
-// from ~2.6 to ~4.0 GB/s with 256, no further with 512 or 1024. A larger
+// next PSN may be ahead of the oldest unacknowledged one, from then on
+// whatever the path MTU. The default, 256 at MTU 4096 and as many bytes'
+// worth at smaller MTUs (DefaultWindowBytes), is twice rxe's 128: the
+// window only bounds the requester (a responder takes any PSN in
+// sequence), and at 128 PSNs (512 KiB at MTU 4096) a loopback connection
+// waits for ACKs with a core idle: 64 KiB WRITEs went from ~2.6 to ~4.0
+// GB/s with 256, no further with 512 or 1024. A larger
 // window also means more to resend after a loss under go-back-N, so the
 // effective window shrinks toward 128 on retries and grows back to n as
 // PSNs are acknowledged (window.go, doc.go); with n at most 128 it is fixed
@@ -136,6 +157,14 @@ func (qp *QP) SetMaxUnackedPSNs(n int) error {
 	if n < 1 || n > 1<<22 {
 		return ErrBadAttr
 	}
+	qp.windowSet = true
+	qp.setWindow(n)
+	return nil
+}
+
+// setWindow sets the window's maximum to n PSNs and starts the effective
+// window there.
+func (qp *QP) setWindow(n int) {
 	qp.window = uint32(n)
 	if qp.ssr.on {
 		// Selective repeat tracks at most maxSRWindow PSNs, in rings
@@ -145,7 +174,6 @@ func (qp *QP) SetMaxUnackedPSNs(n int) error {
 		qp.rsr = srResponder{}
 	}
 	qp.req.win, qp.req.winCredit = qp.window, 0
-	return nil
 }
 
 // SetAckEvery sets how many packets the requester sends at most without

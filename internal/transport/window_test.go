@@ -116,12 +116,40 @@ func TestWindowAckInterval(t *testing.T) {
 	}
 }
 
+// TestDefaultWindowFollowsMTU: unless SetMaxUnackedPSNs set it, the
+// window holds DefaultWindowBytes at the path MTU, never fewer than
+// DefaultMaxUnackedPSNs PSNs; a window set stays whatever the MTU.
+func TestDefaultWindowFollowsMTU(t *testing.T) {
+	qp := NewQP(Config{})
+	for _, tt := range []struct{ mtu, window int }{{4096, 256}, {2048, 512}, {1024, 1024}, {512, 2048}, {256, 4096}, {4096, 256}} {
+		must(t, qp.SetPathMTU(tt.mtu))
+		if qp.window != uint32(tt.window) || qp.req.win != uint32(tt.window) {
+			t.Errorf("MTU %d: window %d (effective %d), want %d", tt.mtu, qp.window, qp.req.win, tt.window)
+		}
+	}
+	must(t, qp.SetMaxUnackedPSNs(300))
+	must(t, qp.SetPathMTU(256))
+	if qp.window != 300 {
+		t.Errorf("window set to 300, then MTU 256: window %d", qp.window)
+	}
+	// The same MTU again (a later modify naming it) leaves a narrowed
+	// window alone.
+	qp = NewQP(Config{})
+	must(t, qp.SetPathMTU(1024))
+	qp.shrinkWindow()
+	w := qp.req.win
+	must(t, qp.SetPathMTU(1024))
+	if qp.req.win != w {
+		t.Errorf("MTU 1024 again: effective window %d, want %d", qp.req.win, w)
+	}
+}
+
 // TestWindowSetMaxRestarts: SetMaxUnackedPSNs sets the maximum and opens
 // the window to it, also after a retry narrowed it; RESET does the same.
 func TestWindowSetMaxRestarts(t *testing.T) {
 	qp := NewQP(Config{})
-	if qp.req.win != DefaultMaxUnackedPSNs {
-		t.Fatalf("new QP: window %d", qp.req.win)
+	if want := uint32(DefaultWindowBytes / DefaultPathMTU); qp.req.win != want {
+		t.Fatalf("new QP: window %d, want %d", qp.req.win, want)
 	}
 	qp.shrinkWindow()
 	must(t, qp.SetMaxUnackedPSNs(512))
@@ -143,6 +171,7 @@ func TestWindowAdapts(t *testing.T) {
 	o := defaultOpts()
 	o.mtu = 256
 	a, b := newPair(t, o)
+	must(t, a.qp.SetMaxUnackedPSNs(DefaultMaxUnackedPSNs))
 	l := newLink(t, a, b)
 	dropped := false
 	l.drop = func(from *endpoint, p *wire.Packet) bool {
@@ -210,6 +239,7 @@ func TestWindowAdapts(t *testing.T) {
 // widen it again.
 func TestWindowAllocs(t *testing.T) {
 	l := newLoop(t, 1024)
+	must(t, l.a.qp.SetMaxUnackedPSNs(DefaultMaxUnackedPSNs))
 	n := 64 << 10
 	lkey := l.a.mem.register(pd, make([]byte, n), 0, 0)
 	rkey := l.b.mem.register(pd, make([]byte, n), 0, ibv.AccessRemoteWrite)
