@@ -414,13 +414,13 @@ func TestFenceAndRdAtomicLimit(t *testing.T) {
 }
 
 // TestWindow: at most the path MTU's default window of PSNs are
-// unacknowledged: DefaultWindowBytes' worth, 4,096 PSNs at MTU 256.
+// unacknowledged: MaxDefaultWindow at MTU 256.
 func TestWindow(t *testing.T) {
 	o := defaultOpts()
 	o.mtu = 256
 	a, b := newPair(t, o)
 	l := newLink(t, a, b)
-	window := DefaultWindowBytes / 256
+	window := MaxDefaultWindow
 	n := (window + 44) * 256
 	dst := make([]byte, n)
 	rkey := b.mem.register(pd, dst, 0, ibv.AccessRemoteWrite)
