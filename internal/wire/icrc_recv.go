@@ -169,14 +169,29 @@ type idBasis struct {
 	pivot [idBits]uint32
 	vec   [idBits]uint32
 	tag   [idBits]uint16
+	// image is L_n by bytes, L_n(id) = image[0][id&0xff] ^
+	// image[1][id>>8]: checking the predicted id of a packet (the common
+	// case: a GSO datagram's segments number up from the first) is two
+	// loads, where solve takes 16 steps with a branch each (solve was
+	// 5 % of a receiving process's CPU at MTU 1024).
+	image [2][256]uint32
 }
 
 // build computes the basis for n covered bytes after the id field: the image
 // of each id bit, then Gauss-Jordan elimination over GF(2).
 func (b *idBasis) build(n int) {
 	*b = idBasis{n: n, built: true}
+	var col [idBits]uint32
 	for i := range idBits {
-		v, t := zeroShift(idContribution[i], n), uint16(1)<<i
+		col[i] = zeroShift(idContribution[i], n)
+	}
+	for h := range b.image {
+		for x := 1; x < len(b.image[h]); x++ {
+			b.image[h][x] = b.image[h][x&(x-1)] ^ col[8*h+bits.TrailingZeros(uint(x))]
+		}
+	}
+	for i := range idBits {
+		v, t := col[i], uint16(1)<<i
 		for k := range b.rank {
 			if v&b.pivot[k] != 0 {
 				v ^= b.vec[k]
@@ -198,6 +213,11 @@ func (b *idBasis) build(n int) {
 		b.pivot[b.rank], b.vec[b.rank], b.tag[b.rank] = p, v, t
 		b.rank++
 	}
+}
+
+// syndromeOf returns L_n(id), as idSyndrome does.
+func (b *idBasis) syndromeOf(id uint16) uint32 {
+	return b.image[0][id&0xff] ^ b.image[1][id>>8]
 }
 
 // solve returns the id X with L_n(X) = syndrome, and false when the syndrome
@@ -233,9 +253,13 @@ type idRecoverer struct {
 // recoverID returns the IPv4 identification that explains syndrome, the XOR
 // of the received ICRC and the ICRC computed with id 0, for a packet with n
 // covered bytes after the id field; false means no id does and the packet
-// is corrupt.
-func (r *idRecoverer) recoverID(n int, syndrome uint32) (uint16, bool) {
-	return r.basis(n).solve(syndrome)
+// is corrupt. A predicted id next (0: none) is tried first, in two loads.
+func (r *idRecoverer) recoverID(n int, syndrome uint32, next uint16) (uint16, bool) {
+	b := r.basis(n)
+	if next != 0 && b.syndromeOf(next) == syndrome {
+		return next, true
+	}
+	return b.solve(syndrome)
 }
 
 func (r *idRecoverer) basis(n int) *idBasis {
@@ -323,7 +347,7 @@ func (k *ICRCChecker) Check(from, local netip.AddrPort, udpPayload []byte, stric
 		}
 		var ok bool
 		// A solved id is never 0: L_n is injective and the syndrome is not 0.
-		id, ok = k.ids.recoverID(idCoveredBytes(len(udpPayload)), syndrome)
+		id, ok = k.ids.recoverID(idCoveredBytes(len(udpPayload)), syndrome, next)
 		if !ok || (strict && id != next) {
 			return ICRCBad, 0
 		}

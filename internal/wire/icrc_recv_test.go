@@ -50,9 +50,30 @@ func TestRecoverIDRoundTrip(t *testing.T) {
 	for _, n := range lengths {
 		for range 200 {
 			id := uint16(rng.Uint32())
-			got, ok := r.recoverID(n, refIDSyndrome(rng, id, n))
+			s := refIDSyndrome(rng, id, n)
+			got, ok := r.recoverID(n, s, 0)
 			if !ok || got != id {
 				t.Fatalf("n=%d: recoverID(L(%#04x)) = %#04x, %v", n, id, got, ok)
+			}
+			// A right prediction is taken, a wrong one does not stand
+			// in the way.
+			for _, next := range []uint16{id, id + 1} {
+				if got, ok := r.recoverID(n, s, next); !ok || got != id {
+					t.Fatalf("n=%d: recoverID(L(%#04x)) predicting %#04x = %#04x, %v", n, id, next, got, ok)
+				}
+			}
+		}
+	}
+}
+
+// TestIDBasisImage: the basis's byte tables give L_n of every id.
+func TestIDBasisImage(t *testing.T) {
+	var r idRecoverer
+	for _, n := range lengths {
+		b := r.basis(n)
+		for id := range 1 << idBits {
+			if got, want := b.syndromeOf(uint16(id)), idSyndrome(uint16(id), n); got != want {
+				t.Fatalf("n=%d: syndromeOf(%#04x) = %#08x, idSyndrome %#08x", n, id, got, want)
 			}
 		}
 	}
@@ -91,7 +112,7 @@ func TestRecoverIDRejectRate(t *testing.T) {
 	accepted := 0
 	for range trials {
 		s := rng.Uint32()
-		if id, ok := r.recoverID(n, s); ok {
+		if id, ok := r.recoverID(n, s, 0); ok {
 			accepted++
 			if idSyndrome(id, n) != s {
 				t.Fatalf("recoverID(%#08x) = %#04x, but L(%#04x) = %#08x", s, id, id, idSyndrome(id, n))
@@ -111,7 +132,7 @@ func TestIDCacheEviction(t *testing.T) {
 		for k := range 2*idCacheSize + 1 {
 			n := 40 + 4*k
 			id := uint16(0x1111*k + round)
-			if got, ok := r.recoverID(n, idSyndrome(id, n)); !ok || got != id {
+			if got, ok := r.recoverID(n, idSyndrome(id, n), 0); !ok || got != id {
 				t.Fatalf("round %d, n=%d: got %#04x, %v; want %#04x", round, n, got, ok, id)
 			}
 		}
@@ -127,8 +148,8 @@ func TestRecoverIDNoAlloc(t *testing.T) {
 	var r idRecoverer
 	n := idCoveredBytes(1024 + 16)
 	s := idSyndrome(0xBEEF, n)
-	r.recoverID(n, s)
-	if a := testing.AllocsPerRun(100, func() { r.recoverID(n, s) }); a != 0 {
+	r.recoverID(n, s, 0)
+	if a := testing.AllocsPerRun(100, func() { r.recoverID(n, s, 0) }); a != 0 {
 		t.Errorf("recoverID allocates %v times", a)
 	}
 }
@@ -139,7 +160,7 @@ func BenchmarkRecoverID(b *testing.B) {
 	b.Run("cached", func(b *testing.B) {
 		var r idRecoverer
 		for b.Loop() {
-			r.recoverID(n, s)
+			r.recoverID(n, s, 0)
 		}
 	})
 	b.Run("build", func(b *testing.B) {
@@ -184,10 +205,10 @@ func FuzzRecoverID(f *testing.F) {
 	f.Fuzz(func(t *testing.T, n uint32, id uint16, syndrome uint32) {
 		m := int(n % (65535 + idCoveredAfter + 1))
 		var r idRecoverer
-		if got, ok := r.recoverID(m, idSyndrome(id, m)); !ok || got != id {
+		if got, ok := r.recoverID(m, idSyndrome(id, m), 0); !ok || got != id {
 			t.Fatalf("n=%d: recoverID(L(%#04x)) = %#04x, %v", m, id, got, ok)
 		}
-		if got, ok := r.recoverID(m, syndrome); ok && idSyndrome(got, m) != syndrome {
+		if got, ok := r.recoverID(m, syndrome, 0); ok && idSyndrome(got, m) != syndrome {
 			t.Fatalf("n=%d: recoverID(%#08x) = %#04x, whose syndrome is %#08x", m, syndrome, got, idSyndrome(got, m))
 		}
 	})
