@@ -28,7 +28,7 @@ const (
 // the default window has more PSNs, up to MaxDefaultWindow, since what
 // keeps a path busy is the bytes in flight: on a veth path at link MTU
 // 1500 (IB MTU 1024) 256 PSNs, 256 KiB, left 64 KiB WRITEs waiting for ACKs
-// (690-770 MB/s where 512 PSNs gave 700-920).
+// (alternating runs: 546-995 MB/s, where 512 PSNs gave 765-1,106).
 const DefaultWindowBytes = DefaultMaxUnackedPSNs * 4096
 
 // MaxDefaultWindow bounds the default window in PSNs, whatever the MTU:
@@ -152,11 +152,10 @@ func (qp *QP) SetAccessFlags(a ibv.AccessFlags) { qp.access = a }
 // next PSN may be ahead of the oldest unacknowledged one, from then on
 // whatever the path MTU. The default, 256 at MTU 4096 and as many bytes'
 // worth at smaller MTUs up to 512 PSNs (defaultWindow), is twice rxe's
-// 128 or more: the
-// window only bounds the requester (a responder takes any PSN in
-// sequence), and at 128 PSNs (512 KiB at MTU 4096) a loopback connection
-// waits for ACKs with a core idle: 64 KiB WRITEs went from ~2.6 to ~4.0
-// GB/s with 256, no further with 512 or 1024. A larger
+// 128 or more: the window only bounds the requester (a responder takes
+// any PSN in sequence), and at 128 PSNs (512 KiB at MTU 4096) a loopback
+// connection waits for ACKs with a core idle: 64 KiB WRITEs went from
+// ~2.6 to ~4.0 GB/s with 256, no further with 512 or 1024. A larger
 // window also means more to resend after a loss under go-back-N, so the
 // effective window shrinks toward 128 on retries and grows back to n as
 // PSNs are acknowledged (window.go, doc.go); with n at most 128 it is fixed
