@@ -17,10 +17,10 @@ import (
 	"log"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"syscall"
 
 	"github.com/goroce/goroce/internal/nic"
+	"github.com/goroce/goroce/internal/tooldev"
 )
 
 func main() {
@@ -49,12 +49,11 @@ func run() error {
 		cfg.Logf = nic.StdLogf
 	}
 	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
+		stop, err := tooldev.StartCPUProfile(*cpuprofile)
 		if err != nil {
 			return err
 		}
-		pprof.StartCPUProfile(f)
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	srv, err := nic.Listen(cfg)
 	if err != nil {

@@ -111,13 +111,13 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/internal/oob"
+	"github.com/goroce/goroce/internal/tooldev"
 )
 
 func main() {
@@ -142,7 +142,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if cfg.cpuProfile != "" {
-		stopProfile, err := startCPUProfile(cfg.cpuProfile)
+		stopProfile, err := tooldev.StartCPUProfile(cfg.cpuProfile)
 		if err != nil {
 			fmt.Fprintln(stderr, "goroce-perf:", err)
 			return 1
@@ -162,23 +162,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-// startCPUProfile starts writing a CPU profile to path; the returned
-// function stops it and closes the file.
-func startCPUProfile(path string) (stop func(), err error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("--cpuprofile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("--cpuprofile: %w", err)
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		f.Close()
-	}, nil
 }
 
 func isTerminal(w io.Writer) bool {

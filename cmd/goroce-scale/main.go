@@ -52,9 +52,10 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"strings"
 	"time"
+
+	"github.com/goroce/goroce/internal/tooldev"
 )
 
 func main() {
@@ -184,18 +185,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if cfg.cpuProf != "" {
-		f, err := os.Create(cfg.cpuProf)
-		if err == nil {
-			err = pprof.StartCPUProfile(f)
-		}
+		stop, err := tooldev.StartCPUProfile(cfg.cpuProf)
 		if err != nil {
 			fmt.Fprintln(stderr, "goroce-scale:", err)
 			return 1
 		}
-		defer func() {
-			pprof.StopCPUProfile()
-			_ = f.Close()
-		}()
+		defer stop()
 	}
 	if cfg.conns > 0 {
 		return runConns(ctx, cfg, stdout, stderr)

@@ -8,6 +8,8 @@
 // On a kernel device the GID table is the NIC's: RoCE v1 and v2 entries
 // for every address of its interface. GIDIndex picks the one to send from
 // when the command line names none, as perftest does.
+//
+// It also starts the tools' --cpuprofile (StartCPUProfile).
 package tooldev
 
 import (
