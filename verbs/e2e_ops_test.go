@@ -207,11 +207,27 @@ func runOpcode(t *testing.T, a, b *rdmatest.End, op verbs.WROpcode, n, parts int
 // on the first answer, but b answers every copy that reaches it by reading
 // the source again, as any RC responder does: the next subtest's refill of
 // the source would race with that replay. A signaled zero-length WRITE is
-// acknowledged only once b has handled every earlier packet of the
-// connection (one flow, received in order), copies included, and sent the
-// READ responses queued before it (the ACK waits behind them); and a, with
-// nothing older outstanding, sends no more copies.
+// acknowledged only once b has handled every packet of the connection
+// that its receive loop took before it, and sent the READ responses queued
+// before it (the ACK waits behind them); and a, with nothing older
+// outstanding, sends no more copies.
+//
+// A fault tap on b (TestE2EOpcodesLateDuplicates) holds copies back for a
+// random time each, so the settling WRITE may overtake a READ's late copy:
+// settle then waits until the tap holds nothing and settles once more.
+// The first WRITE's acknowledgement means the tap has counted every copy
+// it took before (it runs in the receive loop), so none is missed.
 func settle(t *testing.T, a, b *rdmatest.End) {
+	t.Helper()
+	settleWrite(t, a, b)
+	if awaitFaultTapEmpty(t, b) {
+		settleWrite(t, a, b)
+	}
+}
+
+// settleWrite posts a signaled zero-length WRITE from a to b and waits for
+// its completion.
+func settleWrite(t *testing.T, a, b *rdmatest.End) {
 	t.Helper()
 	const wrid = 0xB0_0000_0000
 	rdmatest.PostSend(t, a.QP, verbs.SendWR{WRID: wrid, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,

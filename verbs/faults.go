@@ -67,6 +67,10 @@ type FaultCounters struct {
 	Corrupted uint64
 	// Delayed counts packet copies held back (delayed or reordered).
 	Delayed uint64
+	// Released counts the held copies delivered when due. FaultCounters
+	// reads it before Delayed, so Delayed minus Released is never less
+	// than the copies still held.
+	Released uint64
 	// MarkedCE counts ECN-capable packets marked CE.
 	MarkedCE uint64
 }
@@ -78,11 +82,13 @@ func (d *Device) FaultCounters() FaultCounters {
 		return FaultCounters{}
 	}
 	c := d.eng.netCounters()
+	released := c.FaultReleased.Load()
 	return FaultCounters{
 		Dropped:    c.FaultDropped.Load(),
 		Duplicated: c.FaultDuplicated.Load(),
 		Corrupted:  c.FaultCorrupted.Load(),
 		Delayed:    c.FaultDelayed.Load(),
+		Released:   released,
 		MarkedCE:   c.FaultMarkedCE.Load(),
 	}
 }

@@ -28,12 +28,27 @@ func newFaultyEnd(t *testing.T, host int, f verbs.Faults, bufSize int) *rdmatest
 		Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
 }
 
+// awaitFaultTapEmpty waits until e's fault tap holds no packet; false when
+// it never held one, so that there is nothing to settle again.
+func awaitFaultTapEmpty(t *testing.T, e *rdmatest.End) bool {
+	t.Helper()
+	if e.Dev.FaultCounters().Delayed == 0 {
+		return false
+	}
+	testkit.WaitFor(t, "the fault tap to release what it holds", func() bool {
+		fc := e.Dev.FaultCounters()
+		return fc.Delayed == fc.Released
+	})
+	return true
+}
+
 // TestE2EOpcodesLateDuplicates runs TestE2EOpcodes' work requests toward
-// a responder that receives every packet twice, the copy up to 3 ms late:
-// a READ's copy then arrives after the READ completed, and the responder
-// replays it, reading the source the next work request refills. Each
-// must still get its data, and under -race the replay must not race with
-// the refill: runOpcode settles the connection before it returns.
+// a responder that receives every packet twice, each copy held back up to
+// 3 ms: a READ's later copy then arrives after the READ completed, and the
+// responder replays it, reading the source the next work request refills.
+// Each must still get its data, and under -race the replay must not race
+// with the refill: runOpcode settles the connection before it returns,
+// waiting for the tap to release every copy (settle).
 func TestE2EOpcodesLateDuplicates(t *testing.T) {
 	a := newEnd(t, 15, rdmatest.EndOptions{})
 	b := newEnd(t, 16, rdmatest.EndOptions{Open: withFaults(verbs.Faults{Duplicate: 1, Jitter: 3 * time.Millisecond, Seed: 3})})

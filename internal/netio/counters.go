@@ -77,12 +77,16 @@ type Counters struct {
 	// The fault-injection tap (Config.Faults) counts the faults it
 	// applied to received datagrams: datagrams dropped, duplicated (one
 	// extra copy each), corrupted (one bit flipped; each such copy is then
-	// counted in ICRCErrors or Malformed) and held back (delayed or
-	// reordered), and ECN-capable datagrams marked CE. They stay zero
-	// without the tap.
+	// counted in ICRCErrors or Malformed), of those held back (delayed or
+	// reordered) the ones delivered when due (counted once the handler
+	// returned) and the ones held, and ECN-capable datagrams marked CE.
+	// They stay zero without the tap. FaultReleased comes before
+	// FaultDelayed so that AddTo, which reads in this order, never sums
+	// more released than held.
 	FaultDropped    atomic.Uint64
 	FaultDuplicated atomic.Uint64
 	FaultCorrupted  atomic.Uint64
+	FaultReleased   atomic.Uint64
 	FaultDelayed    atomic.Uint64
 	FaultMarkedCE   atomic.Uint64
 }
@@ -100,8 +104,8 @@ func (c *Counters) AddTo(sum *Counters) {
 		{&c.SendErrors, &sum.SendErrors}, {&c.TxGSO, &sum.TxGSO}, {&c.TxCalls, &sum.TxCalls},
 		{&c.GSOFallbacks, &sum.GSOFallbacks}, {&c.CaptureErrors, &sum.CaptureErrors},
 		{&c.FaultDropped, &sum.FaultDropped}, {&c.FaultDuplicated, &sum.FaultDuplicated},
-		{&c.FaultCorrupted, &sum.FaultCorrupted}, {&c.FaultDelayed, &sum.FaultDelayed},
-		{&c.FaultMarkedCE, &sum.FaultMarkedCE},
+		{&c.FaultCorrupted, &sum.FaultCorrupted}, {&c.FaultReleased, &sum.FaultReleased},
+		{&c.FaultDelayed, &sum.FaultDelayed}, {&c.FaultMarkedCE, &sum.FaultMarkedCE},
 	} {
 		f.to.Add(f.from.Load())
 	}

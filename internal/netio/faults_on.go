@@ -180,6 +180,7 @@ func (t *faultTap) release(c *Conn, rx *receiver, h Handler, tl *rxTally, now ti
 		s.used = false
 		t.nheld--
 		c.accept(rx, h, t.pool[i*t.size:i*t.size+s.n], s.from, s.local, s.ecn, tl)
+		c.counters.FaultReleased.Add(1)
 	}
 	return true
 }

@@ -276,11 +276,17 @@ func TestFaultTapServeContext(t *testing.T) {
 				t.Fatal(err)
 			}
 			testkit.WaitFor(t, "the packet to be held", func() bool { return b.Counters().FaultDelayed.Load() == 1 })
+			if n := b.Counters().FaultReleased.Load(); n != 0 {
+				t.Errorf("FaultReleased %d while the packet is held, want 0", n)
+			}
 		} else {
 			r := got.next(t)
 			if !bytes.Equal(r.raw[:len(pkt)], pkt) {
 				t.Errorf("held packet delivered as %x, want %x", r.raw, pkt)
 			}
+			// Counted once the handler returned, which got.next
+			// does not wait for.
+			testkit.WaitFor(t, "the release to be counted", func() bool { return b.Counters().FaultReleased.Load() == 1 })
 		}
 		cancel()
 		select {
