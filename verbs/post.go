@@ -55,7 +55,7 @@ func (qp *QP) PostSend(wr *SendWR) error {
 	}
 	qp.xmu.Lock()
 	defer qp.xmu.Unlock()
-	err = qp.postSendLocked(op, wr, info)
+	err = qp.postSendLocked(op, wr, info, time.Now())
 	// Even after an error: qp.out may hold what the receive path left
 	// for the end of its batch.
 	qp.ringLocked()
@@ -77,10 +77,15 @@ func (qp *QP) PostSendList(wrs []SendWR) (int, error) {
 	}
 	qp.xmu.Lock()
 	defer qp.xmu.Unlock()
+	// One clock reading for the list, whose packets leave together: it
+	// starts their retransmission timer. A reading costs ~65 ns in this
+	// project's VM, 8 % of what a 64-byte WRITE in a list of 16 cost its
+	// poster (goroce-perf write_bw -l 16 -t 512 --cpuprofile).
+	now := time.Now()
 	for i := range wrs {
 		info, err := qp.checkSendWR(op, &wrs[i])
 		if err == nil {
-			err = qp.postSendLocked(op, &wrs[i], info)
+			err = qp.postSendLocked(op, &wrs[i], info, now)
 		}
 		if err != nil {
 			qp.ringLocked()
@@ -211,8 +216,8 @@ func lookupOpcode(op WROpcode) opcodeInfo {
 
 // postSendLocked queues a checked send work request in the transport,
 // which builds the packets it may send now into qp.out; the caller holds
-// xmu and transmits them.
-func (qp *QP) postSendLocked(op string, wr *SendWR, info opcodeInfo) error {
+// xmu and transmits them. now is the time of the post.
+func (qp *QP) postSendLocked(op string, wr *SendWR, info opcodeInfo, now time.Time) error {
 	inline := wr.SendFlags&SendInline != 0
 	if qp.closed.Load() {
 		return closedError(op, "qp")
@@ -255,7 +260,7 @@ func (qp *QP) postSendLocked(op string, wr *SendWR, info opcodeInfo) error {
 		w.SGL = qp.convertSGL(wr.SGList)
 	}
 	raceSync()
-	if err := qp.tq.PostSend(&w, time.Now(), qp.outputLocked()); err != nil {
+	if err := qp.tq.PostSend(&w, now, qp.outputLocked()); err != nil {
 		return transportPostError(op, err)
 	}
 	return nil
