@@ -24,6 +24,12 @@
 #      messages) against goroce-perf write_lat with 8-byte WRITEs; p50
 #      and p99.9.
 #
+# goroce-perf runs twice in each step: with Go's default GOMAXPROCS (every
+# CPU: both processes' schedulers share the machine's two cores) and with
+# GOMAXPROCS=1 (one processor per end, as iperf3, sockperf and perftest
+# are single-threaded). The report has a column for each (README,
+# "Cores and GOMAXPROCS", says why the second is much faster here).
+#
 # Server processes run in namespace B, clients in A. It prints a markdown
 # report (the ratios issue 17's goals are stated in) and keeps every raw
 # output in $BENCH_VETH_RAW. bench/run.sh runs it after its loopback part.
@@ -36,6 +42,8 @@
 #   BENCH_RATE_ITERS [50000]     WRITEs of goroce's message rate runs
 #   BENCH_VETH_RAW [a temporary directory]  raw outputs
 #   BENCH_PERF                   a goroce-perf binary (default: built here)
+#   BENCH_GOMAXPROCS [default 1] goroce-perf's GOMAXPROCS settings, one
+#                                column each ("default": the runtime's)
 #   BENCH_NO_INSTALL             set to skip apt-get
 set -uo pipefail # not -e: netns-pair.sh's teardown tolerates what is not there
 
@@ -48,6 +56,7 @@ dur=${BENCH_DURATION:-5}
 rounds=${BENCH_ROUNDS:-3}
 lat_iters=${BENCH_LAT_ITERS:-20000}
 rate_iters=${BENCH_RATE_ITERS:-50000}
+read -r -a variants <<<"${BENCH_GOMAXPROCS:-default 1}"
 raw=${BENCH_VETH_RAW:-$(mktemp -d /tmp/goroce-veth.XXXXXX)}
 nsa=gvethA nsb=gvethB ipa=10.251.0.1 ipb=10.251.0.2
 iperf_port=15271 sockperf_port=15571
@@ -57,18 +66,28 @@ log() { printf 'veth: %s\n' "$*" >&2; }
 inA() { ip netns exec "$nsa" "$@"; }
 inB() { ip netns exec "$nsb" "$@"; }
 
-# perf NAME ARGS...: goroce-perf server in B and client in A with ARGS;
-# each side's JSON lines into $raw/NAME.{server,client}.json.
+# vname V: the prefix of the raw outputs of goroce-perf run with
+# GOMAXPROCS setting V ("default" or a number).
+vname() { if [[ $1 == default ]]; then printf 'gdef'; else printf 'g%s' "$1"; fi; }
+
+# perf NAME ARGS...: goroce-perf server in B and client in A with ARGS,
+# once per GOMAXPROCS variant; each side's JSON lines into
+# $raw/VARIANT-NAME.{server,client}.json.
 perf() {
-	local name=$1
+	local name=$1 v
 	shift
-	log "goroce-perf $*"
-	inB timeout 300 "$P" "$@" --bind "$ipb" --json >"$raw/$name.server.json" 2>"$raw/$name.server.err" &
-	local srv=$!
-	sleep 1
-	inA timeout 300 "$P" "$@" --bind "$ipa" --json "$ipb" >"$raw/$name.client.json" 2>"$raw/$name.client.err" ||
-		log "goroce-perf $* failed: $(tail -1 "$raw/$name.client.err")"
-	wait "$srv" || log "goroce-perf server $* failed: $(tail -1 "$raw/$name.server.err")"
+	for v in "${variants[@]}"; do
+		local out envp=(env)
+		out=$raw/$(vname "$v")-$name
+		[[ $v == default ]] || envp=(env GOMAXPROCS="$v")
+		log "goroce-perf (GOMAXPROCS $v) $*"
+		inB timeout 300 "${envp[@]}" "$P" "$@" --bind "$ipb" --json >"$out.server.json" 2>"$out.server.err" &
+		local srv=$!
+		sleep 1
+		inA timeout 300 "${envp[@]}" "$P" "$@" --bind "$ipa" --json "$ipb" >"$out.client.json" 2>"$out.client.err" ||
+			log "goroce-perf $* failed: $(tail -1 "$out.client.err")"
+		wait "$srv" || log "goroce-perf server $* failed: $(tail -1 "$out.server.err")"
+	done
 }
 
 # iperf NAME ARGS...: iperf3 server in B, client in A with ARGS, JSON.
@@ -124,47 +143,82 @@ measure() {
 	netns_pair_down "$nsa" "$nsb"
 }
 
-# report MTU: one block of the markdown table.
+# goroce_figures VARIANT MTU: sets the g_* figures of goroce-perf's runs
+# with GOMAXPROCS setting VARIANT at link MTU MTU.
+goroce_figures() {
+	local pre i f
+	pre=$raw/$(vname "$1")-m$2
+	local mbs=() cpu=() p50s=() p9999s=()
+	for ((i = 1; i <= rounds; i++)); do
+		f=$pre-bw-r$i
+		mbs+=("$(jqf "$f.client.json" '.bw_average')")
+		cpu+=("$(awk -v a="$(jqf "$f.client.json" '.cpu_sec_per_gb')" -v b="$(jqf "$f.server.json" '.cpu_sec_per_gb')" 'BEGIN { if (a != "" && b != "") print a + b }')")
+		p50s+=("$(jqf "$f.client.json" '.p50_usec')")
+		p9999s+=("$(jqf "$f.client.json" '.p99_99_usec')")
+	done
+	g_mbs=$(printf '%s\n' "${mbs[@]}" | grep . | median)
+	g_cpu=$(printf '%s\n' "${cpu[@]}" | grep . | median)
+	g_p50=$(printf '%s\n' "${p50s[@]}" | grep . | median)
+	g_p9999=$(printf '%s\n' "${p9999s[@]}" | grep . | median)
+	g_rate=$(jqf "$pre-rate.client.json" '.msg_rate_mpps')
+	g_rate16=$(jqf "$pre-rate-l16.client.json" '.msg_rate_mpps')
+	g_rate16d=$(jqf "$pre-rate-l16-t512.client.json" '.msg_rate_mpps')
+	g_l50=$(jqf "$pre-lat.client.json" '.t_typical_usec')
+	g_l999=$(jqf "$pre-lat.client.json" '.p99_9_usec')
+	g_mtu=$(jqf "$pre-bw-r1.client.json" '.mtu')
+}
+
+# report MTU: one block of the markdown table: a row per measure, with a
+# goroce column and a ratio column per GOMAXPROCS variant.
 report() {
-	local m=$1 f i
-	local tcp_mbs=() tcp_cpu=() g_mbs=() g_cpu=() g_p50=() g_p9999=()
+	local m=$1 f i v
+	local tcp_mbs=() tcp_cpu=()
 	for ((i = 1; i <= rounds; i++)); do
 		f=$raw/m$m-tcp-r$i.json
 		# MB/s (2^20, as perftest's MB/sec) and CPU s/GB of both ends
 		tcp_mbs+=("$(jqf "$f" '.end.sum_received.bytes / .end.sum_received.seconds / 1048576')")
 		tcp_cpu+=("$(jqf "$f" '(.end.cpu_utilization_percent.host_total + .end.cpu_utilization_percent.remote_total) / 100 * .end.sum_received.seconds / (.end.sum_received.bytes / 1e9)')")
-		f=$raw/m$m-bw-r$i
-		g_mbs+=("$(jqf "$f.client.json" '.bw_average')")
-		g_cpu+=("$(awk -v a="$(jqf "$f.client.json" '.cpu_sec_per_gb')" -v b="$(jqf "$f.server.json" '.cpu_sec_per_gb')" 'BEGIN { if (a != "" && b != "") print a + b }')")
-		g_p50+=("$(jqf "$f.client.json" '.p50_usec')")
-		g_p9999+=("$(jqf "$f.client.json" '.p99_99_usec')")
 	done
-	local tm gm tc gc p50 p9999
+	local tm tc udp sp50 sp999
 	tm=$(printf '%s\n' "${tcp_mbs[@]}" | grep . | median)
-	gm=$(printf '%s\n' "${g_mbs[@]}" | grep . | median)
 	tc=$(printf '%s\n' "${tcp_cpu[@]}" | grep . | median)
-	gc=$(printf '%s\n' "${g_cpu[@]}" | grep . | median)
-	p50=$(printf '%s\n' "${g_p50[@]}" | grep . | median)
-	p9999=$(printf '%s\n' "${g_p9999[@]}" | grep . | median)
-	local udp rate rate16 rate16d
 	udp=$(jqf "$raw/m$m-udp64.json" '(.end.sum.packets - .end.sum.lost_packets) / .end.sum.seconds / 1e6')
-	rate=$(jqf "$raw/m$m-rate.client.json" '.msg_rate_mpps')
-	rate16=$(jqf "$raw/m$m-rate-l16.client.json" '.msg_rate_mpps')
-	rate16d=$(jqf "$raw/m$m-rate-l16-t512.client.json" '.msg_rate_mpps')
-	local sp50 sp999 gl50 gl999 mtu_used
 	sp50=$(sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p' "$raw/m$m-sockperf.log" 2>/dev/null | head -1)
 	sp999=$(sed -n 's/.*percentile 99.900 = *\([0-9.]*\).*/\1/p' "$raw/m$m-sockperf.log" 2>/dev/null | head -1)
-	gl50=$(jqf "$raw/m$m-lat.client.json" '.t_typical_usec')
-	gl999=$(jqf "$raw/m$m-lat.client.json" '.p99_9_usec')
-	mtu_used=$(jqf "$raw/m$m-bw-r1.client.json" '.mtu')
-	printf '| %s | 64 KiB WRITE vs TCP, MB/s | %s | %s | **%s×** |\n' "$m (IB MTU ${mtu_used:--})" "$(fmt "$gm")" "$(fmt "$tm")" "$(ratio "$gm" "$tm")"
-	printf '| | CPU s/GB, both ends | %s | %s | %s× |\n' "$(fmt "$gc" %.2f)" "$(fmt "$tc" %.2f)" "$(ratio "$gc" "$tc")"
-	printf '| | per-message p50 / p99.99, µs (goroce) | %s / %s | | p99.99 = %s× p50 |\n' "$(fmt "$p50")" "$(fmt "$p9999")" "$(ratio "$p9999" "$p50")"
-	printf '| | 64 B messages, M/s: one per post vs UDP | %s | %s | **%s×** |\n' "$(fmt "$rate" %.3f)" "$(fmt "$udp" %.3f)" "$(ratio "$rate" "$udp")"
-	printf '| | 64 B messages, M/s: lists of 16 vs UDP | %s | %s | %s× |\n' "$(fmt "$rate16" %.3f)" "$(fmt "$udp" %.3f)" "$(ratio "$rate16" "$udp")"
-	printf '| | same, send queue 512 deep (-t 512) | %s | %s | %s× |\n' "$(fmt "$rate16d" %.3f)" "$(fmt "$udp" %.3f)" "$(ratio "$rate16d" "$udp")"
-	printf '| | latency p50, µs (write_lat 8 B vs sockperf UDP) | %s | %s | %s× |\n' "$(fmt "$gl50" %.1f)" "$(fmt "$sp50" %.1f)" "$(ratio "$gl50" "$sp50")"
-	printf '| | latency p99.9, µs | %s | %s | %s× |\n' "$(fmt "$gl999" %.1f)" "$(fmt "$sp999" %.1f)" "$(ratio "$gl999" "$sp999")"
+	# The rows are built a variant at a time: goroce's cells, the
+	# kernel's cell, then the ratio cells.
+	local -a cells=("" "" "" "" "" "" "" "") ratios=("" "" "" "" "" "" "" "")
+	local mtu_used=""
+	for v in "${variants[@]}"; do
+		goroce_figures "$v" "$m"
+		mtu_used=${mtu_used:-$g_mtu}
+		cells[0]+=" $(fmt "$g_mbs") |"
+		ratios[0]+=" **$(ratio "$g_mbs" "$tm")×** |"
+		cells[1]+=" $(fmt "$g_cpu" %.2f) |"
+		ratios[1]+=" $(ratio "$g_cpu" "$tc")× |"
+		cells[2]+=" $(fmt "$g_p50") / $(fmt "$g_p9999") |"
+		ratios[2]+=" p99.99 = $(ratio "$g_p9999" "$g_p50")× p50 |"
+		cells[3]+=" $(fmt "$g_rate" %.3f) |"
+		ratios[3]+=" **$(ratio "$g_rate" "$udp")×** |"
+		cells[4]+=" $(fmt "$g_rate16" %.3f) |"
+		ratios[4]+=" $(ratio "$g_rate16" "$udp")× |"
+		cells[5]+=" $(fmt "$g_rate16d" %.3f) |"
+		ratios[5]+=" $(ratio "$g_rate16d" "$udp")× |"
+		cells[6]+=" $(fmt "$g_l50" %.1f) |"
+		ratios[6]+=" $(ratio "$g_l50" "$sp50")× |"
+		cells[7]+=" $(fmt "$g_l999" %.1f) |"
+		ratios[7]+=" $(ratio "$g_l999" "$sp999")× |"
+	done
+	local names=("64 KiB WRITE vs TCP, MB/s" "CPU s/GB, both ends" "per-message p50 / p99.99, µs (goroce)"
+		"64 B messages, M/s: one per post vs UDP" "64 B messages, M/s: lists of 16 vs UDP"
+		"same, send queue 512 deep (-t 512)" "latency p50, µs (write_lat 8 B vs sockperf UDP)" "latency p99.9, µs")
+	local kernel=("$(fmt "$tm")" "$(fmt "$tc" %.2f)" "" "$(fmt "$udp" %.3f)" "$(fmt "$udp" %.3f)" "$(fmt "$udp" %.3f)"
+		"$(fmt "$sp50" %.1f)" "$(fmt "$sp999" %.1f)")
+	for i in "${!names[@]}"; do
+		local first="| |"
+		((i == 0)) && first="| $m (IB MTU ${mtu_used:--}) |"
+		printf '%s %s |%s %s |%s\n' "$first" "${names[$i]}" "${cells[$i]}" "${kernel[$i]}" "${ratios[$i]}"
+	done
 }
 
 main() {
@@ -186,7 +240,14 @@ main() {
 	done
 	printf '### veth pair between two namespaces (load %s at the start, %s at the end; %s s runs, medians of %s rounds)\n\n' \
 		"$load0" "$(cut -d' ' -f1-3 /proc/loadavg)" "$dur" "$rounds"
-	printf '| link MTU | | goroce | kernel | ratio |\n|---|---|---|---|---|\n'
+	local v head="| link MTU | |" rule="|---|---|" rhead="" rrule=""
+	for v in "${variants[@]}"; do
+		head+=" goroce, GOMAXPROCS $v |"
+		rule+="---|"
+		rhead+=" ratio ($v) |"
+		rrule+="---|"
+	done
+	printf '%s kernel |%s\n%s---|%s\n' "$head" "$rhead" "$rule" "$rrule"
 	for m in $mtus; do
 		report "$m"
 	done
