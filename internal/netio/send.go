@@ -30,10 +30,11 @@ type Sender struct {
 	rc   syscall.RawConn
 	refs int // guarded by c.mu
 
-	mu sync.Mutex // serialises SendBatch, which owns senderOS and scratch
+	mu sync.Mutex // serialises SendBatch, which owns senderOS, scratch and icrc
 	//lint:ignore U1000 empty on the portable path, which keeps no batch
 	senderOS
-	scratch []byte // a packet with a Payload assembled for the capture tap
+	scratch []byte          // a packet with a Payload assembled for the capture tap
+	icrc    wire.ICRCHasher // SendBatch's: a batch's packets share their headers
 
 	gso atomic.Bool // segmentation offload in use (see gso_linux.go)
 }
@@ -182,7 +183,7 @@ func (s *Sender) Send(dst netip.AddrPort, pkt []byte) error {
 		c.counters.SendErrors.Add(1)
 		return err
 	}
-	b, err := appendICRC(s.src, dst, 0, pkt)
+	b, err := appendICRC(nil, s.src, dst, 0, pkt) // nil: Send does not hold mu
 	if err != nil {
 		c.counters.SendErrors.Add(1)
 		return err
@@ -225,13 +226,13 @@ func (m *Message) size() int {
 }
 
 // appendTail prepares m for sending from src to dst with IPv4
-// identification id: it appends the ICRC (and, with a Payload, the pad
-// before it) in Packet's spare capacity and returns the packet's pieces:
-// head (Packet through the ICRC, or Packet alone with a Payload) and tail
-// (the pad and ICRC after a Payload; nil without one).
-func (m *Message) appendTail(src, dst netip.AddrPort, id uint16) (head, tail []byte, err error) {
+// identification id: it appends the ICRC, computed by h (and, with a
+// Payload, the pad before it) in Packet's spare capacity and returns the
+// packet's pieces: head (Packet through the ICRC, or Packet alone with a
+// Payload) and tail (the pad and ICRC after a Payload; nil without one).
+func (m *Message) appendTail(h *wire.ICRCHasher, src, dst netip.AddrPort, id uint16) (head, tail []byte, err error) {
 	if len(m.Payload) == 0 {
-		head, err = appendICRC(src, dst, id, m.Packet)
+		head, err = appendICRC(h, src, dst, id, m.Packet)
 		return head, nil, err
 	}
 	n := len(m.Packet)
@@ -244,7 +245,7 @@ func (m *Message) appendTail(src, dst netip.AddrPort, id uint16) (head, tail []b
 	}
 	tail = m.Packet[n : n+pad+wire.ICRCLen]
 	clear(tail[:pad])
-	binary.LittleEndian.PutUint32(tail[pad:], wire.ICRCAddrsParts(src, dst, id, m.Packet, m.Payload))
+	binary.LittleEndian.PutUint32(tail[pad:], h.AddrsParts(src, dst, id, m.Packet, m.Payload))
 	return m.Packet, tail, nil
 }
 
@@ -262,8 +263,9 @@ func (s *Sender) wholePacket(m *Message, n int) []byte {
 }
 
 // appendICRC appends the ICRC of pkt, sent from src to dst with IPv4
-// identification id (ignored over IPv6), in pkt's spare capacity.
-func appendICRC(src, dst netip.AddrPort, id uint16, pkt []byte) ([]byte, error) {
+// identification id (ignored over IPv6), in pkt's spare capacity; h
+// computes it, or wire.ICRCAddrs when h is nil.
+func appendICRC(h *wire.ICRCHasher, src, dst netip.AddrPort, id uint16, pkt []byte) ([]byte, error) {
 	n := len(pkt)
 	if n < wire.BTHLen || n < wire.BTHLen+int(wire.BTH(pkt).PadCount()) {
 		return nil, ErrShortPacket
@@ -271,7 +273,12 @@ func appendICRC(src, dst netip.AddrPort, id uint16, pkt []byte) ([]byte, error) 
 	if cap(pkt)-n < wire.ICRCLen {
 		return nil, ErrNoICRCRoom
 	}
-	crc := wire.ICRCAddrs(src, dst, id, pkt)
+	var crc uint32
+	if h != nil {
+		crc = h.Addrs(src, dst, id, pkt)
+	} else {
+		crc = wire.ICRCAddrs(src, dst, id, pkt)
+	}
 	pkt = pkt[:n+wire.ICRCLen]
 	binary.LittleEndian.PutUint32(pkt[n:], crc)
 	return pkt, nil

@@ -115,7 +115,7 @@ func (s *Sender) prepare(msgs []Message) (nh, nv int, prepErr error) {
 		}
 		var head, tail []byte
 		if err == nil {
-			head, tail, err = m.appendTail(s.src, dst, id)
+			head, tail, err = m.appendTail(&s.icrc, s.src, dst, id)
 		}
 		if err != nil {
 			// Send what is ready, then report this packet.

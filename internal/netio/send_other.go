@@ -41,7 +41,7 @@ func (s *Sender) SendBatch(msgs []Message) (int, error) {
 		m := &msgs[i]
 		dst, err := c.destination(m.Dst)
 		if err == nil {
-			_, _, err = m.appendTail(s.src, dst, 0)
+			_, _, err = m.appendTail(&s.icrc, s.src, dst, 0)
 		}
 		if err != nil {
 			c.counters.SendErrors.Add(1)

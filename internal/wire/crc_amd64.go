@@ -69,3 +69,11 @@ func icrcFold(hdr, ext, rest []byte) (crc uint32, ok bool) {
 	xorRaw(&head, off, icrcSeed)
 	return foldTail(&head, rest), true
 }
+
+// foldsHeaders reports whether icrcFold hashes a packet whose masked
+// headers (pseudo-header and BTH) are hdrLen bytes, its extension headers
+// extLen and its remainder restLen bytes: the headers go in the fold's
+// first block.
+func foldsHeaders(hdrLen, extLen, restLen int) bool {
+	return hasFoldAVX512 && restLen >= foldMin && hdrLen+extLen <= 64
+}

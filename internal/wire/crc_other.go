@@ -12,3 +12,6 @@ func crcUpdate(crc uint32, p []byte) uint32 {
 
 // icrcFold is not available: see crc_amd64.go.
 func icrcFold(hdr, ext, rest []byte) (uint32, bool) { return 0, false }
+
+// foldsHeaders is false: icrcFold is not available.
+func foldsHeaders(hdrLen, extLen, restLen int) bool { return false }

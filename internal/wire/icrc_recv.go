@@ -313,6 +313,9 @@ func (r ICRCResult) String() string {
 // one.
 type ICRCChecker struct {
 	ids idRecoverer
+	// hash computes the ICRCs: a GRO batch's packets share their
+	// addresses, ports and length.
+	hash ICRCHasher
 
 	// prevFrom and prevID are the source and IPv4 identification of the
 	// last packet accepted, from which the next one's is predicted.
@@ -339,7 +342,7 @@ func (k *ICRCChecker) Check(from, local netip.AddrPort, udpPayload []byte, stric
 		next = k.prevID + 1
 	}
 	n := len(udpPayload) - ICRCLen
-	syndrome := ICRCAddrs(from, local, 0, udpPayload[:n]) ^ binary.LittleEndian.Uint32(udpPayload[n:])
+	syndrome := k.hash.Addrs(from, local, 0, udpPayload[:n]) ^ binary.LittleEndian.Uint32(udpPayload[n:])
 	var id uint16
 	if syndrome != 0 {
 		if (strict && next == 0) || !from.Addr().Unmap().Is4() {
