@@ -39,7 +39,9 @@
 #   BENCH_DURATION [5]           seconds of each bandwidth and rate run
 #   BENCH_ROUNDS [3]             rounds of the bandwidth comparison
 #   BENCH_LAT_ITERS [20000]      round trips of goroce's latency run
-#   BENCH_RATE_ITERS [50000]     WRITEs of goroce's message rate runs
+#   BENCH_RATE_ITERS [500000]    WRITEs of goroce's message rate runs (a
+#                                second or so: 50,000 was over in 30 ms,
+#                                mostly ramp-up)
 #   BENCH_VETH_RAW [a temporary directory]  raw outputs
 #   BENCH_PERF                   a goroce-perf binary (default: built here)
 #   BENCH_GOMAXPROCS [default 1] goroce-perf's GOMAXPROCS settings, one
@@ -55,7 +57,7 @@ mtus=${BENCH_VETH_MTUS:-1500 9000}
 dur=${BENCH_DURATION:-5}
 rounds=${BENCH_ROUNDS:-3}
 lat_iters=${BENCH_LAT_ITERS:-20000}
-rate_iters=${BENCH_RATE_ITERS:-50000}
+rate_iters=${BENCH_RATE_ITERS:-500000}
 read -r -a variants <<<"${BENCH_GOMAXPROCS:-default 1}"
 raw=${BENCH_VETH_RAW:-$(mktemp -d /tmp/goroce-veth.XXXXXX)}
 nsa=gvethA nsb=gvethB ipa=10.251.0.1 ipb=10.251.0.2
