@@ -99,19 +99,8 @@ func (h *ICRCHasher) v4(src, dst [4]byte, ipID, srcPort, dstPort uint16, hdrs, p
 // fill computes the prefix of a run, as ICRCv4 builds the headers.
 func (h *ICRCHasher) fill(src, dst [4]byte, srcPort, dstPort, udpLen uint16) {
 	var buf [IPv4MinHeaderLen + UDPHeaderLen]byte
-	ip := IPv4(buf[:IPv4MinHeaderLen])
-	ip.SetVersionIHL(IPv4MinHeaderLen)
-	ip.SetTotalLength(IPv4MinHeaderLen + udpLen)
-	ip.SetFlagsFragmentOffset(IPv4DontFragment, 0)
-	ip.SetProtocol(IPProtocolUDP)
-	ip.SetSrc(src)
-	ip.SetDst(dst)
-	maskIPv4(ip)
-	u := UDP(buf[IPv4MinHeaderLen:])
-	u.SetSrcPort(srcPort)
-	u.SetDstPort(dstPort)
-	u.SetLength(udpLen)
-	maskUDP(u)
+	maskedIPv4(IPv4(buf[:IPv4MinHeaderLen]), src, dst, 0, int(udpLen))
+	maskedUDP(UDP(buf[IPv4MinHeaderLen:]), srcPort, dstPort, int(udpLen))
 	*h = ICRCHasher{valid: true, src: src, dst: dst, srcPort: srcPort, dstPort: dstPort, udpLen: udpLen,
 		prefix: updateSmall(icrcSeed, buf[:]), hits: h.hits, computed: h.computed + 1}
 }
