@@ -14,13 +14,13 @@ import "net/netip"
 // The zero value is ready to use. It is not safe for concurrent use: each
 // sender or receive loop owns one.
 type ICRCHasher struct {
-	valid          bool
-	src, dst       [4]byte
-	srcPort        uint16
-	dstPort        uint16
-	udpLen         uint16
-	prefix         uint32 // crc32.Update's CRC of the headers with identification 0
-	hits, computed uint64 // for tests
+	valid    bool
+	src, dst [4]byte
+	srcPort  uint16
+	dstPort  uint16
+	udpLen   uint16
+	prefix   uint32 // crc32.Update's CRC of the headers with identification 0
+	computed uint64 // prefixes computed, for tests
 }
 
 // v4HeadersLen is the length of the masked headers ICRCv4 hashes before
@@ -83,9 +83,7 @@ func (h *ICRCHasher) folds(hdrs, payload []byte) bool {
 func (h *ICRCHasher) v4(src, dst [4]byte, ipID, srcPort, dstPort uint16, hdrs, payload []byte) uint32 {
 	pad := zeroPad[:BTH(hdrs).PadCount()]
 	udpLen := uint16(UDPHeaderLen + len(hdrs) + len(payload) + len(pad) + ICRCLen)
-	if h.valid && h.src == src && h.dst == dst && h.srcPort == srcPort && h.dstPort == dstPort && h.udpLen == udpLen {
-		h.hits++
-	} else {
+	if !h.valid || h.src != src || h.dst != dst || h.srcPort != srcPort || h.dstPort != dstPort || h.udpLen != udpLen {
 		h.fill(src, dst, srcPort, dstPort, udpLen)
 	}
 	crc := h.prefix ^ idEffect[0][ipID>>8] ^ idEffect[1][ipID&0xFF]
@@ -102,5 +100,5 @@ func (h *ICRCHasher) fill(src, dst [4]byte, srcPort, dstPort, udpLen uint16) {
 	maskedIPv4(IPv4(buf[:IPv4MinHeaderLen]), src, dst, 0, int(udpLen))
 	maskedUDP(UDP(buf[IPv4MinHeaderLen:]), srcPort, dstPort, int(udpLen))
 	*h = ICRCHasher{valid: true, src: src, dst: dst, srcPort: srcPort, dstPort: dstPort, udpLen: udpLen,
-		prefix: updateSmall(icrcSeed, buf[:]), hits: h.hits, computed: h.computed + 1}
+		prefix: updateSmall(icrcSeed, buf[:]), computed: h.computed + 1}
 }

@@ -56,12 +56,14 @@ func randomHasherCase(r *rand.Rand) hasherCase {
 func TestICRCHasherMatchesReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	var h ICRCHasher
+	calls := uint64(0) // of AddrsParts, the cache's path or not
 	for i := range 20000 {
 		c := randomHasherCase(r)
 		run := 1 + r.IntN(8)
 		for j := range run {
 			c.id += uint16(j) // a run: same key, identifications going up
 			whole := c.whole()
+			calls++
 			want := refICRCAddrs(c.src, c.dst, c.id, whole)
 			if got := h.AddrsParts(c.src, c.dst, c.id, c.hdrs, c.payload); got != want {
 				t.Fatalf("case %d.%d: AddrsParts %v→%v id %#x, %d+%d bytes: %#08x, want %#08x", i, j, c.src, c.dst, c.id, len(c.hdrs), len(c.payload), got, want)
@@ -78,8 +80,10 @@ func TestICRCHasherMatchesReference(t *testing.T) {
 			}
 		}
 	}
-	if h.hits == 0 || h.computed == 0 {
-		t.Fatalf("hits %d, prefixes computed %d: the cache never ran", h.hits, h.computed)
+	// Runs of up to 8 share a key, and the cases draw few keys: far
+	// fewer prefixes than packets if the cache serves them.
+	if h.computed == 0 || h.computed > calls/2 {
+		t.Fatalf("%d prefixes computed for %d packets: the cache did not run", h.computed, calls)
 	}
 }
 
@@ -95,8 +99,8 @@ func TestICRCHasherRun(t *testing.T) {
 			t.Fatalf("id %d: %#08x, want %#08x", id, got, want)
 		}
 	}
-	if h.computed != 1 || h.hits != 63 {
-		t.Fatalf("prefixes computed %d, hits %d; want 1 and 63", h.computed, h.hits)
+	if h.computed != 1 {
+		t.Fatalf("%d prefixes computed for one run of 64 packets, want 1", h.computed)
 	}
 	if n := testing.AllocsPerRun(100, func() { h.AddrsParts(src, dst, 5, hdrs, payload) }); n != 0 {
 		t.Fatalf("AddrsParts allocates %v times", n)
