@@ -192,6 +192,12 @@ func TestGSOGrouping(t *testing.T) {
 			if nh != len(tc.segs) || a.Counters().TxGSO.Load()-before != gso {
 				t.Errorf("grouped as %v, want %v", s.batch.segs[:len(tc.segs)], tc.segs)
 			}
+			// Staged (stage_linux.go), each datagram is one I/O vector.
+			for j := range tc.segs {
+				if s.batch.niov[j] != 1 {
+					t.Errorf("datagram %d is %d I/O vectors, want 1", j, s.batch.niov[j])
+				}
+			}
 			// Each packet's ICRC is for its index in its datagram.
 			i := 0
 			for _, k := range tc.segs {
@@ -294,6 +300,13 @@ func TestSendBatchPayload(t *testing.T) {
 			t.Fatal(err)
 		}
 		sizes := []int{4096, 4096, 4096, 4096, 4093, 1, 2, 3, 1024, 1024, 0, 17}
+		// Packets a little larger than a staging slot (stageSlot; the
+		// receive buffers take them) fill the staging buffer before the
+		// batch of 16 ends: the packets after them go in place, some
+		// joining a staged datagram.
+		for range 16 {
+			sizes = append(sizes, 4280)
+		}
 		var msgs []Message
 		var whole [][]byte
 		var txBytes uint64

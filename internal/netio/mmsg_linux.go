@@ -89,10 +89,15 @@ type mmsgBatch struct {
 	// ctrl[i*gsoCmsgSpace:].
 	segs []int
 	ctrl []byte
-	// niov[i] is the number of I/O vectors of hdrs[i]: one per packet,
-	// three for a packet with a separate payload, so iovs has three per
-	// header when sending.
+	// niov[i] is the number of I/O vectors of hdrs[i]: one for its
+	// staged packets, else one per packet, three for a packet with a
+	// separate payload, so iovs has three per header when sending.
 	niov []int
+	// stage is the staging buffer of the batch being sent (see
+	// stage_linux.go), from the pool, and stageTail whether the last I/O
+	// vector ends where stage does.
+	stage     []byte
+	stageTail bool
 
 	// sendmmsg input: the headers hdrs[off:off+cnt] are sent.
 	off, cnt int

@@ -55,6 +55,8 @@ func (s *Sender) SendBatch(msgs []Message) (int, error) {
 // has message headers) and returns how many packets went out: it prepares
 // the batch's message headers, sends them and accounts for what left.
 func (s *Sender) sendChunk(msgs []Message) (int, error) {
+	b := s.batch
+	b.stage, b.stageTail = stages.get(len(b.hdrs)*stageSlot), false
 	nh, nv, prepErr := s.prepare(msgs)
 	// The ICRCs prepare computed read the payloads, which may be
 	// registered memory the application reuses once the peer answers:
@@ -62,7 +64,8 @@ func (s *Sender) sendChunk(msgs []Message) (int, error) {
 	// leave.
 	racesync.Sync()
 	doneH, done, fallback, err := s.write(nh)
-	b := s.batch
+	stages.put(b.stage)
+	b.stage = nil
 	for i := range nv {
 		b.iovs[i].Base = nil // do not keep the caller's buffers reachable
 	}
@@ -93,10 +96,11 @@ func (s *Sender) sendChunk(msgs []Message) (int, error) {
 // sizes allow it (all equal, except a shorter last one) share one message
 // header: one datagram with a UDP_SEGMENT control message, whose segment i
 // the kernel sends with IPv4 identification i (see gso_linux.go), so that
-// is the identification each packet's ICRC is computed for. A packet is
-// one I/O vector, or three with a Payload (headers, payload, pad and
-// ICRC); the kernel cuts a datagram into segments by length, whatever
-// the vectors.
+// is the identification each packet's ICRC is computed for. The packets
+// are copied to the staging buffer (stage_linux.go), a datagram's packets
+// one I/O vector; a packet that does not fit is one vector, or three with
+// a Payload (headers, payload, pad and ICRC). The kernel cuts a datagram
+// into segments by length, whatever the vectors.
 func (s *Sender) prepare(msgs []Message) (nh, nv int, prepErr error) {
 	c, b := s.c, s.batch
 	gso := s.gso.Load()
@@ -124,16 +128,11 @@ func (s *Sender) prepare(msgs []Message) (nh, nv int, prepErr error) {
 		}
 		b.dsts[i] = dst
 		first := nv
-		b.iovs[nv].Base = &head[0]
-		b.iovs[nv].SetLen(len(head))
-		nv++
+		var payload []byte
 		if tail != nil {
-			b.iovs[nv].Base = &m.Payload[0]
-			b.iovs[nv].SetLen(len(m.Payload))
-			b.iovs[nv+1].Base = &tail[0]
-			b.iovs[nv+1].SetLen(len(tail))
-			nv += 2
+			payload = m.Payload
 		}
+		nv = b.stagePacket(nv, join, head, payload, tail)
 		if join {
 			b.segs[nh-1]++
 			b.niov[nh-1] += nv - first
