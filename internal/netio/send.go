@@ -210,7 +210,10 @@ type Message struct {
 	// BTH and extension headers only.
 	Packet []byte
 	// Payload, when not empty, is the packet's payload, sent from where
-	// it lies (the kernel gathers it: no copy into Packet). The packet is
+	// it lies, never copied into Packet (Linux's SendBatch gathers it
+	// with its headers into a staging buffer, see stage_linux.go, for
+	// the kernel's one copy; the portable path into a scratch buffer).
+	// It must stay unchanged until SendBatch returns. The packet is
 	// then Packet, Payload and the BTH's pad count of zero bytes, which
 	// SendBatch writes with the ICRC into Packet's spare capacity (at
 	// least the pad count plus 4 bytes).
