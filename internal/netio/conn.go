@@ -269,7 +269,7 @@ func (c *Conn) Close() error {
 		err = c.uc.Close()
 	}
 	for _, s := range senders {
-		s.uc.Close()
+		s.closeSocket()
 	}
 	if tap != nil {
 		tap.stop()

@@ -8,7 +8,12 @@
 // of send sockets, one per UDP source port in use: RoCEv2 senders keep one
 // source port per QP in 0xC000-0xFFFF ([SourcePortForFlow],
 // [SourcePortForQPN]), and a socket sends from the port it is bound to.
-// [Conn.Sender] hands out those sockets, reference counted.
+// [Conn.Sender] hands out those sockets, reference counted. On Linux they
+// stay out of Go's network poller (nothing reads them): a socket in the
+// runtime's epoll instance has the kernel wake that instance for every
+// datagram it sent, as its send buffer drains, and with more than one
+// processor that woke an idle thread in epoll_wait per datagram; see
+// openSendSocket.
 //
 // Sending ([Sender.Send], [Sender.SendBatch] with sendmmsg) takes a packet
 // from the BTH through the pad and appends its ICRC, computed over the IP

@@ -181,6 +181,45 @@ func (b *mmsgBatch) sendmmsg(fd uintptr) bool {
 	}
 }
 
+// sendmmsgPoll is the RawConn.Write callback of a send socket outside the
+// network poller (openSendSocket): a blocking socket, so each call passes
+// MSG_DONTWAIT, and when the send buffer is full it waits for room in
+// poll(2), a system call the runtime knows may block. It always returns
+// true: the poller has no such descriptor to wait on.
+func (b *mmsgBatch) sendmmsgPoll(fd uintptr) bool {
+	for {
+		r, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&b.hdrs[b.off])), uintptr(b.cnt), unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			if e = waitWritable(fd); e != 0 {
+				b.setResult(0, e)
+				return true
+			}
+			continue
+		}
+		b.setResult(r, e)
+		return true
+	}
+}
+
+// waitWritable waits until the socket fd has room in its send buffer.
+func waitWritable(fd uintptr) unix.Errno {
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+	for {
+		_, err := unix.Poll(pfd, -1)
+		switch {
+		case err == nil:
+			return 0
+		case err == unix.EINTR:
+			continue
+		default:
+			return err.(unix.Errno)
+		}
+	}
+}
+
 func (b *mmsgBatch) setResult(r uintptr, e unix.Errno) {
 	if e != 0 {
 		b.n, b.errno = 0, e

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -26,7 +27,7 @@ type Sender struct {
 	c    *Conn
 	src  netip.AddrPort // local address and bound port
 	req  uint16         // the port asked for, if the bind moved on to src's
-	uc   *net.UDPConn
+	uc   *net.UDPConn   // nil for a send socket outside the poller (Linux: rc is a sendSock)
 	rc   syscall.RawConn
 	refs int // guarded by c.mu
 
@@ -107,7 +108,7 @@ func (c *Conn) Sender(port uint16) (*Sender, error) {
 
 func (c *Conn) openSender(port uint16) (*Sender, error) {
 	src := netip.AddrPortFrom(c.local.Addr(), port)
-	uc, rc, err := listen(src, sendSocket, &c.cfg)
+	uc, rc, err := openSenderSocket(src, &c.cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +163,16 @@ func (s *Sender) Release() {
 	if s.req != s.src.Port() {
 		delete(c.aliases, s.req)
 	}
-	s.uc.Close()
+	s.closeSocket()
+}
+
+// closeSocket closes the Sender's socket.
+func (s *Sender) closeSocket() {
+	if s.uc != nil {
+		s.uc.Close()
+	} else if c, ok := s.rc.(io.Closer); ok {
+		c.Close()
+	}
 }
 
 // Send sends one RoCEv2 packet to dst. pkt holds the packet from the BTH
@@ -189,7 +199,7 @@ func (s *Sender) Send(dst netip.AddrPort, pkt []byte) error {
 		return err
 	}
 	c.counters.TxCalls.Add(1)
-	if _, err := s.uc.WriteToUDPAddrPort(b, dst); err != nil {
+	if err := s.writeTo(b, dst); err != nil {
 		c.counters.SendErrors.Add(1)
 		return err
 	}

@@ -5,6 +5,7 @@ package netio
 import (
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"syscall"
 
@@ -38,6 +39,9 @@ func (s *Sender) SendBatch(msgs []Message) (int, error) {
 	defer s.mu.Unlock()
 	if s.batch == nil {
 		s.batch = newMmsgBatch(s.c.cfg.BatchSize, false)
+		if _, ok := s.rc.(*sendSock); ok {
+			s.batch.fn = s.batch.sendmmsgPoll
+		}
 	}
 	sent := 0
 	for sent < len(msgs) {
@@ -228,4 +232,13 @@ func gsoRefused(errno syscall.Errno) bool {
 		return true
 	}
 	return false
+}
+
+// writeTo sends one datagram b to dst from the Sender's socket.
+func (s *Sender) writeTo(b []byte, dst netip.AddrPort) error {
+	if k, ok := s.rc.(*sendSock); ok {
+		return k.sendto(b, dst)
+	}
+	_, err := s.uc.WriteToUDPAddrPort(b, dst)
+	return err
 }

@@ -4,6 +4,7 @@ package netio
 
 import (
 	"net"
+	"net/netip"
 
 	"github.com/goroce/goroce/internal/racesync"
 	"github.com/goroce/goroce/internal/wire"
@@ -65,4 +66,10 @@ func (s *Sender) SendBatch(msgs []Message) (int, error) {
 		}
 	}
 	return len(msgs), nil
+}
+
+// writeTo sends one datagram b to dst from the Sender's socket.
+func (s *Sender) writeTo(b []byte, dst netip.AddrPort) error {
+	_, err := s.uc.WriteToUDPAddrPort(b, dst)
+	return err
 }

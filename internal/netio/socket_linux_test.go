@@ -9,11 +9,14 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/internal/rdmatest/testkit"
+	"github.com/goroce/goroce/internal/wire"
 )
 
 // sockopt reads an integer socket option of a raw connection.
@@ -109,5 +112,120 @@ func TestSenderSocketDropsInput(t *testing.T) {
 	}
 	if queued != 0 {
 		t.Errorf("%d bytes queued on a send-only socket", queued)
+	}
+}
+
+// pollerFDs returns the descriptors registered with the process's epoll
+// instances (Go's network poller is one), from /proc/self/fdinfo.
+func pollerFDs(t *testing.T) map[int]bool {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip(err)
+	}
+	fds := make(map[int]bool)
+	for _, e := range ents {
+		link, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err != nil || link != "anon_inode:[eventpoll]" {
+			continue
+		}
+		f, err := os.Open("/proc/self/fdinfo/" + e.Name())
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			var tfd int
+			if _, err := fmt.Sscanf(sc.Text(), "tfd: %d", &tfd); err == nil {
+				fds[tfd] = true
+			}
+		}
+		f.Close()
+	}
+	return fds
+}
+
+func rawFD(t *testing.T, rc interface{ Control(func(uintptr)) error }) int {
+	t.Helper()
+	var fd int
+	if err := rc.Control(func(f uintptr) { fd = int(f) }); err != nil {
+		t.Fatal(err)
+	}
+	return fd
+}
+
+// A Sender's socket stays out of the network poller: registered, every
+// datagram it sends would wake a thread sleeping in epoll_wait (see
+// openSendSocket). The receive socket is in it, which shows the check
+// sees registrations.
+func TestSendSocketOutsidePoller(t *testing.T) {
+	a := openConn(t, Config{Addr: addrA, Port: 24792})
+	s := acquire(t, a, MinSourcePort+11)
+	if _, ok := s.rc.(*sendSock); !ok || s.uc != nil {
+		t.Fatalf("Sender socket: %T, UDPConn %v; want a sendSock only", s.rc, s.uc)
+	}
+	registered := pollerFDs(t)
+	if rfd := rawFD(t, a.rc); !registered[rfd] {
+		t.Skipf("the receive socket (fd %d) is in no epoll instance of /proc/self/fdinfo (%v): cannot tell", rfd, registered)
+	}
+	if sfd := rawFD(t, s.rc); registered[sfd] {
+		t.Errorf("the Sender's socket (fd %d) is registered with an epoll instance", sfd)
+	}
+	// And it sends: a packet reaches the receive socket.
+	b := openConn(t, Config{Addr: addrB, Port: 24792})
+	h := &countingHandler{}
+	serve(t, b, h)
+	if err := s.Send(b.LocalAddr(), buildTestPacket(t, wire.RCSendOnly, 5, 32, 1)); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the packet", func() bool { return h.n.Load() == 1 })
+}
+
+// sendmmsgPoll waits in poll(2) for room when the socket's send buffer is
+// full, and then sends.
+func TestSendmmsgPollWaitsForRoom(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Skip(err)
+	}
+	defer unix.Close(fds[0])
+	defer unix.Close(fds[1])
+	_ = unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_SNDBUF, 4096)
+	msg := make([]byte, 512)
+	queued := 0
+	for ; ; queued++ {
+		if _, err := unix.SendmsgN(fds[0], msg, nil, nil, unix.MSG_DONTWAIT); err == unix.EAGAIN {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := newMmsgBatch(1, false)
+	b.iovs[0].Base, b.iovs[0].Len = &msg[0], uint64(len(msg))
+	h := &b.hdrs[0].Hdr
+	h.Name, h.Namelen = nil, 0
+	h.Iov = &b.iovs[0]
+	h.SetIovlen(1)
+	b.off, b.cnt = 0, 1
+
+	var drained atomic.Bool
+	go func() {
+		time.Sleep(20 * time.Millisecond) // let the send find the buffer full
+		drained.Store(true)
+		buf := make([]byte, len(msg))
+		for range queued + 1 {
+			if _, _, err := unix.Recvfrom(fds[1], buf, 0); err != nil {
+				return
+			}
+		}
+	}()
+	if !b.sendmmsgPoll(uintptr(fds[0])) {
+		t.Fatal("sendmmsgPoll returned false")
+	}
+	if b.errno != 0 || b.n != 1 {
+		t.Fatalf("sendmmsgPoll: %d sent, errno %v; want 1, none", b.n, b.errno)
+	}
+	if !drained.Load() {
+		t.Fatalf("sent before the reader drained the %d datagrams that filled the buffer", queued)
 	}
 }

@@ -61,3 +61,9 @@ func probeOffloads(syscall.RawConn, *Config) (gso, gro bool) { return false, fal
 
 // steerByDestQP is never called on the portable path (no groups).
 func steerByDestQP(syscall.RawConn, int) error { return ErrNoReceiveGroups }
+
+// openSenderSocket opens the socket of a Sender on src: a UDPConn like
+// the receive socket's.
+func openSenderSocket(src netip.AddrPort, cfg *Config) (*net.UDPConn, syscall.RawConn, error) {
+	return listen(src, sendSocket, cfg)
+}
