@@ -39,9 +39,11 @@
 #   BENCH_DURATION [5]           seconds of each bandwidth and rate run
 #   BENCH_ROUNDS [3]             rounds of the bandwidth comparison
 #   BENCH_LAT_ITERS [20000]      round trips of goroce's latency run
-#   BENCH_RATE_ITERS [500000]    WRITEs of goroce's message rate runs (a
-#                                second or so: 50,000 was over in 30 ms,
-#                                mostly ramp-up)
+#   BENCH_RATE_ITERS [500000]    WRITEs of goroce's one-per-post rate run
+#                                (about a second: 50,000 was over in 30 ms,
+#                                mostly ramp-up); the post-list runs send
+#                                four times as many, since they run at 1 to
+#                                2.3 M/s (500,000 lasted 0.2 s)
 #   BENCH_VETH_RAW [a temporary directory]  raw outputs
 #   BENCH_PERF                   a goroce-perf binary (default: built here)
 #   BENCH_GOMAXPROCS [default 1] goroce-perf's GOMAXPROCS settings, one
@@ -138,8 +140,8 @@ measure() {
 	done
 	iperf "m$mtu-udp64" -u -l 64 -b 0
 	perf "m$mtu-rate" write_bw -s 64 -n "$rate_iters"
-	perf "m$mtu-rate-l16" write_bw -s 64 -n "$rate_iters" -l 16
-	perf "m$mtu-rate-l16-t512" write_bw -s 64 -n "$rate_iters" -l 16 -t 512
+	perf "m$mtu-rate-l16" write_bw -s 64 -n "$((4 * rate_iters))" -l 16
+	perf "m$mtu-rate-l16-t512" write_bw -s 64 -n "$((4 * rate_iters))" -l 16 -t 512
 	sockperf_pp "m$mtu-sockperf"
 	perf "m$mtu-lat" write_lat -s 8 -n "$lat_iters"
 	netns_pair_down "$nsa" "$nsb"
