@@ -99,8 +99,10 @@ type mmsgBatch struct {
 	stage     []byte
 	stageTail bool
 
-	// sendmmsg input: the headers hdrs[off:off+cnt] are sent.
-	off, cnt int
+	// sendmmsg input: the headers hdrs[off:off+cnt] are sent, with the
+	// flags sendFlags (MSG_DONTWAIT on a blocking sendSock).
+	off, cnt  int
+	sendFlags uintptr
 	// Result of the last system call: datagrams transferred, or errno.
 	n     int
 	errno unix.Errno
@@ -169,7 +171,7 @@ func (b *mmsgBatch) recvmmsg(fd uintptr) bool {
 // false to wait for writability when the send buffer is full.
 func (b *mmsgBatch) sendmmsg(fd uintptr) bool {
 	for {
-		r, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&b.hdrs[b.off])), uintptr(b.cnt), 0, 0, 0)
+		r, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&b.hdrs[b.off])), uintptr(b.cnt), b.sendFlags, 0, 0)
 		switch e {
 		case unix.EINTR:
 			continue
@@ -181,34 +183,13 @@ func (b *mmsgBatch) sendmmsg(fd uintptr) bool {
 	}
 }
 
-// sendmmsgPoll is the RawConn.Write callback of a send socket outside the
-// network poller (openSendSocket): a blocking socket, so each call passes
-// MSG_DONTWAIT, and when the send buffer is full it waits for room in
-// poll(2), a system call the runtime knows may block. It always returns
-// true: the poller has no such descriptor to wait on.
-func (b *mmsgBatch) sendmmsgPoll(fd uintptr) bool {
-	for {
-		r, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&b.hdrs[b.off])), uintptr(b.cnt), unix.MSG_DONTWAIT, 0, 0)
-		switch e {
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			if e = waitWritable(fd); e != 0 {
-				b.setResult(0, e)
-				return true
-			}
-			continue
-		}
-		b.setResult(r, e)
-		return true
-	}
-}
-
-// waitWritable waits until the socket fd has room in its send buffer.
-func waitWritable(fd uintptr) unix.Errno {
+// waitWritable waits until the socket fd has room in its send buffer, or
+// for at most timeout milliseconds; it returns 0 then, or why poll(2)
+// failed.
+func waitWritable(fd uintptr, timeout int) unix.Errno {
 	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
 	for {
-		_, err := unix.Poll(pfd, -1)
+		_, err := unix.Poll(pfd, timeout)
 		switch {
 		case err == nil:
 			return 0

@@ -40,7 +40,7 @@ func (s *Sender) SendBatch(msgs []Message) (int, error) {
 	if s.batch == nil {
 		s.batch = newMmsgBatch(s.c.cfg.BatchSize, false)
 		if _, ok := s.rc.(*sendSock); ok {
-			s.batch.fn = s.batch.sendmmsgPoll
+			s.batch.sendFlags = unix.MSG_DONTWAIT
 		}
 	}
 	sent := 0

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -209,7 +210,7 @@ func openSenderSocket(src netip.AddrPort, cfg *Config) (*net.UDPConn, syscall.Ra
 // WRITE stream's sender spent 13 % of its CPU in those wake-ups. Nothing
 // waits for a send socket's readability (it only sends), and its sends do
 // not block: each passes MSG_DONTWAIT and waits in poll(2) for room
-// (waitWritable).
+// (sendSock.Write).
 func openSendSocket(addr netip.AddrPort, cfg *Config) (*sendSock, error) {
 	v6 := addr.Addr().Is6()
 	family := unix.AF_INET
@@ -246,18 +247,26 @@ func openSendSocket(addr netip.AddrPort, cfg *Config) (*sendSock, error) {
 }
 
 // sendSock is a send socket outside the network poller (openSendSocket).
-// It is the Sender's syscall.RawConn: Write runs sendmmsgPoll, Control
-// gives the descriptor to a function (socket options, tests).
+// It is the Sender's syscall.RawConn: Write runs the Sender's sendmmsg
+// (which passes MSG_DONTWAIT) and waits in poll(2) while it finds the
+// send buffer full; Control gives the descriptor to a function (socket
+// options, tests).
 type sendSock struct {
 	// mu is held shared while the descriptor is in use and exclusively
 	// by Close, so that a send never reaches a descriptor closed, and
-	// perhaps reused, under it.
-	mu     sync.RWMutex
-	fd     int
-	closed bool
+	// perhaps reused, under it. closing, set first, makes a send that
+	// waits for room give up within closePoll.
+	mu      sync.RWMutex
+	fd      int
+	closed  bool
+	closing atomic.Bool
 }
 
 var _ syscall.RawConn = (*sendSock)(nil)
+
+// closePoll is how long, in milliseconds, a send waits in poll(2) at a
+// time before it looks for a Close.
+const closePoll = 100
 
 // Control calls f with the descriptor.
 func (k *sendSock) Control(f func(fd uintptr)) error {
@@ -270,8 +279,8 @@ func (k *sendSock) Control(f func(fd uintptr)) error {
 	return nil
 }
 
-// Write calls f with the descriptor until it returns true. The Sender's
-// callback (sendmmsgPoll) waits for room itself and returns true.
+// Write calls f with the descriptor until it returns true, waiting for
+// room in the send buffer between calls.
 func (k *sendSock) Write(f func(fd uintptr) bool) error {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
@@ -279,9 +288,21 @@ func (k *sendSock) Write(f func(fd uintptr) bool) error {
 		return net.ErrClosed
 	}
 	for !f(uintptr(k.fd)) {
-		if e := waitWritable(uintptr(k.fd)); e != 0 {
-			return os.NewSyscallError("poll", e)
+		if err := k.waitRoom(); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// waitRoom waits until the send buffer has room, or fails when the socket
+// is being closed. The caller holds mu shared.
+func (k *sendSock) waitRoom() error {
+	if k.closing.Load() {
+		return net.ErrClosed
+	}
+	if e := waitWritable(uintptr(k.fd), closePoll); e != 0 {
+		return os.NewSyscallError("poll", e)
 	}
 	return nil
 }
@@ -323,16 +344,19 @@ func (k *sendSock) sendto(b []byte, dst netip.AddrPort) error {
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
-			if e = waitWritable(uintptr(k.fd)); e == 0 {
-				continue
+			if err := k.waitRoom(); err != nil {
+				return err
 			}
+			continue
 		}
 		return os.NewSyscallError("sendto", e)
 	}
 }
 
-// Close closes the socket once no send uses it.
+// Close closes the socket once no send uses it; a send waiting for room
+// gives up (net.ErrClosed) within closePoll milliseconds.
 func (k *sendSock) Close() error {
+	k.closing.Store(true)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed {

@@ -4,7 +4,9 @@ package netio
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"strconv"
@@ -181,18 +183,18 @@ func TestSendSocketOutsidePoller(t *testing.T) {
 	testkit.WaitFor(t, "the packet", func() bool { return h.n.Load() == 1 })
 }
 
-// sendmmsgPoll waits in poll(2) for room when the socket's send buffer is
-// full, and then sends.
-func TestSendmmsgPollWaitsForRoom(t *testing.T) {
+// fullSendSock returns a sendSock on one end of a datagram socket pair
+// whose send buffer is full, the other end's descriptor, the number of
+// datagrams queued and a one-datagram batch to send (len(msg) bytes).
+func fullSendSock(t *testing.T, msg []byte) (k *sendSock, peer, queued int, b *mmsgBatch) {
+	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Skip(err)
 	}
-	defer unix.Close(fds[0])
-	defer unix.Close(fds[1])
+	k = &sendSock{fd: fds[0]}
+	t.Cleanup(func() { k.Close(); unix.Close(fds[1]) })
 	_ = unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_SNDBUF, 4096)
-	msg := make([]byte, 512)
-	queued := 0
 	for ; ; queued++ {
 		if _, err := unix.SendmsgN(fds[0], msg, nil, nil, unix.MSG_DONTWAIT); err == unix.EAGAIN {
 			break
@@ -200,32 +202,64 @@ func TestSendmmsgPollWaitsForRoom(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b := newMmsgBatch(1, false)
+	b = newMmsgBatch(1, false)
+	b.sendFlags = unix.MSG_DONTWAIT
 	b.iovs[0].Base, b.iovs[0].Len = &msg[0], uint64(len(msg))
 	h := &b.hdrs[0].Hdr
 	h.Name, h.Namelen = nil, 0
 	h.Iov = &b.iovs[0]
 	h.SetIovlen(1)
 	b.off, b.cnt = 0, 1
+	return k, fds[1], queued, b
+}
 
+// A sendSock's Write waits in poll(2) for room when the send buffer is
+// full, and then sends.
+func TestSendSockWaitsForRoom(t *testing.T) {
+	msg := make([]byte, 512)
+	k, peer, queued, b := fullSendSock(t, msg)
 	var drained atomic.Bool
 	go func() {
 		time.Sleep(20 * time.Millisecond) // let the send find the buffer full
 		drained.Store(true)
 		buf := make([]byte, len(msg))
 		for range queued + 1 {
-			if _, _, err := unix.Recvfrom(fds[1], buf, 0); err != nil {
+			if _, _, err := unix.Recvfrom(peer, buf, 0); err != nil {
 				return
 			}
 		}
 	}()
-	if !b.sendmmsgPoll(uintptr(fds[0])) {
-		t.Fatal("sendmmsgPoll returned false")
+	if err := k.Write(b.fn); err != nil {
+		t.Fatal(err)
 	}
 	if b.errno != 0 || b.n != 1 {
-		t.Fatalf("sendmmsgPoll: %d sent, errno %v; want 1, none", b.n, b.errno)
+		t.Fatalf("Write: %d sent, errno %v; want 1, none", b.n, b.errno)
 	}
 	if !drained.Load() {
 		t.Fatalf("sent before the reader drained the %d datagrams that filled the buffer", queued)
+	}
+}
+
+// Close ends a send that waits for room, which then fails with
+// net.ErrClosed, and closes the socket.
+func TestSendSockCloseEndsWait(t *testing.T) {
+	msg := make([]byte, 512)
+	k, _, _, b := fullSendSock(t, msg)
+	done := make(chan error, 1)
+	go func() { done <- k.Write(b.fn) }()
+	time.Sleep(20 * time.Millisecond) // let the send find the buffer full
+	if err := k.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("Write during Close = %v, want net.ErrClosed", err)
+		}
+	case <-time.After(testkit.Timeout):
+		t.Fatal("Write still waiting after Close")
+	}
+	if err := k.Write(b.fn); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Write after Close = %v, want net.ErrClosed", err)
 	}
 }
