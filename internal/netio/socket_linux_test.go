@@ -219,17 +219,26 @@ func TestSendSockWaitsForRoom(t *testing.T) {
 	msg := make([]byte, 512)
 	k, peer, queued, b := fullSendSock(t, msg)
 	var drained atomic.Bool
+	read := make(chan error, 1)
 	go func() {
 		time.Sleep(20 * time.Millisecond) // let the send find the buffer full
 		drained.Store(true)
 		buf := make([]byte, len(msg))
 		for range queued + 1 {
 			if _, _, err := unix.Recvfrom(peer, buf, 0); err != nil {
+				read <- err
 				return
 			}
 		}
+		read <- nil
 	}()
-	if err := k.Write(b.fn); err != nil {
+	err := k.Write(b.fn)
+	// The reader ends before the test does: after the cleanup it would
+	// read whatever socket reused its descriptor (the next test's).
+	if rerr := <-read; rerr != nil {
+		t.Fatalf("reading the queued datagrams: %v", rerr)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	if b.errno != 0 || b.n != 1 {
