@@ -183,24 +183,6 @@ func (b *mmsgBatch) sendmmsg(fd uintptr) bool {
 	}
 }
 
-// waitWritable waits until the socket fd has room in its send buffer, or
-// for at most timeout milliseconds; it returns 0 then, or why poll(2)
-// failed.
-func waitWritable(fd uintptr, timeout int) unix.Errno {
-	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
-	for {
-		_, err := unix.Poll(pfd, timeout)
-		switch {
-		case err == nil:
-			return 0
-		case err == unix.EINTR:
-			continue
-		default:
-			return err.(unix.Errno)
-		}
-	}
-}
-
 func (b *mmsgBatch) setResult(r uintptr, e unix.Errno) {
 	if e != 0 {
 		b.n, b.errno = 0, e

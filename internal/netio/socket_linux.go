@@ -254,12 +254,12 @@ func openSendSocket(addr netip.AddrPort, cfg *Config) (*sendSock, error) {
 type sendSock struct {
 	// mu is held shared while the descriptor is in use and exclusively
 	// by Close, so that a send never reaches a descriptor closed, and
-	// perhaps reused, under it. closing, set first, makes a send that
-	// waits for room give up within closePoll.
-	mu      sync.RWMutex
-	fd      int
-	closed  bool
-	closing atomic.Bool
+	// perhaps reused, under it. closed, set by Close before it waits
+	// for mu, refuses new uses and makes a send that waits for room
+	// give up within closePoll.
+	mu     sync.RWMutex
+	fd     int
+	closed atomic.Bool
 }
 
 var _ syscall.RawConn = (*sendSock)(nil)
@@ -272,7 +272,7 @@ const closePoll = 100
 func (k *sendSock) Control(f func(fd uintptr)) error {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
-	if k.closed {
+	if k.closed.Load() {
 		return net.ErrClosed
 	}
 	f(uintptr(k.fd))
@@ -284,7 +284,7 @@ func (k *sendSock) Control(f func(fd uintptr)) error {
 func (k *sendSock) Write(f func(fd uintptr) bool) error {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
-	if k.closed {
+	if k.closed.Load() {
 		return net.ErrClosed
 	}
 	for !f(uintptr(k.fd)) {
@@ -298,13 +298,31 @@ func (k *sendSock) Write(f func(fd uintptr) bool) error {
 // waitRoom waits until the send buffer has room, or fails when the socket
 // is being closed. The caller holds mu shared.
 func (k *sendSock) waitRoom() error {
-	if k.closing.Load() {
+	if k.closed.Load() {
 		return net.ErrClosed
 	}
 	if e := waitWritable(uintptr(k.fd), closePoll); e != 0 {
 		return os.NewSyscallError("poll", e)
 	}
 	return nil
+}
+
+// waitWritable waits until the socket fd has room in its send buffer, or
+// for at most timeout milliseconds; it returns 0 then, or why poll(2)
+// failed.
+func waitWritable(fd uintptr, timeout int) unix.Errno {
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+	for {
+		_, err := unix.Poll(pfd, timeout)
+		switch {
+		case err == nil:
+			return 0
+		case err == unix.EINTR:
+			continue
+		default:
+			return err.(unix.Errno)
+		}
+	}
 }
 
 // Read is not supported: the socket only sends.
@@ -317,7 +335,7 @@ func (k *sendSock) Read(func(fd uintptr) bool) error {
 func (k *sendSock) sendto(b []byte, dst netip.AddrPort) error {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
-	if k.closed {
+	if k.closed.Load() {
 		return net.ErrClosed
 	}
 	var (
@@ -356,13 +374,11 @@ func (k *sendSock) sendto(b []byte, dst netip.AddrPort) error {
 // Close closes the socket once no send uses it; a send waiting for room
 // gives up (net.ErrClosed) within closePoll milliseconds.
 func (k *sendSock) Close() error {
-	k.closing.Store(true)
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.closed {
+	if k.closed.Swap(true) {
 		return net.ErrClosed
 	}
-	k.closed = true
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	return unix.Close(k.fd)
 }
 
