@@ -237,7 +237,7 @@ func gsoRefused(errno syscall.Errno) bool {
 // writeTo sends one datagram b to dst from the Sender's socket.
 func (s *Sender) writeTo(b []byte, dst netip.AddrPort) error {
 	if k, ok := s.rc.(*sendSock); ok {
-		return k.sendto(b, dst)
+		return k.sendto(b, dst, s.c.v6)
 	}
 	_, err := s.uc.WriteToUDPAddrPort(b, dst)
 	return err

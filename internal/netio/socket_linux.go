@@ -4,7 +4,6 @@ package netio
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -330,32 +329,19 @@ func (k *sendSock) Read(func(fd uintptr) bool) error {
 	return errors.New("netio: a send socket is not read")
 }
 
-// sendto sends one datagram b to dst, waiting for room if the send buffer
-// is full. It does not allocate.
-func (k *sendSock) sendto(b []byte, dst netip.AddrPort) error {
+// sendto sends one datagram b to dst, in the socket's family (v6 for
+// AF_INET6), waiting for room if the send buffer is full. It does not
+// allocate.
+func (k *sendSock) sendto(b []byte, dst netip.AddrPort, v6 bool) error {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
 	if k.closed.Load() {
 		return net.ErrClosed
 	}
-	var (
-		sa4 unix.RawSockaddrInet4
-		sa6 unix.RawSockaddrInet6
-		sa  unsafe.Pointer
-		n   uintptr
-	)
-	port := dst.Port()
-	if dst.Addr().Is4() {
-		sa4 = unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: dst.Addr().As4()}
-		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&sa4.Port))[:], port)
-		sa, n = unsafe.Pointer(&sa4), unix.SizeofSockaddrInet4
-	} else {
-		sa6 = unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: dst.Addr().As16()}
-		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&sa6.Port))[:], port)
-		sa, n = unsafe.Pointer(&sa6), unix.SizeofSockaddrInet6
-	}
+	var name sockaddr
+	n := name.encode(dst, v6)
 	for {
-		_, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(k.fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)), unix.MSG_DONTWAIT, uintptr(sa), n)
+		_, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(k.fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)), unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(&name)), uintptr(n))
 		switch e {
 		case 0:
 			return nil
