@@ -43,6 +43,10 @@ type result struct {
 	samples []float64 // the per-message latencies behind p9999, sorted (µs)
 	bytes   float64   // payload moved
 	cpu     time.Duration
+	// cpuEnd, when set, is the process CPU time at the end of the
+	// transfer, before the result was computed (sorting a few million
+	// latencies takes a tenth of a second): cpu counts up to it.
+	cpuEnd time.Duration
 	// qpBW is each QP's share of this side's bwAvg (with -b, before the
 	// peer's direction is added), in its unit, over the same span: the
 	// fairness between the QPs of one run (-q N).

@@ -34,7 +34,11 @@ func (s *side) traffic(ctx context.Context, size int) error {
 	if err != nil {
 		return fmt.Errorf("%d-byte messages: %w", size, err)
 	}
-	r.cpu = cpuTime() - cpu0
+	cpu1 := cpuTime()
+	if r.cpuEnd != 0 {
+		cpu1 = r.cpuEnd
+	}
+	r.cpu = cpu1 - cpu0
 	r.side = s.role.String()
 	if s.cfg.bidir {
 		s.pending = append(s.pending, r)
