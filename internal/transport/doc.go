@@ -141,7 +141,8 @@
 //   - The requester's window adapts between a floor of 128 PSNs (rxe's
 //     fixed window) and the maximum (SetMaxUnackedPSNs; by default 1 MiB
 //     of PSNs at the path MTU, 256 at MTU 4096 up to 512 at smaller ones:
-//     defaultWindow).
+//     defaultWindow; the default window lets small packets, of at most
+//     2 KiB, go on up to 512 PSNs at any MTU: windowFor).
 //     Every go-back-N retry (retransmit timeout, sequence NAK, lost READ
 //     response or atomic ACK) halves it, not below the floor; every 32
 //     PSNs acknowledged after that widen it by one, up to the maximum. A

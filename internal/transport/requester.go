@@ -77,7 +77,7 @@ func (qp *QP) pump(now time.Time, out *Output) {
 			if qp.srBlocked() {
 				return
 			}
-		} else if qp.req.psn.Sub(qp.comp.psn) >= int32(qp.sendWindow()) {
+		} else if qp.req.psn.Sub(qp.comp.psn) >= int32(qp.windowFor(s)) {
 			return
 		}
 		if qp.cc.rp.limited && !qp.paced(now) {

@@ -65,3 +65,30 @@ func (qp *QP) ackInterval() uint32 {
 	}
 	return max(uint32(uint64(qp.ackEvery)*uint64(w)/uint64(qp.window)), 1)
 }
+
+// smallPacket is the payload, in bytes, at or below which a packet counts
+// as small against the default window, which holds DefaultWindowBytes with
+// every packet charged at least this much: MaxDefaultWindow packets.
+const smallPacket = DefaultWindowBytes / MaxDefaultWindow
+
+// windowFor returns how many PSNs may be unacknowledged when the requester
+// sends the next packet of s. The default window is sized in bytes
+// (defaultWindow): at path MTU 4096 it is 256 PSNs, 1 MiB of full packets,
+// which leaves small messages (64-byte WRITEs in post lists) waiting for
+// ACKs with the path idle. So a WQE whose packets are small (a message or
+// READ of at most smallPacket bytes) may go on up to MaxDefaultWindow PSNs,
+// the window at MTU 1024, narrowed in proportion while a retry narrowed the
+// window. In flight then: at most MaxDefaultWindow packets, as at MTU 1024,
+// of which at most the default window's are large (a large packet waits
+// for its own window): 1 MiB plus 256 small ones. A window set with
+// SetMaxUnackedPSNs counts packets only, and so does selective repeat.
+func (qp *QP) windowFor(s *sendSlot) uint32 {
+	if qp.windowSet || qp.window >= MaxDefaultWindow || s.length > smallPacket {
+		return qp.sendWindow()
+	}
+	w := uint32(uint64(qp.req.win) * MaxDefaultWindow / uint64(qp.window))
+	if qp.cc.cfg.RTT {
+		w = min(w, qp.cc.win.packets(MaxDefaultWindow))
+	}
+	return w
+}

@@ -273,3 +273,61 @@ func TestWindowAllocs(t *testing.T) {
 		t.Fatalf("%d retries, %d completions, %d errors", c.CompleterRetry, l.scq.n, l.scq.errors)
 	}
 }
+
+// TestDefaultWindowSmallPackets: at MTU 4096 the default window holds 256
+// full packets, and small ones (at most smallPacket bytes) up to
+// MaxDefaultWindow; a large packet after small ones still waits for its own
+// window; a narrowed window narrows both; a window set with
+// SetMaxUnackedPSNs counts every packet alike.
+func TestDefaultWindowSmallPackets(t *testing.T) {
+	type post struct{ n, size int }
+	tests := []struct {
+		name   string
+		set    int // SetMaxUnackedPSNs, 0 for the default
+		shrink bool
+		posts  []post
+		want   int // packets sent before any ACK
+	}{
+		{"small", 0, false, []post{{600, 64}}, MaxDefaultWindow},
+		{"at the bound", 0, false, []post{{600, smallPacket}}, MaxDefaultWindow},
+		{"large", 0, false, []post{{600, smallPacket + 1}}, 256},
+		{"full", 0, false, []post{{300, 4096}}, 256},
+		{"large after small", 0, false, []post{{200, 64}, {100, 4096}, {300, 64}}, 256},
+		{"small after large", 0, false, []post{{100, 4096}, {500, 64}}, MaxDefaultWindow},
+		{"narrowed", 0, true, []post{{600, 64}}, MaxDefaultWindow / 2},
+		{"set", 256, false, []post{{600, 64}}, 256},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := defaultOpts()
+			o.mtu = 4096
+			o.maxSendWR = 1024
+			o.sqSigAll = true
+			a, b := newPair(t, o)
+			if tt.set != 0 {
+				must(t, a.qp.SetMaxUnackedPSNs(tt.set))
+			}
+			if tt.shrink {
+				a.qp.shrinkWindow()
+			}
+			l := newLink(t, a, b)
+			rkey := b.mem.register(pd, make([]byte, 4096), 0, ibv.AccessRemoteWrite)
+			lkey := a.mem.register(pd, make([]byte, 4096), 0, 0)
+			id := uint64(0)
+			for _, p := range tt.posts {
+				for range p.n {
+					id++
+					l.post(a, SendWQE{WRID: id, Opcode: ibv.WRRDMAWrite, SGL: []SGE{{0, uint32(p.size), lkey}}, RKey: rkey})
+				}
+			}
+			if got := a.out.Len(); got != tt.want {
+				t.Fatalf("%d packets in flight, want %d", got, tt.want)
+			}
+			l.run(time.Second)
+			if got := len(a.scq.take()); got != int(id) {
+				t.Errorf("%d completions, want %d", got, id)
+			}
+			checkIdle(t, a, b)
+		})
+	}
+}
