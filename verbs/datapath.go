@@ -33,6 +33,23 @@ func (m *qpMemory) Local(_ uint32, lkey uint32, addr uint64, length uint32, need
 	return r.bytes(addr, int(length)), r, nil
 }
 
+// LocalAgain lets held, a pin the QP's Output took, cover a further local
+// access (transport.LocalRepinner): when held pins the registration that
+// lkey names, still its MR's current one and not revoked, the access needs
+// no pin of its own. Anything else goes to Local: a memory window's
+// binding (a READ response's pin), which no local key may name; a
+// registration that Rereg replaced; one being revoked (Dereg sets the mark
+// before it waits for the pins to go, so an access after it is refused
+// here too, and Local fails it as before).
+func (m *qpMemory) LocalAgain(held transport.Ref, _ uint32, lkey uint32, addr uint64, length uint32) ([]byte, bool) {
+	r, ok := held.(*mrRegion)
+	if !ok || r.key != lkey || r.mr == nil || r.mr.reg.Load() != r || r.refs.Load()&regionDead != 0 ||
+		r.check(m.pd, addr, int(length), 0) != nil {
+		return nil, false
+	}
+	return r.bytes(addr, int(length)), true
+}
+
 // CheckRemote authorises a remote access without performing it
 // (transport.RemoteChecker): unlike Remote, it counts no store.
 func (m *qpMemory) CheckRemote(_ uint32, rkey uint32, va uint64, length uint32, need AccessFlags) error {

@@ -73,6 +73,14 @@ func (o *Output) appendZeroCopy(h *wire.Headers, payload []byte) *OutPacket {
 // hold keeps r, the pin of a Payload, until Reset.
 func (o *Output) hold(r Ref) { o.refs = append(o.refs, r) }
 
+// lastRef returns the pin the output took last, or nil.
+func (o *Output) lastRef() Ref {
+	if len(o.refs) == 0 {
+		return nil
+	}
+	return o.refs[len(o.refs)-1]
+}
+
 // Reset empties the output, keeping its buffers for reuse, and releases
 // the memory its packets' Payloads pinned.
 func (o *Output) Reset() {

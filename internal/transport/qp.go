@@ -49,6 +49,7 @@ type QP struct {
 	maxSGE    int
 	maxInline int
 	mem       Memory
+	repin     LocalRepinner // mem, if it is one
 	scq, rcq  CompletionQueue
 	srq       SharedRecvQueue
 	srqTake   RecvWQE // TakeRecv's destination, reused: no allocation per message
@@ -132,6 +133,7 @@ func NewQP(cfg Config) *QP {
 	if qp.locks == nil {
 		qp.locks = new(AtomicLocks)
 	}
+	qp.repin, _ = cfg.Memory.(LocalRepinner)
 	qp.sq = newSendRing(max(cfg.MaxSendWR, 1), qp.maxSGE, qp.maxInline)
 	if qp.srq == nil {
 		qp.rq = newRecvRing(max(cfg.MaxRecvWR, 1), qp.maxSGE)

@@ -344,9 +344,11 @@ func (qp *QP) copySGL(sgl []SGE, off uint32, data []byte, scatter bool) bool {
 }
 
 // sglSlice returns the bytes [off, off+n) of the memory an SGL describes
-// when they lie in one element, pinned by ref (for a zero-copy send); ok is
-// false otherwise, or when the element's key does not resolve.
-func (qp *QP) sglSlice(sgl []SGE, off, n uint32) (b []byte, ref Ref, ok bool) {
+// when they lie in one element, pinned by ref (for a zero-copy send), or by
+// held, a pin the caller already holds, when the Memory lets it cover them
+// (LocalRepinner; ref is nil then); ok is false otherwise, or when the
+// element's key does not resolve.
+func (qp *QP) sglSlice(sgl []SGE, off, n uint32, held Ref) (b []byte, ref Ref, ok bool) {
 	if qp.mem == nil {
 		return nil, nil, false
 	}
@@ -357,6 +359,11 @@ func (qp *QP) sglSlice(sgl []SGE, off, n uint32) (b []byte, ref Ref, ok bool) {
 		}
 		if e.Length-off < n {
 			return nil, nil, false
+		}
+		if held != nil && qp.repin != nil {
+			if b, ok := qp.repin.LocalAgain(held, qp.pd, e.LKey, e.Addr+uint64(off), n); ok {
+				return b, nil, true
+			}
 		}
 		b, ref, err := qp.mem.Local(qp.pd, e.LKey, e.Addr+uint64(off), n, 0)
 		if err != nil {
@@ -420,9 +427,11 @@ func (qp *QP) appendRequest(s *sendSlot, payload uint32, dest any, out *Output) 
 	pad := wire.PadCount(int(payload))
 	h.BTH.PadCount = pad
 	if out.zeroCopy && payload > 0 && s.wqe.Flags&ibv.SendInline == 0 {
-		if data, ref, ok := qp.sglSlice(s.wqe.SGL, qp.req.off, payload); ok {
+		if data, ref, ok := qp.sglSlice(s.wqe.SGL, qp.req.off, payload, out.lastRef()); ok {
 			p := out.appendZeroCopy(h, data)
-			out.hold(ref)
+			if ref != nil {
+				out.hold(ref)
+			}
 			p.QPN, p.Dest = qp.qpn, dest
 			qp.counters.SentPackets++
 			return true

@@ -34,6 +34,19 @@ type RemoteChecker interface {
 	CheckRemote(pd uint32, rkey uint32, va uint64, length uint32, need ibv.AccessFlags) error
 }
 
+// LocalRepinner is implemented by a Memory that can let a pin it gave cover
+// a further access: before Local, the requester offers it the pin its
+// Output took last, so that the packets of one message, or of a post
+// list's messages from one buffer, share one pin (two atomic operations on
+// a line every poster and responder touches) instead of taking one each.
+type LocalRepinner interface {
+	// LocalAgain returns the bytes [addr, addr+length) that lkey names,
+	// as Local would, if held pins that very registration, still valid
+	// (not revoked), and the access passes Local's checks; ok is false
+	// otherwise. Nothing new is pinned: held, released later, covers it.
+	LocalAgain(held Ref, pd uint32, lkey uint32, addr uint64, length uint32) (b []byte, ok bool)
+}
+
 // Ref pins memory returned by Memory until Release.
 type Ref interface{ Release() }
 
