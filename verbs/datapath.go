@@ -41,10 +41,10 @@ func (m *qpMemory) Local(_ uint32, lkey uint32, addr uint64, length uint32, need
 // registration that Rereg replaced; one being revoked (Dereg sets the mark
 // before it waits for the pins to go, so an access after it is refused
 // here too, and Local fails it as before).
-func (m *qpMemory) LocalAgain(held transport.Ref, _ uint32, lkey uint32, addr uint64, length uint32) ([]byte, bool) {
+func (m *qpMemory) LocalAgain(held transport.Ref, _ uint32, lkey uint32, addr uint64, length uint32, need AccessFlags) ([]byte, bool) {
 	r, ok := held.(*mrRegion)
 	if !ok || r.key != lkey || r.mr == nil || r.mr.reg.Load() != r || r.refs.Load()&regionDead != 0 ||
-		r.check(m.pd, addr, int(length), 0) != nil {
+		r.check(m.pd, addr, int(length), need) != nil {
 		return nil, false
 	}
 	return r.bytes(addr, int(length)), true

@@ -34,7 +34,7 @@ func TestLocalAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, ok := m.LocalAgain(held, 0, lkey, base+16, 16); !ok || &b[0] != &r.buf[16] || len(b) != 16 {
+	if b, ok := m.LocalAgain(held, 0, lkey, base+16, 16, 0); !ok || &b[0] != &r.buf[16] || len(b) != 16 {
 		t.Errorf("the same registration, in bounds: ok %v, %d bytes", ok, len(b))
 	}
 	binding := newRegion(mr, lkey, pd, r.buf, r.iova, r.access) // as a window's binding is
@@ -45,14 +45,16 @@ func TestLocalAgain(t *testing.T) {
 		key  uint32
 		addr uint64
 		n    uint32
+		need AccessFlags
 	}{
-		{"another key", m, r, other.LKey(), other.reg.Load().iova, 16},
-		{"out of bounds", m, r, lkey, base + 120, 16},
-		{"another PD's QP", m2, r, lkey, base, 16},
-		{"not the MR's registration", m, binding, lkey, base, 16},
+		{"another key", m, r, other.LKey(), other.reg.Load().iova, 16, 0},
+		{"out of bounds", m, r, lkey, base + 120, 16, 0},
+		{"another PD's QP", m2, r, lkey, base, 16, 0},
+		{"not the MR's registration", m, binding, lkey, base, 16, 0},
+		{"a right the MR lacks", m, r, lkey, base, 16, AccessRemoteRead},
 	}
 	for _, tt := range refused {
-		if _, ok := tt.m.LocalAgain(tt.held, 0, tt.key, tt.addr, tt.n); ok {
+		if _, ok := tt.m.LocalAgain(tt.held, 0, tt.key, tt.addr, tt.n, tt.need); ok {
 			t.Errorf("%s: covered", tt.name)
 		}
 	}
@@ -62,7 +64,7 @@ func TestLocalAgain(t *testing.T) {
 	for r.refs.Load()&regionDead == 0 {
 		runtime.Gosched()
 	}
-	if _, ok := m.LocalAgain(held, 0, lkey, base+16, 16); ok {
+	if _, ok := m.LocalAgain(held, 0, lkey, base+16, 16, 0); ok {
 		t.Error("covered while Dereg revokes the registration")
 	}
 	held.Release()

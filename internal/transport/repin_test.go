@@ -33,12 +33,12 @@ func (m *repinMemory) Local(pd, lkey uint32, addr uint64, length uint32, need ib
 	return b, &keyPin{m.testMemory, lkey}, nil
 }
 
-func (m *repinMemory) LocalAgain(held Ref, pd, lkey uint32, addr uint64, length uint32) ([]byte, bool) {
+func (m *repinMemory) LocalAgain(held Ref, pd, lkey uint32, addr uint64, length uint32, need ibv.AccessFlags) ([]byte, bool) {
 	p, ok := held.(*keyPin)
 	if !ok || p.key != lkey {
 		return nil, false
 	}
-	b, err := m.lookup(pd, lkey, addr, length, 0)
+	b, err := m.lookup(pd, lkey, addr, length, need)
 	if err != nil {
 		return nil, false
 	}
@@ -46,10 +46,11 @@ func (m *repinMemory) LocalAgain(held Ref, pd, lkey uint32, addr uint64, length 
 	return b, true
 }
 
-// TestZeroCopyRepins: the zero-copy packets of one Output share the pin of
-// their registration (LocalRepinner): a 16-packet WRITE takes one pin for
-// its packets (and one for the check of its first), WRITEs from two
-// registrations take one each, and every byte arrives as sent.
+// TestZeroCopyRepins: the WQEs and zero-copy packets of one Output share
+// the pin of their registration (LocalRepinner): the check of a WQE's
+// memory before its first packet takes it, and everything after it from
+// the same registration reuses it; WRITEs from two registrations take one
+// each; every byte arrives as sent and every pin is released.
 func TestZeroCopyRepins(t *testing.T) {
 	tests := []struct {
 		name           string
@@ -57,9 +58,9 @@ func TestZeroCopyRepins(t *testing.T) {
 		split          bool
 		locals, reuses int
 	}{
-		{"one message", []int{16 << 10}, false, 1 + 1, 15},
-		{"two messages, one buffer", []int{2 << 10, 2 << 10}, false, 2 + 1, 3},
-		{"two messages, two buffers", []int{2 << 10, 2 << 10}, true, 2 + 2, 2},
+		{"one message", []int{16 << 10}, false, 1, 16},
+		{"two messages, one buffer", []int{2 << 10, 2 << 10}, false, 1, 2 + 1 + 2},
+		{"two messages, two buffers", []int{2 << 10, 2 << 10}, true, 2, 2 + 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

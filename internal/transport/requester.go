@@ -96,7 +96,7 @@ func (qp *QP) pump(now time.Time, out *Output) {
 			if s.wqe.Flags&ibv.SendFence != 0 && qp.req.rdAtomic > 0 {
 				return
 			}
-			if st := qp.checkLocal(s); st != ibv.WCSuccess {
+			if st := qp.checkLocal(s, out); st != ibv.WCSuccess {
 				s.failed, s.status = true, st
 				qp.counters.LocalErrors++
 				qp.retireFailed()
@@ -129,8 +129,11 @@ func (qp *QP) packets(s *sendSlot) uint32 {
 }
 
 // checkLocal validates the local memory of a WQE before its first packet,
-// so that a bad lkey fails the WQE before anything reaches the wire.
-func (qp *QP) checkLocal(s *sendSlot) ibv.WCStatus {
+// so that a bad lkey fails the WQE before anything reaches the wire. When
+// the Memory lets pins cover further accesses (LocalRepinner), an element
+// the pin out took last covers needs no pin, and the pin of one it does not
+// stays in out, for the WQE's packets to share.
+func (qp *QP) checkLocal(s *sendSlot, out *Output) ibv.WCStatus {
 	if s.wqe.Flags&ibv.SendInline != 0 {
 		return ibv.WCSuccess
 	}
@@ -145,11 +148,20 @@ func (qp *QP) checkLocal(s *sendSlot) ibv.WCStatus {
 		if qp.mem == nil {
 			return ibv.WCLocProtErr
 		}
+		if held := out.lastRef(); held != nil && qp.repin != nil {
+			if _, ok := qp.repin.LocalAgain(held, qp.pd, e.LKey, e.Addr, e.Length, need); ok {
+				continue
+			}
+		}
 		_, ref, err := qp.mem.Local(qp.pd, e.LKey, e.Addr, e.Length, need)
 		if err != nil {
 			return ibv.WCLocProtErr
 		}
-		ref.Release()
+		if qp.repin != nil {
+			out.hold(ref) // released with out, after its packets left
+		} else {
+			ref.Release()
+		}
 	}
 	return ibv.WCSuccess
 }
@@ -361,7 +373,7 @@ func (qp *QP) sglSlice(sgl []SGE, off, n uint32, held Ref) (b []byte, ref Ref, o
 			return nil, nil, false
 		}
 		if held != nil && qp.repin != nil {
-			if b, ok := qp.repin.LocalAgain(held, qp.pd, e.LKey, e.Addr+uint64(off), n); ok {
+			if b, ok := qp.repin.LocalAgain(held, qp.pd, e.LKey, e.Addr+uint64(off), n, 0); ok {
 				return b, nil, true
 			}
 		}

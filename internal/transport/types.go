@@ -42,9 +42,10 @@ type RemoteChecker interface {
 type LocalRepinner interface {
 	// LocalAgain returns the bytes [addr, addr+length) that lkey names,
 	// as Local would, if held pins that very registration, still valid
-	// (not revoked), and the access passes Local's checks; ok is false
-	// otherwise. Nothing new is pinned: held, released later, covers it.
-	LocalAgain(held Ref, pd uint32, lkey uint32, addr uint64, length uint32) (b []byte, ok bool)
+	// (not revoked), and the access passes Local's checks (rights need);
+	// ok is false otherwise. Nothing new is pinned: held, released later,
+	// covers it.
+	LocalAgain(held Ref, pd uint32, lkey uint32, addr uint64, length uint32, need ibv.AccessFlags) (b []byte, ok bool)
 }
 
 // Ref pins memory returned by Memory until Release.

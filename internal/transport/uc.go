@@ -115,7 +115,7 @@ func (qp *QP) pumpUnreliable(out *Output) {
 			if qp.state == ibv.QPStateSQD {
 				return
 			}
-			if st := qp.checkLocal(s); st != ibv.WCSuccess {
+			if st := qp.checkLocal(s, out); st != ibv.WCSuccess {
 				qp.counters.LocalErrors++
 				qp.fatal(st)
 				return
