@@ -28,7 +28,8 @@ const (
 // the default window has more PSNs, up to MaxDefaultWindow, since what
 // keeps a path busy is the bytes in flight: on a veth path at link MTU
 // 1500 (IB MTU 1024) 256 PSNs, 256 KiB, left 64 KiB WRITEs waiting for ACKs
-// (alternating runs: 546-995 MB/s, where 512 PSNs gave 765-1,106).
+// (alternating runs: 546-995 MB/s, where 512 PSNs gave 765-1,106). Small
+// packets count at least smallPacket bytes each (windowFor).
 const DefaultWindowBytes = DefaultMaxUnackedPSNs * 4096
 
 // MaxDefaultWindow bounds the default window in PSNs, whatever the MTU:
