@@ -129,37 +129,49 @@ func (pp *pingpongCtx) poll(ctx context.Context) error {
 		case n > 0:
 			return nil
 		}
-		if err := pp.sleep(ctx); err != nil {
+		if got, err := pp.sleep(ctx); err != nil || got {
+			// Completions found once the CQ was armed are progress
+			// too: they may be the run's last, after which no event
+			// comes, so the loop must see the counts before polling
+			// again.
 			return err
 		}
 	}
 }
 
+// armed, when set (by tests only), runs between sleep's arming of the CQ
+// and its poll: a completion that arrives meanwhile is found by the poll.
+var armed func()
+
 // sleep waits, when polling, until the CQ may hold a completion: it arms the
 // CQ, and sleeps on its channel unless a completion arrived before the CQ
-// was armed (which raises no event).
-func (pp *pingpongCtx) sleep(ctx context.Context) error {
+// was armed (which raises no event); got reports that it took completions
+// itself.
+func (pp *pingpongCtx) sleep(ctx context.Context) (got bool, err error) {
 	if err := pp.cq.ReqNotify(false); err != nil {
-		return fmt.Errorf("couldn't request CQ notification: %w", err)
+		return false, fmt.Errorf("couldn't request CQ notification: %w", err)
+	}
+	if armed != nil {
+		armed()
 	}
 	n, err := pp.cq.Poll(pp.wc)
 	if err != nil {
-		return fmt.Errorf("poll CQ failed: %w", err)
+		return false, fmt.Errorf("poll CQ failed: %w", err)
 	}
 	for i := range n {
 		if err := pp.complete(&pp.wc[i]); err != nil {
-			return err
+			return true, err
 		}
 	}
 	if n > 0 {
-		return nil
+		return true, nil
 	}
 	cq, err := pp.channel.GetEvent(ctx)
 	if err != nil {
-		return fmt.Errorf("failed to get cq_event: %w", err)
+		return false, fmt.Errorf("failed to get cq_event: %w", err)
 	}
 	cq.AckEvents(1)
-	return nil
+	return false, nil
 }
 
 // waitEvent sleeps until the CQ reports a completion event and re-arms it.
