@@ -137,6 +137,20 @@ func parseReport(t *testing.T, who, stdout string) report {
 	return r
 }
 
+// wantSuccess fails the test unless both sides exited 0 with nothing on
+// stderr.
+func wantSuccess(t *testing.T, srv, cli outcome) {
+	t.Helper()
+	for _, o := range []struct {
+		who string
+		outcome
+	}{{"server", srv}, {"client", cli}} {
+		if o.code != 0 || o.stderr != "" {
+			t.Fatalf("%s: exit %d, stderr %q, stdout %q", o.who, o.code, o.stderr, o.stdout)
+		}
+	}
+}
+
 func TestPingpong(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -156,14 +170,7 @@ func TestPingpong(t *testing.T) {
 			hostPort, done := startServer(t, &program{}, tc.args)
 			cli := runProgram(context.Background(), &program{}, clientArgs(t, hostPort, tc.args...))
 			srv := wait(t, done, "server")
-			for _, o := range []struct {
-				who string
-				outcome
-			}{{"server", srv}, {"client", cli}} {
-				if o.code != 0 || o.stderr != "" {
-					t.Fatalf("%s: exit %d, stderr %q, stdout %q", o.who, o.code, o.stderr, o.stdout)
-				}
-			}
+			wantSuccess(t, srv, cli)
 			s, c := parseReport(t, "server", srv.stdout), parseReport(t, "client", cli.stdout)
 			if strings.Join(s.local, " ") != strings.Join(c.remote, " ") || strings.Join(c.local, " ") != strings.Join(s.remote, " ") {
 				t.Errorf("addresses do not cross: server %q/%q, client %q/%q", s.local, s.remote, c.local, c.remote)
@@ -202,15 +209,10 @@ func TestLastCompletionsFoundWhileArming(t *testing.T) {
 	cancel()
 	srv := wait(t, done, "server")
 	armed = nil
-	for _, o := range []struct {
-		who string
-		outcome
-	}{{"server", srv}, {"client", cli}} {
-		if o.code != 0 || o.stderr != "" {
-			t.Fatalf("%s: exit %d, stderr %q, stdout %q", o.who, o.code, o.stderr, o.stdout)
-		}
-		if r := parseReport(t, o.who, o.stdout); r.iters != 5 {
-			t.Errorf("%s: %d iters", o.who, r.iters)
+	wantSuccess(t, srv, cli)
+	for who, o := range map[string]outcome{"server": srv, "client": cli} {
+		if r := parseReport(t, who, o.stdout); r.iters != 5 {
+			t.Errorf("%s: %d iters", who, r.iters)
 		}
 	}
 }
@@ -555,13 +557,11 @@ func TestCounters(t *testing.T) {
 	srv := wait(t, done, "server")
 	var names []string
 	verbs.Counters{}.Each(func(name string, _ uint64) { names = append(names, name) })
+	wantSuccess(t, srv, cli)
 	for _, o := range []struct {
 		who string
 		outcome
 	}{{"server", srv}, {"client", cli}} {
-		if o.code != 0 || o.stderr != "" {
-			t.Fatalf("%s: exit %d, stderr %q, stdout %q", o.who, o.code, o.stderr, o.stdout)
-		}
 		r := parseReport(t, o.who, o.stdout)
 		if len(r.extra) != len(names) {
 			t.Fatalf("%s: %d lines after the report, want %d counters:\n%s", o.who, len(r.extra), len(names), o.stdout)

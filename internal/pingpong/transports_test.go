@@ -104,14 +104,7 @@ func TestTransports(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%s %s", tc.tr.Command(), strings.Join(tc.args, " ")), func(t *testing.T) {
 			srv, cli := runPair(t, tc.tr, tc.args, tc.args)
-			for _, o := range []struct {
-				who string
-				outcome
-			}{{"server", srv}, {"client", cli}} {
-				if o.code != 0 || o.stderr != "" {
-					t.Fatalf("%s: exit %d, stderr %q, stdout %q", o.who, o.code, o.stderr, o.stdout)
-				}
-			}
+			wantSuccess(t, srv, cli)
 			s := parseMultiReport(t, tc.tr, "server", srv.stdout, tc.qps)
 			c := parseMultiReport(t, tc.tr, "client", cli.stdout, tc.qps)
 			if fmt.Sprint(s.local) != fmt.Sprint(c.remote) || fmt.Sprint(c.local) != fmt.Sprint(s.remote) {
