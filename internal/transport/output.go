@@ -40,7 +40,7 @@ type Output struct {
 	pkts     []OutPacket
 	n        int
 	zeroCopy bool
-	refs     []Ref // pins of the Payloads, released by Reset
+	refs     []Ref // pins of the Payloads and checked WQE memory, released by Reset
 }
 
 // Packets returns the packets appended since the last Reset. The slice and
@@ -70,7 +70,8 @@ func (o *Output) appendZeroCopy(h *wire.Headers, payload []byte) *OutPacket {
 	return p
 }
 
-// hold keeps r, the pin of a Payload, until Reset.
+// hold keeps r, the pin of a Payload or of a WQE's memory (checkLocal),
+// until Reset.
 func (o *Output) hold(r Ref) { o.refs = append(o.refs, r) }
 
 // lastRef returns the pin the output took last, or nil.
@@ -82,7 +83,7 @@ func (o *Output) lastRef() Ref {
 }
 
 // Reset empties the output, keeping its buffers for reuse, and releases
-// the memory its packets' Payloads pinned.
+// the memory it pinned (hold).
 func (o *Output) Reset() {
 	for i := range o.pkts[:o.n] {
 		o.pkts[i].Payload = nil
