@@ -10,7 +10,7 @@ var hasFoldAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX5
 // foldAVX512 is in crc_amd64.s.
 //
 //go:noescape
-func foldAVX512(head *[64]byte, p []byte, out *[16]byte) int
+func foldAVX512(head *[64]byte, p []byte) (n int, raw uint32)
 
 // foldMin is the shortest input crcUpdate hands to foldAVX512: below it,
 // the fixed cost of the final reduction outweighs the faster loop.
@@ -32,12 +32,9 @@ func crcUpdate(crc uint32, p []byte) uint32 {
 // foldTail returns the CRC, in crc32.Update's convention, of the stream
 // head || p (len(p) >= 192) whose raw CRC starts from zero.
 func foldTail(head *[64]byte, p []byte) uint32 {
-	var state [16]byte
-	n := foldAVX512(head, p, &state)
-	// The raw CRC of the folded stream is the raw CRC of state from 0,
-	// which in crc32.Update's inverted convention starts from ^0.
-	crc := updateSmall(^uint32(0), state[:])
-	return crcUpdateGeneric(crc, p[n:])
+	n, raw := foldAVX512(head, p)
+	// crc32.Update's convention inverts the raw register.
+	return crcUpdateGeneric(^raw, p[n:])
 }
 
 // xorRaw merges a CRC in crc32.Update's convention into the four bytes of

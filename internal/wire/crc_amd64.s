@@ -27,24 +27,39 @@ DATA fold128<>+0(SB)/8, $0x1751997d0
 DATA fold128<>+8(SB)/8, $0xccaa009e
 GLOBL fold128<>(SB), RODATA, $16
 
-// func foldAVX512(head *[64]byte, p []byte, out *[16]byte) int
+// Constants of the final reduction of a 128-bit lane to the 32-bit CRC
+// (crc_test.go recomputes them): x^96 and x^64 mod P in the fold
+// constants' form, to fold the low quadword onto the high one and then
+// the low 32 of the 96 bits left onto the rest; and the Barrett pair,
+// floor(x^64 / P) and P itself, each bit-reflected over its 33 bits.
+DATA reduce64<>+0(SB)/8, $0xccaa009e
+DATA reduce64<>+8(SB)/8, $0x163cd6124
+GLOBL reduce64<>(SB), RODATA, $16
+
+DATA barrett<>+0(SB)/8, $0x1f7011641
+DATA barrett<>+8(SB)/8, $0x1db710641
+GLOBL barrett<>(SB), RODATA, $16
+
+DATA low32<>+0(SB)/8, $0xffffffff
+DATA low32<>+8(SB)/8, $0
+GLOBL low32<>(SB), RODATA, $16
+
+// func foldAVX512(head *[64]byte, p []byte) (n int, raw uint32)
 //
-// foldAVX512 folds the stream head || p[:n], where n is the largest
-// multiple of 64 not above len(p) (len(p) >= 192), into 128 bits written
-// to out: the raw CRC (no initial value, no final inversion) of that
-// stream equals the raw CRC of out's 16 bytes. It returns n. A starting
-// CRC value is XORed into the stream's first four bytes by the caller.
+// foldAVX512 returns the raw CRC (no initial value, no final inversion)
+// of the stream head || p[:n], where n is the largest multiple of 64 not
+// above len(p) (len(p) >= 192), and n. A starting CRC value is XORed into
+// the stream's first four bytes by the caller.
 //
 // Four independent 512-bit accumulators each fold 64 bytes per 256-byte
 // step, so the carry-less multiplies of one step don't wait for each
 // other (hash/crc32's AVX-512 loop has one accumulator and waits for the
 // multiply's latency every 64 bytes). Requires AVX512F, AVX512VL and
 // VPCLMULQDQ.
-TEXT ·foldAVX512(SB), NOSPLIT, $0-48
+TEXT ·foldAVX512(SB), NOSPLIT, $0-44
 	MOVQ head+0(FP), AX
 	MOVQ p_base+8(FP), SI
 	MOVQ p_len+16(FP), CX
-	MOVQ out+32(FP), DI
 	MOVQ CX, BX
 
 	VMOVDQU64 (AX), Z1
@@ -122,8 +137,29 @@ reduce:
 	VPTERNLOGD    $0x96, X5, X1, X4
 	VPTERNLOGD    $0x96, X6, X2, X4
 	VPTERNLOGD    $0x96, X7, X3, X4
-	VMOVDQU       X4, (DI)
+
+	// The raw CRC of the 128 bits V = L + H*2^64 left in X4 is
+	// V(x)*x^32 mod P. Fold L by 64 bits onto H: W = L*x^96 + H*x^32,
+	// 96 bits. Fold W's low 32 bits (its top degrees) onto the rest:
+	// U, 64 bits. Then Barrett: q = floor(floor(U / x^32) * mu / x^32),
+	// the CRC = (U + q*P) mod x^32: the high dword of the last sum.
+	VMOVDQU    reduce64<>(SB), X0
+	VPCLMULQDQ $0x00, X0, X4, X1
+	VPSRLDQ    $8, X4, X2
+	VPXOR      X2, X1, X1
+	VPAND      low32<>(SB), X1, X2
+	VPSRLDQ    $4, X1, X1
+	VPCLMULQDQ $0x10, X0, X2, X2
+	VPXOR      X1, X2, X2
+	VMOVDQU    barrett<>(SB), X0
+	VPAND      low32<>(SB), X2, X3
+	VPCLMULQDQ $0x00, X0, X3, X3
+	VPAND      low32<>(SB), X3, X3
+	VPCLMULQDQ $0x10, X0, X3, X3
+	VPXOR      X2, X3, X3
+	VPEXTRD    $1, X3, AX
 	VZEROUPPER
-	SUBQ          CX, BX
-	MOVQ          BX, ret+40(FP)
+	SUBQ       CX, BX
+	MOVQ       BX, n+32(FP)
+	MOVL       AX, raw+40(FP)
 	RET

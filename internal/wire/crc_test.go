@@ -118,3 +118,71 @@ func BenchmarkCRCUpdate(b *testing.B) {
 		})
 	}
 }
+
+// TestCRCReduceConstants recomputes the final reduction's constants in
+// crc_amd64.s (reduce64<> and barrett<>) from the polynomial.
+func TestCRCReduceConstants(t *testing.T) {
+	src, err := os.ReadFile("crc_amd64.s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]uint64{
+		"reduce64+0": crcFoldConstant(96),
+		"reduce64+8": crcFoldConstant(64),
+		"barrett+0":  reflect33(barrettQuotient()),
+		"barrett+8":  reflect33(0x104C11DB7),
+	}
+	data := regexp.MustCompile(`(?m)^DATA (reduce64|barrett)<>\+(0|8)\(SB\)/8, \$(0x[0-9a-f]+)$`)
+	found := 0
+	for _, m := range data.FindAllStringSubmatch(string(src), -1) {
+		name := m[1] + "+" + m[2]
+		got, err := strconv.ParseUint(m[3], 0, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want[name] {
+			t.Errorf("%s = %#x, want %#x", name, got, want[name])
+		}
+		found++
+	}
+	if found != len(want) {
+		t.Errorf("%d reduction constants in crc_amd64.s, want %d", found, len(want))
+	}
+}
+
+// barrettQuotient is floor(x^64 / P) for the CRC-32 polynomial P, a
+// polynomial of degree 32, by long division.
+func barrettQuotient() uint64 {
+	const poly = 0x104C11DB7
+	var q uint64
+	hi, lo := uint64(1), uint64(0) // the dividend x^64, as 128 bits
+	for d := 64; d >= 32; d-- {
+		var bit uint64
+		if d == 64 {
+			bit = hi & 1
+		} else {
+			bit = lo >> d & 1
+		}
+		if bit == 0 {
+			continue
+		}
+		q |= 1 << (d - 32)
+		s := d - 32 // subtract P*x^s
+		lo ^= poly << s
+		if s > 0 {
+			hi ^= poly >> (64 - s)
+		}
+	}
+	return q
+}
+
+// reflect33 reverses the low 33 bits of v, a polynomial of degree 32.
+func reflect33(v uint64) uint64 {
+	var r uint64
+	for i := range 33 {
+		if v&(1<<i) != 0 {
+			r |= 1 << (32 - i)
+		}
+	}
+	return r
+}
