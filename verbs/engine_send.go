@@ -180,6 +180,9 @@ func (qp *QP) transmitLocked() { qp.transmitRepliesToLocked(nil) }
 // end the QP's output go to replies, unless nil, instead of the QP's port
 // (step 4: EndBatch).
 func (qp *QP) transmitRepliesToLocked(replies *replyBatch) {
+	if qp.storePin != nil {
+		qp.releaseStorePinLocked() // stores counted before their ACKs leave
+	}
 	if qp.corked.Load() > 0 {
 		// Behind the QP's corked packets (doorbell.go), replies too,
 		// on the QP's port.

@@ -269,7 +269,8 @@ func (mr *MR) retireLocked() *mrRegion {
 // drain waits for the accesses in flight under the retired registration r
 // and releases what it held. It runs without mu: the device's receive
 // path may hold r pinned until the end of its batch (a zero-copy send
-// from the region, see transport.Output.SetZeroCopy) and take mu meanwhile
+// from the region, see transport.Output.SetZeroCopy; the stores of its
+// WRITEs, qpMemory.storeInBatch) and take mu meanwhile
 // (binding a window to the region), so waiting under mu could deadlock.
 func (mr *MR) drain(r *mrRegion) {
 	r.revoke()

@@ -91,6 +91,13 @@ type QP struct {
 	// packet produces notify their consumers after the batch's replies
 	// are sent (rxQueue.notifyAfterBatch). nil otherwise.
 	rxBatch *rxQueue
+	// storePin is the registration the responder's stores in a receive
+	// batch went through, kept pinned for the batch's next packets
+	// (qpMemory.storeInBatch); storesPending counts those stores, which
+	// are counted on its MR (MR.RemoteWrites) when the pin is let go,
+	// before the QP's next packets leave (releaseStorePinLocked).
+	storePin      *mrRegion
+	storesPending uint64
 	// sendSink and recvSink are the QP's CQs as its transport sees
 	// them (qpCQ).
 	sendSink, recvSink qpCQ
@@ -190,6 +197,7 @@ func (qp *QP) Destroy() error {
 	qp.disconnectLocked()
 	qp.dropKeysLocked()
 	qp.releaseOutputLocked()
+	qp.releaseStorePinLocked()
 	// Fold the QP's counters into the device's totals in the same xmu
 	// section that closes it: Device.Counters sees it either live or
 	// folded, never both nor neither.

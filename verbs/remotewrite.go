@@ -37,6 +37,14 @@ func (w *remoteWrites) note() {
 	}
 }
 
+// noteN counts n stores at once, as n calls of note would.
+func (w *remoteWrites) noteN(n uint64) {
+	w.count.Add(n)
+	if ww := w.waiters.Load(); ww != nil && ww.waiting.Load() > 0 {
+		ww.signal()
+	}
+}
+
 // waitersFor returns the region's waiters, made on first use.
 func (w *remoteWrites) waitersFor() *writeWaiters {
 	if ww := w.waiters.Load(); ww != nil {
