@@ -118,7 +118,7 @@ func TestReplyPort(t *testing.T) {
 				wire.RCRDMAReadResponseLast, wire.RCRDMAReadResponseOnly, wire.RCAtomicAcknowledge} {
 				for p, n := range ports[op] {
 					if p != qpPort {
-						t.Errorf("%d %v from port %d, want the QP's %d", n, op.Info().Name, p, qpPort)
+						t.Errorf("%d %v from port %d, want the QP's %d", n, op.Info().Name(), p, qpPort)
 					}
 				}
 			}

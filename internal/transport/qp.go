@@ -286,7 +286,7 @@ func (qp *QP) HandlePacket(p *wire.Packet, now time.Time, out *Output) {
 	}
 	qp.counters.ReceivedPackets++
 	info := p.Info()
-	if info.Transport != wire.TransportRC || uint32(p.BTH.DestQP()) != qp.qpn ||
+	if info.Transport() != wire.TransportRC || uint32(p.BTH.DestQP()) != qp.qpn ||
 		p.BTH.PKey()&0x7FFF != wire.DefaultPKey&0x7FFF {
 		qp.counters.DroppedPackets++
 		return

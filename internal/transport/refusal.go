@@ -150,9 +150,9 @@ func (qp *QP) refused(reason RefusalReason, p *wire.Packet, need ibv.AccessFlags
 	r := Refusal{Reason: reason, Opcode: p.BTH.Opcode(), PSN: p.BTH.PSN(), Need: need, QPAccess: qp.access}
 	info := r.Opcode.Info()
 	switch {
-	case info.Headers&wire.HdrAtomicETH != 0 && len(p.AtomicETH) >= wire.AtomicETHLen:
+	case info.Headers()&wire.HdrAtomicETH != 0 && len(p.AtomicETH) >= wire.AtomicETHLen:
 		r.RKey, r.VA, r.Length = p.AtomicETH.RKey(), p.AtomicETH.VA(), 8
-	case info.Headers&wire.HdrRETH != 0 && len(p.RETH) >= wire.RETHLen:
+	case info.Headers()&wire.HdrRETH != 0 && len(p.RETH) >= wire.RETHLen:
 		r.RKey, r.VA, r.Length = p.RETH.RKey(), p.RETH.VA(), p.RETH.DMALength()
 	case info.IsWrite():
 		r.RKey, r.VA, r.Length = qp.resp.rkey, qp.resp.va, uint32(len(p.Payload))

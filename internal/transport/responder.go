@@ -146,7 +146,7 @@ func (qp *QP) respond(p *wire.Packet, info wire.OpInfo, out *Output) {
 	}
 	// Check length against the path MTU (C9-92): the caller may have parsed
 	// without knowing this QP's MTU.
-	if info.Payload.Check(len(p.Payload), len(p.Pad), int(qp.mtu)) != nil {
+	if info.Payload().Check(len(p.Payload), len(p.Pad), int(qp.mtu)) != nil {
 		qp.classC(P, wire.NAKInvalidRequest, ibv.WCRemInvReqErr, qp.refused(RefusedPacketLength, p, 0), out)
 		return
 	}

@@ -193,7 +193,7 @@ func (qp *QP) transmitUnreliable(s *sendSlot, out *Output) bool {
 func (qp *QP) handleUnreliable(p *wire.Packet, nh *NetHeader, out *Output) {
 	qp.counters.ReceivedPackets++
 	info := p.Info()
-	if info.Transport != wireTransport(qp.typ) || !info.IsRequest() ||
+	if info.Transport() != wireTransport(qp.typ) || !info.IsRequest() ||
 		uint32(p.BTH.DestQP()) != qp.qpn || p.BTH.PKey()&0x7FFF != wire.DefaultPKey&0x7FFF {
 		qp.counters.DroppedPackets++
 		return
@@ -262,7 +262,7 @@ func (qp *QP) receiveUC(p *wire.Packet, info wire.OpInfo) {
 		return
 	}
 	// Check length against the path MTU (C9-92).
-	if info.Payload.Check(len(p.Payload), len(p.Pad), int(qp.mtu)) != nil {
+	if info.Payload().Check(len(p.Payload), len(p.Pad), int(qp.mtu)) != nil {
 		qp.ucDrop(P)
 		return
 	}

@@ -88,7 +88,7 @@ func TestUCTransfer(t *testing.T) {
 				}
 				for i := range pkts {
 					p := l.parse(a, pkts[i].Bytes)
-					if p.Info().Transport != wire.TransportUC || p.BTH.AckReq() || p.BTH.PSN() != o.psnA.Add(uint32(i)) {
+					if p.Info().Transport() != wire.TransportUC || p.BTH.AckReq() || p.BTH.PSN() != o.psnA.Add(uint32(i)) {
 						t.Errorf("packet %d: %v AckReq %v PSN %v", i, p.BTH.Opcode(), p.BTH.AckReq(), p.BTH.PSN())
 					}
 				}

@@ -66,7 +66,7 @@ func (qp *QP) receiveUD(p *wire.Packet, info wire.OpInfo, nh *NetHeader) {
 		qp.counters.DroppedPackets++
 		return
 	}
-	if info.Payload.Check(len(p.Payload), len(p.Pad), int(qp.mtu)) != nil {
+	if info.Payload().Check(len(p.Payload), len(p.Pad), int(qp.mtu)) != nil {
 		qp.counters.DroppedPackets++
 		return
 	}

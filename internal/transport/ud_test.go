@@ -23,7 +23,7 @@ func udDeliver(t *testing.T, a, b *endpoint, nh *NetHeader) []any {
 		if err := p.Parse(buf, a.qp.PathMTU()); err != nil {
 			t.Fatalf("unparseable: %v", err)
 		}
-		if p.Info().Transport != wire.TransportUD || p.BTH.AckReq() || uint32(p.DETH.SrcQP()) != a.qp.QPN() {
+		if p.Info().Transport() != wire.TransportUD || p.BTH.AckReq() || uint32(p.DETH.SrcQP()) != a.qp.QPN() {
 			t.Fatalf("packet %v AckReq %v SrcQP %v", p.BTH.Opcode(), p.BTH.AckReq(), p.DETH.SrcQP())
 		}
 		dests = append(dests, op.Dest)

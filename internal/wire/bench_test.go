@@ -36,7 +36,7 @@ func BenchmarkICRC(b *testing.B) {
 func BenchmarkICRCv4(b *testing.B) {
 	for _, n := range []int{64, 1024, 4096} {
 		_, _, tr := benchPacket(n)
-		hdrs, payload := tr[:RCRDMAWriteOnly.Info().HeaderLen], tr[RCRDMAWriteOnly.Info().HeaderLen:len(tr)-ICRCLen]
+		hdrs, payload := tr[:RCRDMAWriteOnly.Info().HeaderLen()], tr[RCRDMAWriteOnly.Info().HeaderLen():len(tr)-ICRCLen]
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
 			b.SetBytes(int64(len(tr) - ICRCLen))
 			b.ReportAllocs()
@@ -73,7 +73,7 @@ func BenchmarkAppendHeaders(b *testing.B) {
 	for _, o := range []Opcode{RCSendMiddle, RCRDMAWriteOnlyWithImmediate, RCAtomicAcknowledge} {
 		h := fullHeaders(o, 0)
 		buf := make([]byte, 0, 64)
-		b.Run(o.Info().Name[3:], func(b *testing.B) {
+		b.Run(o.Info().Name()[3:], func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				buf = AppendHeaders(buf[:0], &h)

@@ -26,7 +26,7 @@ func (h *Headers) Len() int {
 // headerLen returns the length of the BTH and the extension headers of o: the
 // BTH alone for an unknown opcode.
 func headerLen(o Opcode) int {
-	if n := o.info().HeaderLen; n != 0 {
+	if n := o.info().HeaderLen(); n != 0 {
 		return n
 	}
 	return BTHLen
@@ -39,7 +39,7 @@ func headerLen(o Opcode) int {
 // It writes the fields as given: the caller sets BTH.PadCount (PadCount) and
 // appends the payload, the pad (AppendPad) and the ICRC (AppendICRC).
 func AppendHeaders(b []byte, h *Headers) []byte {
-	hs := h.BTH.Opcode.info().Headers
+	hs := h.BTH.Opcode.info().Headers()
 	b, t := grow(b, headerLen(h.BTH.Opcode))
 	BTH(t).Encode(&h.BTH)
 	if hs == 0 {

@@ -227,7 +227,7 @@ func TestCapturesTruncated(t *testing.T) {
 			b := c.transport[:n]
 			for _, mtu := range []int{0, 1024} {
 				err := p.Parse(b, mtu)
-				if n < info.HeaderLen+ICRCLen {
+				if n < info.HeaderLen()+ICRCLen {
 					if !errors.Is(err, ErrTruncated) {
 						t.Fatalf("%v cut to %d (mtu %d): err = %v, want ErrTruncated", c, n, mtu, err)
 					}

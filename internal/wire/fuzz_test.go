@@ -38,10 +38,10 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("payload %d + pad %d misaligned", len(p.Payload), len(p.Pad))
 		}
 		info := p.Info()
-		if info.HeaderLen != len(hdr) {
-			t.Fatalf("header length %d, table says %d", len(hdr), info.HeaderLen)
+		if info.HeaderLen() != len(hdr) {
+			t.Fatalf("header length %d, table says %d", len(hdr), info.HeaderLen())
 		}
-		if err := info.Payload.Check(len(p.Payload), len(p.Pad), mtu); err != nil {
+		if err := info.Payload().Check(len(p.Payload), len(p.Pad), mtu); err != nil {
 			t.Fatalf("accepted payload breaks its rule: %v", err)
 		}
 		views := map[Hdr]bool{

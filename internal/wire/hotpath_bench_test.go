@@ -27,13 +27,13 @@ func BenchmarkAppendHeadersWrite(b *testing.B) {
 	for _, o := range []Opcode{RCRDMAWriteFirst, RCRDMAWriteMiddle, RCAcknowledge} {
 		h := fullHeaders(o, 0)
 		buf := make([]byte, 0, 64)
-		b.Run(o.Info().Name[3:], func(b *testing.B) {
+		b.Run(o.Info().Name()[3:], func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				buf = AppendHeaders(buf[:0], &h)
 			}
-			if len(buf) != o.Info().HeaderLen {
-				b.Fatalf("%d header bytes, want %d", len(buf), o.Info().HeaderLen)
+			if len(buf) != o.Info().HeaderLen() {
+				b.Fatalf("%d header bytes, want %d", len(buf), o.Info().HeaderLen())
 			}
 		})
 	}

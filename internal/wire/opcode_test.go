@@ -3,6 +3,7 @@ package wire
 import (
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // opcodeRows restates roce-facts.md 2.1 (and rxe_opcode.c's header lists and
@@ -62,14 +63,14 @@ func TestOpcodeTable(t *testing.T) {
 	for _, r := range opcodeRows {
 		known[r.op] = true
 		i := r.op.Info()
-		if i.Name != r.name || r.op.String() != r.name {
-			t.Errorf("%#02x: name %q / %q, want %q", uint8(r.op), i.Name, r.op.String(), r.name)
+		if i.Name() != r.name || r.op.String() != r.name {
+			t.Errorf("%#02x: name %q / %q, want %q", uint8(r.op), i.Name(), r.op.String(), r.name)
 		}
-		if i.Headers != r.headers || i.HeaderLen != r.hdrLen || BTHLen+r.headers.Len() != r.hdrLen {
-			t.Errorf("%v: headers %v (%d bytes), want %v (%d)", r.op, i.Headers, i.HeaderLen, r.headers, r.hdrLen)
+		if i.Headers() != r.headers || i.HeaderLen() != r.hdrLen || BTHLen+r.headers.Len() != r.hdrLen {
+			t.Errorf("%v: headers %v (%d bytes), want %v (%d)", r.op, i.Headers(), i.HeaderLen(), r.headers, r.hdrLen)
 		}
-		if i.Payload != r.payload {
-			t.Errorf("%v: payload %v, want %v", r.op, i.Payload, r.payload)
+		if i.Payload() != r.payload {
+			t.Errorf("%v: payload %v, want %v", r.op, i.Payload(), r.payload)
 		}
 		if !r.op.Valid() {
 			t.Errorf("%v: not valid", r.op)
@@ -96,7 +97,7 @@ func TestOpcodeTable(t *testing.T) {
 // checkFlagsFromName derives every flag from the IBTA name and compares.
 func checkFlagsFromName(t *testing.T, o Opcode, i OpInfo) {
 	t.Helper()
-	name := i.Name
+	name := i.Name()
 	has := func(s string) bool { return strings.Contains(name, s) }
 	single := has("_ONLY") || has("READ_REQUEST") || has("ACKNOWLEDGE") || has("COMPARE_SWAP") ||
 		has("FETCH_ADD") || has("FLUSH") || has("ATOMIC_WRITE")
@@ -135,14 +136,14 @@ func checkFlagsFromName(t *testing.T, o Opcode, i OpInfo) {
 		}
 	}
 	// Headers agree with the flags.
-	if i.HasImmediate() != (i.Headers&HdrImmDt != 0) || i.HasInvalidate() != (i.Headers&HdrIETH != 0) ||
-		i.IsAtomic() != (i.Headers&HdrAtomicETH != 0) {
-		t.Errorf("%v: flags disagree with headers %v", o, i.Headers)
+	if i.HasImmediate() != (i.Headers()&HdrImmDt != 0) || i.HasInvalidate() != (i.Headers()&HdrIETH != 0) ||
+		i.IsAtomic() != (i.Headers()&HdrAtomicETH != 0) {
+		t.Errorf("%v: flags disagree with headers %v", o, i.Headers())
 	}
 	// Transport from the prefix and from the opcode's top three bits.
 	wantT := map[string]Transport{"RC": TransportRC, "UC": TransportUC, "UD": TransportUD, "CNP": TransportCNP}[strings.Fields(name)[0]]
-	if i.Transport != wantT {
-		t.Errorf("%v: transport %v, want %v", o, i.Transport, wantT)
+	if i.Transport() != wantT {
+		t.Errorf("%v: transport %v, want %v", o, i.Transport(), wantT)
 	}
 	base := map[Transport]Opcode{TransportRC: 0x00, TransportUC: 0x20, TransportUD: 0x60, TransportCNP: 0x80}[wantT]
 	if strings.Contains(name, "GOROCE_") {
@@ -195,6 +196,24 @@ func TestEnumStrings(t *testing.T) {
 	for _, tt := range tests {
 		if tt.got != tt.want {
 			t.Errorf("got %q, want %q", tt.got, tt.want)
+		}
+	}
+}
+
+// TestOpInfoSize: OpInfo stays one word (see its comment), and every
+// opcode's fields round-trip through the packing.
+func TestOpInfoSize(t *testing.T) {
+	if n := unsafe.Sizeof(OpInfo{}); n != 8 {
+		t.Errorf("OpInfo is %d bytes, want 8", n)
+	}
+	for o, r := range opRows {
+		i := Opcode(o).Info()
+		if r.transport == TransportUnknown {
+			continue
+		}
+		if i.Transport() != r.transport || i.Headers() != r.headers || i.Payload() != r.payload ||
+			i.flags() != r.flags || i.HeaderLen() != BTHLen+r.headers.Len() || i.Name() != r.name {
+			t.Errorf("%#02x: packed %#x does not give back its row %+v", o, i.v, r)
 		}
 	}
 }

@@ -57,26 +57,26 @@ func (p *Packet) Parse(b []byte, mtu int) error {
 		return errBadTVer
 	}
 	info := bth.Opcode().info()
-	if info.Transport == TransportUnknown {
+	if info.Transport() == TransportUnknown {
 		return errUnknownOpcode
 	}
-	if len(b) < info.HeaderLen+ICRCLen {
-		return truncatedHeader(info.Headers, len(b))
+	if len(b) < info.HeaderLen()+ICRCLen {
+		return truncatedHeader(info.Headers(), len(b))
 	}
 
 	end := len(b) - ICRCLen
-	rest := end - info.HeaderLen // payload and pad
+	rest := end - info.HeaderLen() // payload and pad
 	pad := int(bth.PadCount())
 	if pad > rest {
 		return errPadNoPayload
 	}
-	if err := info.Payload.Check(rest-pad, pad, mtu); err != nil {
+	if err := info.Payload().Check(rest-pad, pad, mtu); err != nil {
 		return err
 	}
 
 	p.BTH = bth
 	off := BTHLen
-	if h := info.Headers; h != 0 {
+	if h := info.Headers(); h != 0 {
 		// Wire order is bit order (see Hdr).
 		if h&HdrDETH != 0 {
 			p.DETH = DETH(b[off : off+DETHLen : off+DETHLen])
@@ -144,7 +144,7 @@ func (p *Packet) Info() OpInfo {
 
 // Has reports whether the packet carries all the extension headers in h.
 func (p *Packet) Has(h Hdr) bool {
-	return p.BTH != nil && p.BTH.Opcode().info().Headers&h == h
+	return p.BTH != nil && p.BTH.Opcode().info().Headers()&h == h
 }
 
 // HeaderBytes returns the BTH and the extension headers, as one slice.
@@ -152,7 +152,7 @@ func (p *Packet) HeaderBytes() []byte {
 	if p.BTH == nil {
 		return nil
 	}
-	return p.Raw[:p.BTH.Opcode().info().HeaderLen]
+	return p.Raw[:p.BTH.Opcode().info().HeaderLen()]
 }
 
 // StoredICRC returns the ICRC carried by the packet. It is sent least

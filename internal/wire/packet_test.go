@@ -27,7 +27,7 @@ func fullHeaders(o Opcode, padCount uint8) Headers {
 
 // onlyCarried zeroes the headers o does not carry, as Packet.Headers does.
 func onlyCarried(h Headers) Headers {
-	hs := h.BTH.Opcode.Info().Headers
+	hs := h.BTH.Opcode.Info().Headers()
 	out := Headers{BTH: h.BTH}
 	if hs&HdrDETH != 0 {
 		out.DETH = h.DETH
@@ -128,7 +128,7 @@ func TestEveryOpcodeRoundTrip(t *testing.T) {
 					t.Errorf("%v: Has(%v) = %v", r.op, bit, p.Has(bit))
 				}
 			}
-			if p.Info().Name != r.name || !bytes.Equal(p.Raw, b) {
+			if p.Info().Name() != r.name || !bytes.Equal(p.Raw, b) {
 				t.Errorf("%v: Info/Raw", r.op)
 			}
 			// The views alias the buffer: no copies.
@@ -261,7 +261,7 @@ func TestParseAllOpcodeValues(t *testing.T) {
 
 func TestPacketZeroValue(t *testing.T) {
 	var p Packet
-	if p.Has(0) || p.Has(HdrRETH) || p.HeaderBytes() != nil || p.StoredICRC() != 0 || p.Info().Transport != TransportUnknown {
+	if p.Has(0) || p.Has(HdrRETH) || p.HeaderBytes() != nil || p.StoredICRC() != 0 || p.Info().Transport() != TransportUnknown {
 		t.Error("zero Packet accessors")
 	}
 	if h := p.Headers(); h != (Headers{}) {
