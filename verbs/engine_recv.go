@@ -66,6 +66,11 @@ type rxQueue struct {
 	// another queue (coalesced by GSO or GRO behind another QP's packet).
 	offHome atomic.Uint64
 
+	// lastQP is the QP the last packet was for: the packets of a run
+	// mostly go to one QP, and the QP table (a sync.Map) costs a hash
+	// and an interface comparison per lookup. A QP is closed before its
+	// number leaves the table, so an open lastQP still owns its number.
+	lastQP *QP
 	// pending lists the QPs whose output waits for the end of the
 	// receive batch (transmitAfterBatch).
 	pending []*QP
@@ -96,9 +101,14 @@ func (e *engine) homeReplies(qp *QP) *replyBatch {
 
 // HandlePacket is the receive path (netio.Handler, step 2): the packet has
 // parsed and its ICRC matched.
-func (q *rxQueue) HandlePacket(p *wire.Packet, from netip.AddrPort, info netio.RecvInfo) {
+func (q *rxQueue) HandlePacket(p *wire.Packet, from netip.AddrPort, info *netio.RecvInfo) {
 	e := q.e
-	qp := e.dev.lookupQP(uint32(p.BTH.DestQP()))
+	qpn := uint32(p.BTH.DestQP())
+	qp := q.lastQP
+	if qp == nil || qp.qpn != qpn || qp.closed.Load() {
+		qp = e.dev.lookupQP(qpn)
+		q.lastQP = qp
+	}
 	if qp == nil {
 		if p.BTH.DestQP() == wire.GSIQPN {
 			// QP 1 is not in the QP table: only a miss pays for it.
@@ -224,7 +234,7 @@ func (q *rxQueue) transmitAfterBatch(qp *QP) {
 // handleDatagram is the receive path of a UD QP (step 4): the transport
 // writes the IP header the datagram came with into the GRH area of the
 // receive buffer. QP 1 (GSI) has its own path (gsi.go).
-func (e *engine) handleDatagram(qp *QP, p *wire.Packet, from netip.AddrPort, info netio.RecvInfo) {
+func (e *engine) handleDatagram(qp *QP, p *wire.Packet, from netip.AddrPort, info *netio.RecvInfo) {
 	nh := transport.NetHeader{
 		Src:  from.Addr().Unmap(),
 		Dst:  info.Local.Addr().Unmap(),

@@ -71,8 +71,8 @@ type received struct {
 // collector is a Handler that copies every packet into a channel.
 type collector chan received
 
-func (c collector) HandlePacket(p *wire.Packet, from netip.AddrPort, info RecvInfo) {
-	c <- received{raw: bytes.Clone(p.Raw), from: from, info: info}
+func (c collector) HandlePacket(p *wire.Packet, from netip.AddrPort, info *RecvInfo) {
+	c <- received{raw: bytes.Clone(p.Raw), from: from, info: *info}
 }
 
 // serve runs c.Serve(h) until the end of the test and checks that it
@@ -643,7 +643,7 @@ func TestSendNoAlloc(t *testing.T) {
 // test: it must not allocate itself.
 type signal chan struct{}
 
-func (s signal) HandlePacket(*wire.Packet, netip.AddrPort, RecvInfo) { s <- struct{}{} }
+func (s signal) HandlePacket(*wire.Packet, netip.AddrPort, *RecvInfo) { s <- struct{}{} }
 
 // TestRoundTripNoAlloc sends a packet and waits for the receive loop to hand
 // it over: AllocsPerRun counts allocations of every goroutine, so this

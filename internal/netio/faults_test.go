@@ -30,7 +30,7 @@ type psnLog struct {
 	damaged int
 }
 
-func (l *psnLog) HandlePacket(p *wire.Packet, _ netip.AddrPort, _ RecvInfo) {
+func (l *psnLog) HandlePacket(p *wire.Packet, _ netip.AddrPort, _ *RecvInfo) {
 	n := uint32(p.BTH.PSN())
 	ok := true
 	for i, b := range p.Payload {

@@ -68,7 +68,7 @@ func FuzzDeliver(f *testing.F) {
 		rx.batch.n = 1
 
 		var got []received
-		c.deliver(rx, HandlerFunc(func(p *wire.Packet, from netip.AddrPort, info RecvInfo) {
+		c.deliver(rx, HandlerFunc(func(p *wire.Packet, from netip.AddrPort, info *RecvInfo) {
 			var q wire.Packet
 			if q.Parse(p.Raw, 0) != nil {
 				t.Fatalf("delivered a packet that does not parse: %x", p.Raw)
@@ -79,9 +79,9 @@ func FuzzDeliver(f *testing.F) {
 				t.Fatalf("delivered with id %#04x but the ICRC is wrong for it", info.IPID)
 			}
 			if info.IDRecovered != (info.IPID != 0) || (v6 && info.IDRecovered) {
-				t.Fatalf("inconsistent info %+v", info)
+				t.Fatalf("inconsistent info %+v", *info)
 			}
-			got = append(got, received{from: from, info: info})
+			got = append(got, received{from: from, info: *info})
 		}), false)
 		ctr := &c.counters
 		if sum := ctr.Malformed.Load() + ctr.ICRCErrors.Load() + ctr.Delivered.Load(); sum != 1 || ctr.RxPackets.Load() != 1 {
@@ -190,7 +190,7 @@ func FuzzDeliverGRO(f *testing.F) {
 
 		next := 0 // index of the next segment that may be delivered
 		prevDelivered := -1
-		c.deliver(rx, HandlerFunc(func(p *wire.Packet, from netip.AddrPort, info RecvInfo) {
+		c.deliver(rx, HandlerFunc(func(p *wire.Packet, from netip.AddrPort, info *RecvInfo) {
 			k := next
 			for k < len(want) && !bytes.Equal(want[k], p.Raw) {
 				k++

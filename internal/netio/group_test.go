@@ -16,7 +16,7 @@ type qpnRecorder struct {
 	qpns []wire.QPN
 }
 
-func (r *qpnRecorder) HandlePacket(p *wire.Packet, _ netip.AddrPort, _ RecvInfo) {
+func (r *qpnRecorder) HandlePacket(p *wire.Packet, _ netip.AddrPort, _ *RecvInfo) {
 	r.mu.Lock()
 	r.qpns = append(r.qpns, p.BTH.DestQP())
 	r.mu.Unlock()

@@ -58,7 +58,7 @@ type countingHandler struct {
 	signal chan struct{}
 }
 
-func (h *countingHandler) HandlePacket(*wire.Packet, netip.AddrPort, RecvInfo) {
+func (h *countingHandler) HandlePacket(*wire.Packet, netip.AddrPort, *RecvInfo) {
 	h.n.Add(1)
 	select {
 	case h.signal <- struct{}{}:

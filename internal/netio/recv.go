@@ -15,18 +15,18 @@ import (
 // Handler receives the packets a Conn accepts.
 type Handler interface {
 	// HandlePacket is called on the Serve goroutine for each packet that
-	// parsed and passed the ICRC check, in arrival order. p and the bytes
-	// it refers to are valid only until HandlePacket returns: the
-	// receive buffer is reused for the next batch. The path MTU is not
+	// parsed and passed the ICRC check, in arrival order. p, info and
+	// the bytes p refers to are valid only until HandlePacket returns:
+	// the receive buffer is reused for the next batch. The path MTU is not
 	// checked (Parse ran with mtu 0): the QP checks it.
-	HandlePacket(p *wire.Packet, from netip.AddrPort, info RecvInfo)
+	HandlePacket(p *wire.Packet, from netip.AddrPort, info *RecvInfo)
 }
 
 // HandlerFunc adapts a function to the Handler interface.
-type HandlerFunc func(p *wire.Packet, from netip.AddrPort, info RecvInfo)
+type HandlerFunc func(p *wire.Packet, from netip.AddrPort, info *RecvInfo)
 
 // HandlePacket calls f.
-func (f HandlerFunc) HandlePacket(p *wire.Packet, from netip.AddrPort, info RecvInfo) {
+func (f HandlerFunc) HandlePacket(p *wire.Packet, from netip.AddrPort, info *RecvInfo) {
 	f(p, from, info)
 }
 
@@ -406,7 +406,11 @@ func (c *Conn) accept(rx *receiver, h Handler, data []byte, from, local netip.Ad
 		tl.malformed++
 		return
 	}
-	info := RecvInfo{Local: local, ECN: ecn}
+	// In the receiver, not on the stack: HandlePacket takes a pointer
+	// (a 40-byte struct passed by value was copied through the stack
+	// with overlapping moves that stalled on the stores before them).
+	info := &rx.info
+	info.Local, info.IPID, info.IDRecovered, info.ECN = local, 0, false, ecn
 	res, id := rx.icrc.Check(from, local, data, c.cfg.StrictICRC)
 	switch res {
 	case wire.ICRCBad:

@@ -26,6 +26,7 @@ type receiver struct {
 	oob   []byte // len(batch.hdrs) control areas of oobSize bytes
 	size  int
 	pkt   wire.Packet
+	info  RecvInfo // pkt's, handed to the Handler with it
 	icrc  wire.ICRCChecker
 
 	// serve holds the running Serve's state for serveFn and pollFn, the

@@ -32,6 +32,7 @@ type receiver struct {
 	n    int
 	from netip.AddrPort
 	pkt  wire.Packet
+	info RecvInfo // pkt's, handed to the Handler with it
 	icrc wire.ICRCChecker
 
 	serve serveState

@@ -22,7 +22,7 @@ type batchCounter struct {
 	packets, batches, endedAfter atomic.Int64
 }
 
-func (h *batchCounter) HandlePacket(*wire.Packet, netip.AddrPort, RecvInfo) { h.packets.Add(1) }
+func (h *batchCounter) HandlePacket(*wire.Packet, netip.AddrPort, *RecvInfo) { h.packets.Add(1) }
 
 func (h *batchCounter) EndBatch() {
 	h.batches.Add(1)
@@ -74,7 +74,7 @@ func TestCloseFromHandler(t *testing.T) {
 	reply := b.ReplySender()
 	closed := make(chan error, 1)
 	sendErr := make(chan error, 1)
-	h := HandlerFunc(func(p *wire.Packet, from netip.AddrPort, _ RecvInfo) {
+	h := HandlerFunc(func(p *wire.Packet, from netip.AddrPort, _ *RecvInfo) {
 		closed <- b.Close()
 		sendErr <- reply.Send(from, buildTestPacket(t, wire.RCAcknowledge, 1, 0, 0))
 	})
@@ -116,7 +116,7 @@ type runCounter struct {
 
 type runFigures struct{ longest, ends int }
 
-func (h *runCounter) HandlePacket(*wire.Packet, netip.AddrPort, RecvInfo) {
+func (h *runCounter) HandlePacket(*wire.Packet, netip.AddrPort, *RecvInfo) {
 	h.packets++
 	h.run++
 	h.longest = max(h.longest, h.run)
@@ -183,7 +183,7 @@ type pollRecorder struct {
 	ends   int
 }
 
-func (h *pollRecorder) HandlePacket(p *wire.Packet, _ netip.AddrPort, _ RecvInfo) {
+func (h *pollRecorder) HandlePacket(p *wire.Packet, _ netip.AddrPort, _ *RecvInfo) {
 	var stack [8192]byte
 	inPoll := bytes.Contains(stack[:runtime.Stack(stack[:], false)], []byte("netio.(*Conn).Poll("))
 	h.mu.Lock()
