@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"math/bits"
 	"sync"
 
 	"github.com/goroce/goroce/internal/ibv"
@@ -30,17 +31,26 @@ type sendSlot struct {
 }
 
 // sendRing is the bounded send queue. head and tail are free-running
-// counters: slots[head%cap] is the oldest uncompleted WQE and tail the next
-// free position.
+// counters: slots[head&mask] is the oldest uncompleted WQE and tail the
+// next free position. It holds up to capacity WQEs in a power-of-two
+// number of slots: the counters wrap at 2^32, which a power of two
+// divides, so consecutive counters stay consecutive slots across the
+// wrap (with a modulo of another length they jumped back to slot 0 and
+// could land on a slot in use, after 2^32 posts: half an hour of a
+// message-rate run); and a mask costs a cycle where the modulo's
+// division cost about thirty per lookup.
 type sendRing struct {
 	slots      []sendSlot
+	mask       uint32
+	capacity   uint32
 	head, tail uint32
 }
 
 func newSendRing(n, maxSGE, maxInline int) sendRing {
-	r := sendRing{slots: make([]sendSlot, n)}
-	sgl := make([]SGE, n*maxSGE)
-	inl := make([]byte, n*maxInline)
+	slots := ringSlots(n)
+	r := sendRing{slots: make([]sendSlot, slots), mask: uint32(slots - 1), capacity: uint32(n)}
+	sgl := make([]SGE, slots*maxSGE)
+	inl := make([]byte, slots*maxInline)
 	for i := range r.slots {
 		r.slots[i].sgl = sgl[i*maxSGE : (i+1)*maxSGE : (i+1)*maxSGE]
 		r.slots[i].inline = inl[i*maxInline : (i+1)*maxInline : (i+1)*maxInline]
@@ -48,9 +58,18 @@ func newSendRing(n, maxSGE, maxInline int) sendRing {
 	return r
 }
 
+// ringSlots is the number of slots of a ring holding n entries: the least
+// power of two not below n (at least 1).
+func ringSlots(n int) int {
+	if n <= 1 {
+		return 1
+	}
+	return 1 << bits.Len(uint(n-1))
+}
+
 func (r *sendRing) len() uint32           { return r.tail - r.head }
-func (r *sendRing) full() bool            { return int(r.len()) >= len(r.slots) }
-func (r *sendRing) at(i uint32) *sendSlot { return &r.slots[i%uint32(len(r.slots))] }
+func (r *sendRing) full() bool            { return r.len() >= r.capacity }
+func (r *sendRing) at(i uint32) *sendSlot { return &r.slots[i&r.mask] }
 
 // push copies w into the next slot.
 func (r *sendRing) push(w *SendWQE, length uint32) *sendSlot {
@@ -82,17 +101,20 @@ func (s *recvSlot) set(w *RecvWQE) {
 	s.length = sglLength(w.SGL)
 }
 
-// recvRing is a bounded receive queue, with free-running counters as
-// sendRing.
+// recvRing is a bounded receive queue, with free-running counters and a
+// power-of-two number of slots, as sendRing.
 type recvRing struct {
 	slots      []recvSlot
+	mask       uint32
+	capacity   uint32
 	head, tail uint32
 	maxSGE     int
 }
 
 func newRecvRing(n, maxSGE int) recvRing {
-	r := recvRing{slots: make([]recvSlot, n), maxSGE: maxSGE}
-	store := make([]SGE, n*maxSGE)
+	slots := ringSlots(n)
+	r := recvRing{slots: make([]recvSlot, slots), mask: uint32(slots - 1), capacity: uint32(n), maxSGE: maxSGE}
+	store := make([]SGE, slots*maxSGE)
 	for i := range r.slots {
 		r.slots[i].store = store[i*maxSGE : (i+1)*maxSGE : (i+1)*maxSGE]
 	}
@@ -100,8 +122,8 @@ func newRecvRing(n, maxSGE int) recvRing {
 }
 
 func (r *recvRing) len() uint32           { return r.tail - r.head }
-func (r *recvRing) full() bool            { return int(r.len()) >= len(r.slots) }
-func (r *recvRing) at(i uint32) *recvSlot { return &r.slots[i%uint32(len(r.slots))] }
+func (r *recvRing) full() bool            { return r.len() >= r.capacity }
+func (r *recvRing) at(i uint32) *recvSlot { return &r.slots[i&r.mask] }
 
 func (r *recvRing) push(w *RecvWQE) {
 	r.at(r.tail).set(w)
