@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/goroce/goroce/internal/netio"
@@ -215,7 +216,13 @@ func (qp *QP) transmitRepliesToLocked(replies *replyBatch) {
 				}
 				continue
 			}
-			msgs = append(msgs, netio.Message{Dst: dst, Packet: pkts[i].Bytes, Payload: pkts[i].Payload})
+			// Filled in place: a Message built on the stack and
+			// appended was copied with wide moves that stalled on
+			// its narrow stores, once per packet.
+			n := len(msgs)
+			msgs = slices.Grow(msgs, 1)[:n+1]
+			m := &msgs[n]
+			m.Dst, m.Packet, m.Payload = dst, pkts[i].Bytes, pkts[i].Payload
 		}
 		var sealed []byte
 		if qp.sealer != nil {
