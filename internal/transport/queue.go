@@ -75,8 +75,15 @@ func (r *sendRing) at(i uint32) *sendSlot { return &r.slots[i&r.mask] }
 func (r *sendRing) push(w *SendWQE, length uint32) *sendSlot {
 	s := r.at(r.tail)
 	r.tail++
+	// Field by field, in place: the caller has just built w field by
+	// field, and a whole-struct copy (or a new sendSlot built on the
+	// stack and copied in) reloaded those narrow stores with 16-byte
+	// moves that waited for them (store-forwarding stalls): two thirds of
+	// push's time, 5% of a client posting lists of small WRITEs.
+	s.wqe.copyScalars(w)
+	s.length = length
+	s.started, s.firstPSN, s.lastPSN, s.readDone, s.failed, s.status = false, 0, 0, 0, false, 0
 	sgl, inl := s.sgl, s.inline
-	*s = sendSlot{sgl: sgl, inline: inl, wqe: *w, length: length}
 	if w.Flags&ibv.SendInline != 0 {
 		s.wqe.Inline = inl[:copy(inl[:len(w.Inline)], w.Inline)]
 		s.wqe.SGL = nil
@@ -85,6 +92,16 @@ func (r *sendRing) push(w *SendWQE, length uint32) *sendSlot {
 		s.wqe.Inline = nil
 	}
 	return s
+}
+
+// copyScalars copies every field of w but SGL and Inline into d.
+// TestSendRingPushCopiesEveryField fails if a new field is left out.
+func (d *SendWQE) copyScalars(w *SendWQE) {
+	d.WRID, d.Opcode, d.RemoteAddr, d.RKey, d.Flags = w.WRID, w.Opcode, w.RemoteAddr, w.RKey, w.Flags
+	d.CompareAdd, d.Swap, d.Imm, d.InvalidateRKey = w.CompareAdd, w.Swap, w.Imm, w.InvalidateRKey
+	d.FlushLength, d.FlushType, d.FlushLevel = w.FlushLength, w.FlushType, w.FlushLevel
+	d.Bind = w.Bind
+	d.RemoteQPN, d.RemoteQKey, d.Dest = w.RemoteQPN, w.RemoteQKey, w.Dest
 }
 
 // recvSlot is one entry of a receive queue.
