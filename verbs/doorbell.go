@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -150,9 +151,12 @@ func (db *doorbell) cork(qp *QP) {
 		db.sent.Wait() // the flusher is behind: wait for it
 	}
 	for i := range pkts {
-		db.pending.msgs = append(db.pending.msgs, netio.Message{Dst: qp.peer, Packet: pkts[i].Bytes, Payload: pkts[i].Payload})
+		db.pending.msgs = appendMessage(db.pending.msgs, qp.peer, pkts[i].Bytes, pkts[i].Payload)
 	}
-	db.pending.corks = append(db.pending.corks, cork{qp: qp, sender: qp.sender, out: qp.out, msgs: len(pkts)})
+	n := len(db.pending.corks)
+	db.pending.corks = slices.Grow(db.pending.corks, 1)[:n+1]
+	c := &db.pending.corks[n] // in place, as appendMessage
+	c.qp, c.sender, c.out, c.msgs = qp, qp.sender, qp.out, len(pkts)
 	qp.corked.Add(1)
 	qp.out = nil // the doorbell's until sent
 	start := !db.busy.Load()

@@ -177,6 +177,19 @@ func (qp *QP) releaseOutputLocked() {
 // holds xmu.
 func (qp *QP) transmitLocked() { qp.transmitRepliesToLocked(nil) }
 
+// appendMessage appends a Message for a packet to msgs, filled in place:
+// a Message (80 bytes) built on the stack and appended was copied with
+// 16-byte moves that stalled on the narrow stores that had just built it,
+// once per packet (42% of transmitRepliesToLocked's time in a 64 KiB
+// WRITE client).
+func appendMessage(msgs []netio.Message, dst netip.AddrPort, pkt, payload []byte) []netio.Message {
+	n := len(msgs)
+	msgs = slices.Grow(msgs, 1)[:n+1]
+	m := &msgs[n]
+	m.Dst, m.Packet, m.Payload = dst, pkt, payload
+	return msgs
+}
+
 // transmitRepliesToLocked is transmitLocked, except that the replies that
 // end the QP's output go to replies, unless nil, instead of the QP's port
 // (step 4: EndBatch).
@@ -216,13 +229,7 @@ func (qp *QP) transmitRepliesToLocked(replies *replyBatch) {
 				}
 				continue
 			}
-			// Filled in place: a Message built on the stack and
-			// appended was copied with wide moves that stalled on
-			// its narrow stores, once per packet.
-			n := len(msgs)
-			msgs = slices.Grow(msgs, 1)[:n+1]
-			m := &msgs[n]
-			m.Dst, m.Packet, m.Payload = dst, pkts[i].Bytes, pkts[i].Payload
+			msgs = appendMessage(msgs, dst, pkts[i].Bytes, pkts[i].Payload)
 		}
 		var sealed []byte
 		if qp.sealer != nil {

@@ -97,62 +97,62 @@ func (qp *QP) PostSendList(wrs []SendWR) (int, error) {
 }
 
 // checkSendWR runs the checks of a send work request that need no lock.
-func (qp *QP) checkSendWR(op string, wr *SendWR) (opcodeInfo, error) {
+func (qp *QP) checkSendWR(op string, wr *SendWR) (*opcodeInfo, error) {
 	if qp.closed.Load() {
-		return opcodeInfo{}, closedError(op, "qp")
+		return nil, closedError(op, "qp")
 	}
 	info := lookupOpcode(wr.Opcode)
 	switch {
 	case !info.known:
-		return opcodeInfo{}, errorf(op, "opcode", ErrInvalidArgument, "%v", wr.Opcode)
+		return nil, errorf(op, "opcode", ErrInvalidArgument, "%v", wr.Opcode)
 	case !info.validFor(qp.qpType):
-		return opcodeInfo{}, errorf(op, "opcode", ErrInvalidArgument, "%v is not valid on a %v QP", wr.Opcode, qp.qpType)
+		return nil, errorf(op, "opcode", ErrInvalidArgument, "%v is not valid on a %v QP", wr.Opcode, qp.qpType)
 	case !info.supported:
-		return opcodeInfo{}, errorf(op, "opcode", ErrNotSupported, "%v", wr.Opcode)
+		return nil, errorf(op, "opcode", ErrNotSupported, "%v", wr.Opcode)
 	}
 	if unknown := wr.SendFlags &^ sendFlagsKnown; unknown != 0 {
-		return opcodeInfo{}, errorf(op, "send_flags", ErrInvalidArgument, "unknown bits %#x", uint32(unknown))
+		return nil, errorf(op, "send_flags", ErrInvalidArgument, "unknown bits %#x", uint32(unknown))
 	}
 	if wr.SendFlags&SendIPCsum != 0 {
-		return opcodeInfo{}, newError(op, "send_flags", ErrNotSupported, "IP checksum offload")
+		return nil, newError(op, "send_flags", ErrNotSupported, "IP checksum offload")
 	}
 	if len(wr.SGList) > qp.cap.MaxSendSGE {
-		return opcodeInfo{}, errorf(op, "num_sge", ErrInvalidArgument, "%d exceeds max_send_sge %d", len(wr.SGList), qp.cap.MaxSendSGE)
+		return nil, errorf(op, "num_sge", ErrInvalidArgument, "%d exceeds max_send_sge %d", len(wr.SGList), qp.cap.MaxSendSGE)
 	}
 	length := sgListLength(wr.SGList)
 	if length > maxMessageSize {
-		return opcodeInfo{}, errorf(op, "sg_list", ErrInvalidArgument, "message of %d bytes exceeds 2^31", length)
+		return nil, errorf(op, "sg_list", ErrInvalidArgument, "message of %d bytes exceeds 2^31", length)
 	}
 	if info.atomic && (length != 8 || len(wr.SGList) != 1) {
-		return opcodeInfo{}, errorf(op, "sg_list", ErrInvalidArgument, "atomic operand of %d bytes in %d SGEs, want one of 8", length, len(wr.SGList))
+		return nil, errorf(op, "sg_list", ErrInvalidArgument, "atomic operand of %d bytes in %d SGEs, want one of 8", length, len(wr.SGList))
 	}
 	inline := wr.SendFlags&SendInline != 0
 	if inline {
 		if !info.inline {
-			return opcodeInfo{}, errorf(op, "send_flags", ErrInvalidArgument, "%v cannot carry inline data", wr.Opcode)
+			return nil, errorf(op, "send_flags", ErrInvalidArgument, "%v cannot carry inline data", wr.Opcode)
 		}
 		if length > uint64(qp.cap.MaxInlineData) {
-			return opcodeInfo{}, errorf(op, "sg_list", ErrInvalidArgument, "%d bytes of inline data exceed max_inline_data %d", length, qp.cap.MaxInlineData)
+			return nil, errorf(op, "sg_list", ErrInvalidArgument, "%d bytes of inline data exceed max_inline_data %d", length, qp.cap.MaxInlineData)
 		}
 	}
 	if qp.qpType == QPTypeUC && wr.Opcode == WRSendWithInv {
 		// rxe's opcode table admits it, but IBTA gives UC no opcode
 		// with an IETH: rxe's requester then fails the request.
-		return opcodeInfo{}, newError(op, "opcode", ErrNotSupported, "SEND_WITH_INV on a UC QP: no UC opcode carries an IETH")
+		return nil, newError(op, "opcode", ErrNotSupported, "SEND_WITH_INV on a UC QP: no UC opcode carries an IETH")
 	}
 	if qp.qpType == QPTypeUD {
 		ah := wr.UD.AH
 		switch {
 		case ah == nil:
-			return opcodeInfo{}, newError(op, "ud.ah", ErrInvalidArgument, "missing")
+			return nil, newError(op, "ud.ah", ErrInvalidArgument, "missing")
 		case ah.pd != qp.pd:
-			return opcodeInfo{}, newError(op, "ud.ah", ErrInvalidArgument, "in another protection domain")
+			return nil, newError(op, "ud.ah", ErrInvalidArgument, "in another protection domain")
 		case ah.closed.Load():
-			return opcodeInfo{}, closedError(op, "ud.ah")
+			return nil, closedError(op, "ud.ah")
 		case wr.UD.RemoteQPN > 0xFFFFFF:
-			return opcodeInfo{}, errorf(op, "ud.remote_qpn", ErrInvalidArgument, "%#x exceeds 24 bits", wr.UD.RemoteQPN)
+			return nil, errorf(op, "ud.remote_qpn", ErrInvalidArgument, "%#x exceeds 24 bits", wr.UD.RemoteQPN)
 		case length > uint64(qp.udMTU.Bytes()):
-			return opcodeInfo{}, errorf(op, "sg_list", ErrInvalidArgument, "UD message of %d bytes exceeds the MTU %d: a datagram is one packet", length, qp.udMTU.Bytes())
+			return nil, errorf(op, "sg_list", ErrInvalidArgument, "UD message of %d bytes exceeds the MTU %d: a datagram is one packet", length, qp.udMTU.Bytes())
 		}
 	}
 	return info, nil
@@ -169,7 +169,7 @@ type opcodeInfo struct {
 	wc        WCOpcode
 }
 
-func (i opcodeInfo) validFor(t QPType) bool {
+func (i *opcodeInfo) validFor(t QPType) bool {
 	switch t {
 	case QPTypeRC:
 		return i.qpTypes[0]
@@ -206,18 +206,24 @@ var opcodeTable = [...]opcodeInfo{
 }
 
 // lookupOpcode returns what is known of op; known is false for values
-// libibverbs does not define.
-func lookupOpcode(op WROpcode) opcodeInfo {
+// libibverbs does not define. A pointer into the table, not a copy: the
+// posting path passes it through several calls per work request, and a
+// 16-byte struct of bools was copied through the stack each time with
+// moves that stalled on the narrow stores before them.
+func lookupOpcode(op WROpcode) *opcodeInfo {
 	if op < 0 || int(op) >= len(opcodeTable) {
-		return opcodeInfo{}
+		return &unknownOpcode
 	}
-	return opcodeTable[op]
+	return &opcodeTable[op]
 }
+
+// unknownOpcode is what lookupOpcode returns for a value out of the table.
+var unknownOpcode opcodeInfo
 
 // postSendLocked queues a checked send work request in the transport,
 // which builds the packets it may send now into qp.out; the caller holds
 // xmu and transmits them. now is the time of the post.
-func (qp *QP) postSendLocked(op string, wr *SendWR, info opcodeInfo, now time.Time) error {
+func (qp *QP) postSendLocked(op string, wr *SendWR, info *opcodeInfo, now time.Time) error {
 	inline := wr.SendFlags&SendInline != 0
 	if qp.closed.Load() {
 		return closedError(op, "qp")
@@ -231,15 +237,13 @@ func (qp *QP) postSendLocked(op string, wr *SendWR, info opcodeInfo, now time.Ti
 		qp.sendCQ.push(nil, WorkCompletion{WRID: wr.WRID, Status: WCWRFlushErr, Opcode: info.wc, QPNum: qp.qpn}, false)
 		return nil
 	}
-	w := transport.SendWQE{
-		WRID:           wr.WRID,
-		Opcode:         wr.Opcode,
-		Flags:          wr.SendFlags,
-		RemoteAddr:     wr.RDMA.RemoteAddr,
-		RKey:           wr.RDMA.RKey,
-		Imm:            wr.ImmData,
-		InvalidateRKey: wr.InvalidateRKey,
-	}
+	// Zeroed and filled in place: a composite literal was built in a
+	// temporary and copied into w with 16-byte moves that stalled on the
+	// stores that had just built it.
+	var w transport.SendWQE
+	w.WRID, w.Opcode, w.Flags = wr.WRID, wr.Opcode, wr.SendFlags
+	w.RemoteAddr, w.RKey = wr.RDMA.RemoteAddr, wr.RDMA.RKey
+	w.Imm, w.InvalidateRKey = wr.ImmData, wr.InvalidateRKey
 	if qp.qpType == QPTypeUD {
 		w.RemoteQPN, w.RemoteQKey, w.Dest = wr.UD.RemoteQPN, wr.UD.RemoteQKey, wr.UD.AH
 	}
