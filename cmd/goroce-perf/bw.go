@@ -91,10 +91,13 @@ type bwLoop struct {
 	deadline        time.Time // -D; zero: run -n iterations
 	stopping        bool      // the deadline has passed: post no more
 	scnt, ccnt, got []int
-	wrs             []verbs.SendWR // each QP's work request, reused
-	list            []verbs.SendWR // -l: a post list
-	posted, done    []stamp
-	wc              []verbs.WorkCompletion
+	// tailSignaled: the QP's last posted work request is signaled, so
+	// its completion covers all the QP's work (a -D run with -Q).
+	tailSignaled []bool
+	wrs          []verbs.SendWR // each QP's work request, reused
+	list         []verbs.SendWR // -l: a post list
+	posted, done []stamp
+	wc           []verbs.WorkCompletion
 }
 
 func (s *side) newBWLoop(size int) *bwLoop {
@@ -103,7 +106,6 @@ func (s *side) newBWLoop(size int) *bwLoop {
 	l := &bwLoop{s: s, iters: cfg.iters, cqMod: cfg.cqMod(size)}
 	if cfg.duration > 0 {
 		l.iters = 1 << 40
-		l.cqMod = 1
 		l.deadline = time.Now().Add(time.Duration(cfg.duration) * time.Second)
 	}
 	capHint := min(l.iters*nq, 1<<22)
@@ -119,6 +121,7 @@ func (s *side) newBWLoop(size int) *bwLoop {
 		clear(l.done[:capHint])
 	}
 	l.scnt, l.ccnt, l.got = make([]int, nq), make([]int, nq), make([]int, nq)
+	l.tailSignaled = make([]bool, nq)
 	l.wrs = make([]verbs.SendWR, nq)
 	for q := range nq {
 		l.wrs[q] = s.buildWR(q, size)
@@ -133,6 +136,17 @@ func (s *side) newBWLoop(size int) *bwLoop {
 func (l *bwLoop) post() error {
 	cfg := l.s.cfg
 	for q, qp := range l.s.qps {
+		if l.stopping && !l.tailSignaled[q] && l.scnt[q] > l.ccnt[q] && l.scnt[q]-l.ccnt[q] < cfg.txDepth {
+			// A moderated -D run has stopped after an unsignaled
+			// request, whose completion would never come: one more,
+			// signaled, ends the QP's work (perftest stops counting
+			// at the deadline instead; this run waits for its
+			// requests, so that the data path ends idle).
+			if err := l.postOne(q, qp, true); err != nil {
+				return err
+			}
+			continue
+		}
 		for !l.stopping && l.scnt[q] < l.iters && l.scnt[q]-l.ccnt[q] < cfg.txDepth {
 			if cfg.postList > 1 {
 				n := min(cfg.postList, l.iters-l.scnt[q], cfg.txDepth-(l.scnt[q]-l.ccnt[q]))
@@ -141,6 +155,7 @@ func (l *bwLoop) post() error {
 					l.list[i] = l.wrs[q]
 					prepareWR(&l.list[i], q, l.scnt[q]+1+i, l.cqMod, l.iters)
 				}
+				l.tailSignaled[q] = l.list[n-1].SendFlags&verbs.SendSignaled != 0
 				t := now()
 				for range n {
 					l.posted = append(l.posted, t)
@@ -151,16 +166,29 @@ func (l *bwLoop) post() error {
 				l.scnt[q] += n
 				continue
 			}
-			wr := &l.wrs[q]
-			k := l.scnt[q] + 1
-			prepareWR(wr, q, k, l.cqMod, l.iters)
-			l.posted = append(l.posted, now())
-			if err := qp.PostSend(wr); err != nil {
+			if err := l.postOne(q, qp, false); err != nil {
 				return err
 			}
-			l.scnt[q] = k
 		}
 	}
+	return nil
+}
+
+// postOne posts QP q's next work request, signaled if its number says so
+// or signal is set.
+func (l *bwLoop) postOne(q int, qp *verbs.QP, signal bool) error {
+	wr := &l.wrs[q]
+	k := l.scnt[q] + 1
+	prepareWR(wr, q, k, l.cqMod, l.iters)
+	if signal {
+		wr.SendFlags |= verbs.SendSignaled
+	}
+	l.tailSignaled[q] = wr.SendFlags&verbs.SendSignaled != 0
+	l.posted = append(l.posted, now())
+	if err := qp.PostSend(wr); err != nil {
+		return err
+	}
+	l.scnt[q] = k
 	return nil
 }
 

@@ -98,6 +98,7 @@ type config struct {
 	qps        int
 	txDepth    int
 	postList   int // -l: work requests per post
+	cqModReq   int // -Q: work requests per signaled completion; 0 when not given
 	outs       int // 0: the device maximum
 	gidIndex   int
 	ibDev      string
@@ -175,6 +176,9 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 		return nil, err
 	}
 	c.gidAuto = c.hw && !tooldev.Given(fs, "x", "gid-index")
+	if tooldev.Given(fs, "Q", "cq-mod") && c.cqModReq < 1 {
+		return nil, fmt.Errorf("-Q %d: at least one work request per completion", c.cqModReq)
+	}
 	return c, c.validate(loopAddrs)
 }
 
@@ -214,6 +218,7 @@ func (c *config) defineFlags(fs *flag.FlagSet, size, iters, txDepth *int, loopAd
 	both(&c.qps, "q", "qp", 1, "number of QPs")
 	both(txDepth, "t", "tx-depth", -1, "send queue depth (default 128 bw, 1 lat)")
 	both(&c.postList, "l", "post_list", 1, "post lists of this many send work requests at once (bandwidth tests)")
+	both(&c.cqModReq, "Q", "cq-mod", 0, "signal one send completion per this many work requests (bandwidth tests; default 100, and 1 for messages above 8 KiB or with -D unless given)")
 	both(&c.outs, "o", "outs", 0, "outstanding RDMA READs/atomics (default the device maximum)")
 	both(&c.qpTimeout, "u", "qp-timeout", defQPTimeout, "QP timeout: retransmission after 4.096 usec * 2^timeout (0..31)")
 	both(&c.gidIndex, "x", "gid-index", 1, "GID index of the local port (goroce: 1, the GID of the bound address; with --hw default the RoCE v2 GID of the local address, else of the first IPv4 one)")
@@ -475,18 +480,29 @@ func (c *config) maxSize() int {
 	return s[len(s)-1]
 }
 
-// cqMod is how many send work requests share one signaled completion
-// (perftest's -Q, default 100, at most the TX depth, and 1 for messages
-// above 8 KiB unless -a).
+// cqMod is how many send work requests share one signaled completion:
+// perftest's -Q, default 100, at most the TX depth; 1 for messages above
+// 8 KiB unless -Q was given or -a runs (perftest keeps it then, with a
+// warning, warnCQMod), and 1 with -D unless -Q was given (a timed run that
+// moderates ends each QP's work with a signaled request, bwLoop.post).
 func (c *config) cqMod(size int) int {
 	if c.test.lat {
 		return 1
 	}
+	if c.cqModReq > 0 {
+		return min(c.cqModReq, c.txDepth)
+	}
 	m := min(defCQMod, c.txDepth)
-	if size > msgSizeCQModLimit && !c.all {
+	if size > msgSizeCQModLimit && !c.all || c.duration > 0 {
 		m = 1
 	}
 	return max(m, 1)
+}
+
+// warnCQMod is perftest's warning for a moderated run of large messages:
+// its per-message times are those of the completion that covers each.
+func (c *config) warnCQMod(size int) bool {
+	return !c.test.lat && c.cqModReq > 1 && c.txDepth > 1 && size > msgSizeCQModLimit
 }
 
 // rxDepth is how many receives the send tests keep posted: perftest's 512,

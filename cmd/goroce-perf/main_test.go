@@ -79,6 +79,12 @@ func TestLoopbackEveryTest(t *testing.T) {
 		{"read_bw", []string{"-b", "-q", "2", "-s", "5000"}, 5000, []string{"client", "server"}},
 		{"send_bw", []string{"-b", "-q", "2", "-s", "7000"}, 7000, []string{"client", "server"}},
 		{"atomic_bw", []string{"-b", "-A", "CMP_AND_SWAP"}, 8, []string{"client", "server"}},
+		// CQ moderation (-Q) of large messages, with -n not a
+		// multiple of it, and of a timed run, which ends each QP's
+		// work with a signaled request (128, the TX depth, is no multiple
+		// of 7: refilled 7 at a time, a QP's last request is unsignaled).
+		{"write_bw", []string{"-Q", "7", "-s", "10000"}, 10000, []string{"client", "server"}},
+		{"write_bw", []string{"-Q", "7", "-D", "1", "-q", "2"}, defSizeBW, []string{"client", "server"}},
 		// Post lists (-l), also with a list longer than the room left.
 		{"write_bw", []string{"-l", "16", "-s", "8"}, 8, []string{"client", "server"}},
 		{"atomic_bw", []string{"-l", "5", "-A", "CMP_AND_SWAP", "-t", "12"}, 8, []string{"client", "server"}},
@@ -378,6 +384,7 @@ func TestBadInput(t *testing.T) {
 		{"plot reference without label", []string{"write_lat", "--plot", "x.svg", "--plot-ref", "x.txt"}, 2, "LABEL=FILE"},
 		{"plot reference missing", []string{"write_lat", "--plot", "x.svg", "--plot-ref", "udp=/nonexistent/x.txt"}, 2, "no such file"},
 		{"duration of a send test", []string{"send_bw", "-D", "2"}, 2, "use -n"},
+		{"no completions", []string{"write_bw", "-Q", "0"}, 2, "-Q 0: at least one work request per completion"},
 		{"goroce-only flag on a kernel device", []string{"write_bw", "--hw", "-d", "rxe0", "--udp-port", "5000"}, 2, "--udp-port: goroce devices only, not with --hw"},
 		{"counters of a kernel device", []string{"write_bw", "--hw", "--counters"}, 2, "--counters: goroce devices only"},
 		{"GID index on a kernel device", []string{"write_bw", "--hw", "-x", "-2"}, 2, "-x -2: not a GID index"},

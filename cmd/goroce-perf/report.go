@@ -109,9 +109,6 @@ func bwResult(cfg *config, size int, posted, done []stamp) result {
 	// perftest scans every start and every completion; on long runs the
 	// starts and ends are sampled so that the scan stays near 4M steps.
 	cqMod := cfg.cqMod(size)
-	if cfg.duration > 0 {
-		cqMod = 1
-	}
 	stepI := max(1, n/2000)
 	stepJ := max(cqMod, (n/2000)/cqMod*cqMod)
 	best := math.Inf(1)
@@ -243,6 +240,10 @@ func (s *side) printBanner() {
 	}
 	if !t.lat {
 		s.printf(" CQ Moderation   : %d\n", cfg.cqMod(s.maxSize()))
+		if cfg.warnCQMod(s.maxSize()) {
+			s.printf(" Warning: Large message requested and CQ moderation enabled\n")
+			s.printf(" Warning: It can lead to inaccurate results\n")
+		}
 	}
 	s.printf(" Mtu             : %d[B]\n", s.mtu.Bytes())
 	s.printf(" Link type       : Ethernet\n")
