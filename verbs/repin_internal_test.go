@@ -14,19 +14,7 @@ func TestLocalAgain(t *testing.T) {
 	pd, pd2 := mustPD(t, d), mustPD(t, d)
 	mr := mustMR(t, pd, 128, AccessLocalWrite)
 	other := mustMR(t, pd, 128, AccessLocalWrite)
-	cq, err := d.CreateCQ(4, nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	newQP := func(pd *PD) *qpMemory {
-		qp, err := pd.CreateQP(QPInitAttr{QPType: QPTypeRC, SendCQ: cq, RecvCQ: cq,
-			Cap: QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return (*qpMemory)(qp)
-	}
-	m, m2 := newQP(pd), newQP(pd2)
+	m, m2 := newMemoryQP(t, pd), newMemoryQP(t, pd2)
 	r := mr.reg.Load()
 	lkey, base := mr.LKey(), r.iova
 
@@ -85,21 +73,8 @@ func TestStoreInBatch(t *testing.T) {
 	mr := mustMR(t, pd, 128, rw)
 	other := mustMR(t, pd, 128, rw)
 	readOnly := mustMR(t, pd, 128, AccessLocalWrite|AccessRemoteRead)
-	cq, err := d.CreateCQ(4, nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	newQP := func(pd *PD) *qpMemory {
-		qp, err := pd.CreateQP(QPInitAttr{QPType: QPTypeRC, SendCQ: cq, RecvCQ: cq,
-			Cap: QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := (*qpMemory)(qp)
-		m.rxBatch = &rxQueue{} // as while a receive batch handles its packet
-		return m
-	}
-	m, m2 := newQP(pd), newQP(pd2)
+	m, m2 := newMemoryQP(t, pd), newMemoryQP(t, pd2)
+	m.rxBatch, m2.rxBatch = &rxQueue{}, &rxQueue{} // as while a receive batch handles their packets
 	r := mr.reg.Load()
 	rkey, base := mr.RKey(), r.iova
 	store := func(m *qpMemory, key uint32, va uint64, n uint32) error {
@@ -197,4 +172,20 @@ func TestStoreInBatch(t *testing.T) {
 	if got, refs := other.RemoteWrites(), other.reg.Load().refs.Load(); got != 2 || refs != 0 {
 		t.Errorf("after Destroy: %d stores counted, %d pins; want 2, 0", got, refs)
 	}
+}
+
+// newMemoryQP returns a new RC QP in pd, with a CQ of its own, as the
+// transport sees its memory.
+func newMemoryQP(t *testing.T, pd *PD) *qpMemory {
+	t.Helper()
+	cq, err := pd.dev.CreateCQ(4, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := pd.CreateQP(QPInitAttr{QPType: QPTypeRC, SendCQ: cq, RecvCQ: cq,
+		Cap: QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return (*qpMemory)(qp)
 }
