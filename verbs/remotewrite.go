@@ -30,14 +30,10 @@ type writeWaiters struct {
 
 // note counts one store. It costs an atomic add and a load and, only while
 // a goroutine waits, a non-blocking send.
-func (w *remoteWrites) note() {
-	w.count.Add(1)
-	if ww := w.waiters.Load(); ww != nil && ww.waiting.Load() > 0 {
-		ww.signal()
-	}
-}
+func (w *remoteWrites) note() { w.noteN(1) }
 
-// noteN counts n stores at once, as n calls of note would.
+// noteN counts n stores at once (a receive batch's, qpMemory.storeInBatch),
+// and wakes a waiter once.
 func (w *remoteWrites) noteN(n uint64) {
 	w.count.Add(n)
 	if ww := w.waiters.Load(); ww != nil && ww.waiting.Load() > 0 {
